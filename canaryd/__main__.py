@@ -1,0 +1,3 @@
+from canaryd.cli.app import main
+
+main()

@@ -1,0 +1,23 @@
+"""The `canaryd` command: one entry point, one module per sub-command."""
+
+from __future__ import annotations
+
+import typer
+
+from canaryd.cli import db, models, once, prompts
+
+app = typer.Typer(
+    name="canaryd",
+    help="Canary and soak daemon for LLM serving with speculative decoding.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(models.app, name="models")
+app.add_typer(prompts.app, name="prompts")
+app.add_typer(db.app, name="db")
+app.command("once")(once.once)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,34 @@
+"""What every CLI command shares: turning `CanarydError` into one line and an exit code."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+import typer
+
+from canaryd.errors import CanarydError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print `canaryd: error: …` on stderr and return the Exit to raise."""
+    print(f"canaryd: error: {message}", file=sys.stderr)
+    return typer.Exit(code)
+
+
+def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """A user-facing error becomes one line on stderr and a non-zero exit, no traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except CanarydError as exc:
+            raise fail(str(exc), exc.exit_code) from None
+
+    return wrapper

@@ -1,0 +1,5 @@
+"""`canaryd once` (placeholder until implemented)."""
+
+
+def once() -> None:
+    """Run N pairs now."""

@@ -1,0 +1,5 @@
+"""`canaryd prompts` (placeholder until implemented)."""
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="prompts commands")

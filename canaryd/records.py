@@ -1,0 +1,101 @@
+"""The domain records that flow from the pair runner to scoring, the store and gates.
+
+`Prompt` is one item of a suite; `PairRecord` is one prompt run on both arms with the
+same sampling parameters, plus its `PairScores`. These are plain frozen dataclasses so
+that gates (pure) can consume them without importing SQL or engines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from engine.types import GenerationResult, Message
+
+CheckKind = Literal["exact", "contains", "regex", "json_schema", "numeric"]
+Arm = Literal["baseline", "speculative"]
+ARMS: tuple[Arm, Arm] = ("baseline", "speculative")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """How to decide whether an answer is right.
+
+    exact: normalised answer equals `value` (str); contains: `value` (str) appears,
+    case-insensitively; regex: `value` (str pattern) matches anywhere; json_schema: the
+    first JSON object/array in the answer validates against `value` (dict schema);
+    numeric: the last number in the answer is within `tolerance` of `value` (float).
+    """
+
+    kind: CheckKind
+    value: Any
+    tolerance: float = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    id: str
+    category: str
+    messages: tuple[Message, ...]
+    max_tokens: int
+    reference: str | None = None
+    check: Check | None = None
+    suite: str = ""
+    source: str = ""  # "file:line" where it was defined, for error messages
+
+
+@dataclass(frozen=True, slots=True)
+class PairScores:
+    """Consistency and quality of the speculative arm against the baseline arm."""
+
+    exact_match: bool
+    first_divergence: int | None  # index of the first differing output token; None if equal
+    token_edit_similarity: float  # 1 - normalised Levenshtein distance over token ids
+    rouge_l: float  # F-measure, speculative text vs baseline text, 0..1
+    chrf: float  # chrF, speculative vs baseline, 0..100
+    length_ratio: float | None  # speculative / baseline output tokens
+    baseline_loop: bool  # degenerate repetition detected in the baseline output
+    speculative_loop: bool
+    baseline_task_score: float | None  # 0..1 against the prompt's check/reference
+    speculative_task_score: float | None
+    task_score_delta: float | None  # speculative - baseline
+
+
+@dataclass(frozen=True, slots=True)
+class PairRecord:
+    pair_id: str
+    run_id: str
+    prompt: Prompt
+    started_at: datetime  # UTC, timezone-aware
+    arm_order: tuple[Arm, Arm]
+    baseline: GenerationResult
+    speculative: GenerationResult
+    scores: PairScores | None  # None when either arm failed
+    sampling_seed: int = 0
+    temperature: float = 0.0
+
+    @property
+    def complete(self) -> bool:
+        return self.baseline.ok and self.speculative.ok
+
+    @property
+    def speedup(self) -> float | None:
+        """Baseline end-to-end time over speculative end-to-end time (>1: faster)."""
+        if not self.complete or self.speculative.e2e_s <= 0:
+            return None
+        return self.baseline.e2e_s / self.speculative.e2e_s
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """A run: one `canaryd once`, one daemon lifetime, or one bench."""
+
+    run_id: str
+    kind: Literal["once", "daemon", "bench"]
+    started_at: datetime
+    config: dict[str, Any]
+    config_hash: str
+    baseline_identity: dict[str, str]
+    speculative_identity: dict[str, str]
+    software: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,130 @@
+"""The generation contract every engine speaks: requests in, results out.
+
+A `GenerationResult` is what one arm produced for one prompt, with timings measured
+around the real decoding loop and, for speculative arms, acceptance figures read from
+that loop. A figure an engine cannot report is `None` ("not reported"), never zero.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Literal
+
+Role = Literal["system", "user", "assistant"]
+
+
+class ErrorKind(enum.StrEnum):
+    """Why a generation did not produce a usable result (`NONE` when it did)."""
+
+    NONE = "none"
+    TIMEOUT = "timeout"
+    HTTP = "http"  # the HTTP status is in `GenerationResult.http_status`
+    CONNECTION = "connection"
+    OOM = "oom"
+    INVALID = "invalid"  # malformed response, or input the engine rejected
+    INTERNAL = "internal"  # an unexpected exception inside the engine
+
+
+class AcceptanceSource(enum.StrEnum):
+    """Where a speculative arm's acceptance figures came from."""
+
+    NOT_REPORTED = "not_reported"
+    DECODING_LOOP = "decoding_loop"  # counted inside our own decoding loop, exact per request
+    PER_REQUEST = "per_request"  # reported by a server for this request, exact
+    WINDOW_AGGREGATE = "window_aggregate"  # server counters over a window; may include other traffic
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Identical on both arms of a pair. temperature 0 means greedy."""
+
+    max_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    messages: tuple[Message, ...]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    request_id: str = ""
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeStats:
+    """Acceptance figures of one speculative request, read from the decoding loop.
+
+    `verify_steps` target forward passes each verified a draft of some length;
+    `accepted_tokens` of the `draft_tokens` proposed were kept. Every step also emits
+    one token from the target itself (the bonus token), so
+    ``output_tokens == accepted_tokens + verify_steps`` and the acceptance length
+    ``output_tokens / verify_steps`` lies in 1 … k+1.
+    `accepted_per_position[i]` counts steps whose draft token at position i+1 was
+    accepted; it sums to `accepted_tokens`.
+    """
+
+    verify_steps: int
+    draft_tokens: int
+    accepted_tokens: int
+    accepted_per_position: tuple[int, ...]
+    drafted_per_position: tuple[int, ...] = ()
+    source: AcceptanceSource = AcceptanceSource.DECODING_LOOP
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationResult:
+    """One arm's answer to one request. Timings are seconds on a monotonic clock."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str  # "stop", "length", "error"
+    prompt_tokens: int
+    output_tokens: int
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float
+    error: ErrorKind = ErrorKind.NONE
+    error_detail: str = ""
+    http_status: int | None = None
+    speculative: SpeculativeStats | None = None  # None: baseline arm, or not reported
+    acceptance_source: AcceptanceSource = AcceptanceSource.NOT_REPORTED
+
+    @property
+    def ok(self) -> bool:
+        return self.error is ErrorKind.NONE
+
+    @property
+    def acceptance_length(self) -> float | None:
+        if self.speculative is None or self.speculative.verify_steps == 0:
+            return None
+        return self.output_tokens / self.speculative.verify_steps
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        if not self.ok or self.e2e_s <= 0 or self.output_tokens == 0:
+            return None
+        return self.output_tokens / self.e2e_s
+
+    @classmethod
+    def failed(cls, error: ErrorKind, detail: str, e2e_s: float, prompt_tokens: int = 0,
+               http_status: int | None = None) -> GenerationResult:
+        return cls(text="", token_ids=(), finish_reason="error", prompt_tokens=prompt_tokens,
+                   output_tokens=0, ttft_s=None, tpot_s=None, e2e_s=e2e_s, error=error,
+                   error_detail=detail, http_status=http_status)
