@@ -8,6 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.errors import EngineError, ModelNotFoundError, ProvisioningError
+
+__all__ = [
+    "CanarydError", "ConfigError", "DatabaseError", "EngineError", "MetricUnavailableError",
+    "ModelNotFoundError", "PromptFileError", "ProvisioningError", "UnknownCategoryError",
+]
+
 
 class CanarydError(Exception):
     """Base of errors that are the user's to fix; the message says what to do."""
@@ -35,16 +42,6 @@ class UnknownCategoryError(CanarydError, LookupError):
     def __init__(self, category: str, known: list[str]) -> None:
         self.category, self.known = category, known
         super().__init__(f"unknown category {category!r}; known categories: {', '.join(known)}")
-
-
-class ModelNotFoundError(CanarydError, FileNotFoundError):
-    def __init__(self, path: Path, hint: str = "run `canaryd models pull` first") -> None:
-        self.path = path
-        super().__init__(f"no model at {str(path)!r}: {hint}")
-
-
-class ProvisioningError(CanarydError, RuntimeError):
-    """Fetching or converting the embedded model failed."""
 
 
 class DatabaseError(CanarydError, RuntimeError):

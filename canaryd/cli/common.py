@@ -9,7 +9,7 @@ from typing import ParamSpec, TypeVar
 
 import typer
 
-from canaryd.errors import CanarydError
+from canaryd.errors import CanarydError, EngineError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -28,7 +28,7 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
-        except CanarydError as exc:
+        except (CanarydError, EngineError) as exc:
             raise fail(str(exc), exc.exit_code) from None
 
     return wrapper

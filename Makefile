@@ -1,0 +1,45 @@
+# canaryd — two commands: `make demo` and `make test` (README "Quick start").
+# GPU hosts: `make venv TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"`
+# (or install the CUDA build of torch into .venv first); the CPU build is the default.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+.PHONY: venv model demo test lint typecheck unit services clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(TORCH_SPEC)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+model: venv
+	$(BIN)/canaryd models pull
+
+demo: model
+	$(BIN)/canaryd once --pairs 12
+
+services:
+	bash .ci/services.sh
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+test: model services lint typecheck
+	CANARYD_TEST_PG_URL="$$(cat $(VENV)/pg_url 2>/dev/null)" $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+unit: venv
+	$(BIN)/python -m pytest -m "not model and not postgres and not slow" $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache

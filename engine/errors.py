@@ -1,0 +1,31 @@
+"""Errors the engine package reports to a person; each builds its own message.
+
+Failed *generations* are not exceptions (they are `GenerationResult.error`); these are
+for things a user must fix: a missing model, a bad engine config, a failed model pull.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class EngineError(Exception):
+    """Base of user-fixable engine errors; the CLI prints the message as one line."""
+
+    exit_code = 2
+
+
+class ModelNotFoundError(EngineError, FileNotFoundError):
+    def __init__(self, path: Path | str, hint: str = "run `canaryd models pull` first") -> None:
+        self.path = Path(path)
+        super().__init__(f"no model at {str(path)!r}: {hint}")
+
+
+class ProvisioningError(EngineError, RuntimeError):
+    """Fetching, verifying or converting a model failed; the message says which and why."""
+
+
+class EngineConfigError(EngineError, ValueError):
+    def __init__(self, key: str, reason: str) -> None:
+        self.key, self.reason = key, reason
+        super().__init__(f"engine config {key}: {reason}")
