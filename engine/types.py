@@ -61,6 +61,7 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     request_id: str = ""
     timeout_s: float | None = None
+    category: str = ""  # the prompt's category: for logs, and the fault-injecting fake engine
 
 
 @dataclass(frozen=True, slots=True)

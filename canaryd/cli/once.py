@@ -1,5 +1,139 @@
-"""`canaryd once` (placeholder until implemented)."""
+"""`canaryd once`: run N pairs now, store them, print a per-category table or JSON."""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+import canaryd
+from canaryd import paths
+from canaryd.cli.common import handle_errors
+from canaryd.config import Settings, load_settings
+from canaryd.logs import configure_logging
+from canaryd.records import PairRecord, Prompt, RunInfo
+from canaryd.report_json import once_json
+from canaryd.runner import PairParams, PairRunner
+from canaryd.sampling import StratifiedSampler
+from canaryd.store import SqlStore
+from canaryd.suites import load_default_suites, load_suites, select
+from canaryd.summary import ALL, CategorySummary, summarise
+from engine.registry import build_engine
 
 
-def once() -> None:
-    """Run N pairs now."""
+def software_versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    versions = {"canaryd": canaryd.__version__, "python": platform.python_version()}
+    for package in ("torch", "transformers", "sqlalchemy"):
+        try:
+            versions[package] = md.version(package)
+        except md.PackageNotFoundError:
+            versions[package] = "absent"
+    return versions
+
+
+def resolve_prompts(settings: Settings, category: str | None) -> list[Prompt]:
+    suites = (load_suites(settings.prompts.suites) if settings.prompts.suites
+              else load_default_suites())
+    prompts = select(suites, category)
+    if settings.prompts.categories and category is None:
+        wanted = set(settings.prompts.categories)
+        for name in wanted:
+            select(suites, name)  # an unknown configured category is an error too
+        prompts = [p for p in prompts if p.category in wanted]
+    return prompts
+
+
+def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
+    return "—" if value is None else f"{value:{spec}}{suffix}"
+
+
+def summary_table(summary: dict[str, CategorySummary], run_id: str) -> Table:
+    table = Table(title=f"canaryd once — run {run_id}", title_justify="left")
+    for column in ("category", "pairs", "speedup p50", "accept len mean", "p50", "p90",
+                   "exact match", "quality Δ", "base e2e p50/p99 s", "spec e2e p50/p99 s",
+                   "errors b/s"):
+        table.add_column(column, justify="left" if column == "category" else "right")
+    for category, s in summary.items():
+        table.add_row(
+            f"[bold]{category}[/]" if category == ALL else category,
+            str(s.pairs), _fmt(s.speedup_median, ".2f", "×"),
+            _fmt(s.acceptance_length_mean), _fmt(s.acceptance_length_p50),
+            _fmt(s.acceptance_length_p90),
+            _fmt(None if s.exact_match_rate is None else s.exact_match_rate * 100, ".0f", "%"),
+            _fmt(s.quality_delta_mean, "+.2f"),
+            f"{_fmt(s.baseline_e2e_p50_s)}/{_fmt(s.baseline_e2e_p99_s)}",
+            f"{_fmt(s.speculative_e2e_p50_s)}/{_fmt(s.speculative_e2e_p99_s)}",
+            f"{s.baseline_errors}/{s.speculative_errors}",
+            end_section=category != ALL and ALL in summary and category == list(summary)[-2],
+        )
+    return table
+
+
+@handle_errors
+def once(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML config file "
+                      "(default: $CANARYD_CONFIG, else built-in defaults)")] = None,
+    pairs: Annotated[int, typer.Option("--pairs", "-n", min=1, help="pairs to run")] = 12,
+    category: Annotated[str | None, typer.Option(help="only prompts of this category")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON (docs/once-json.md)")]
+    = False,
+) -> None:
+    """Run N baseline-vs-speculative pairs now, store them, and print a summary."""
+    configure_logging(level="WARNING" if as_json else "INFO")
+    settings = load_settings(config)
+    prompts = resolve_prompts(settings, category)
+    sampler = StratifiedSampler(
+        prompts, seed=settings.prompts.seed,
+        weights={c: w for c, w in settings.prompts.category_weights.items()
+                 if c in {p.category for p in prompts}})
+    store = SqlStore.open(settings.storage.resolved_url(), create=True)
+    err = Console(stderr=True)
+    try:
+        baseline = build_engine(settings.arms.baseline, models_dir=paths.models_dir())
+        speculative = build_engine(settings.arms.speculative, models_dir=paths.models_dir())
+        with err.status("loading and warming up engines…", spinner="dots"):
+            baseline.load()
+            speculative.load()
+        run = RunInfo(
+            run_id=uuid.uuid4().hex[:12], kind="once", started_at=datetime.now(UTC),
+            config=settings.snapshot(), config_hash=settings.config_hash(),
+            baseline_identity=baseline.identity, speculative_identity=speculative.identity,
+            software=software_versions())
+        store.create_run(run)
+        runner = PairRunner(
+            baseline, speculative, run_id=run.run_id, seed=settings.prompts.seed,
+            params=PairParams(temperature=settings.prompts.temperature,
+                              top_p=settings.prompts.top_p,
+                              max_tokens=settings.prompts.max_tokens,
+                              timeout_s=settings.prompts.timeout_s))
+        records: list[PairRecord] = []
+        with Progress(TextColumn("pairs"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.description}"), TimeElapsedColumn(),
+                      console=err, disable=not err.is_terminal) as progress:
+            task = progress.add_task("", total=pairs)
+            for prompt in sampler.take(pairs):
+                progress.update(task, description=prompt.category)
+                record = runner.run_pair(prompt)
+                store.save_pair(record)
+                records.append(record)
+                progress.advance(task)
+        store.finish_run(run.run_id, datetime.now(UTC))
+    finally:
+        store.close()
+    summary = summarise(records)
+    if as_json:
+        json.dump(once_json(run.run_id, summary, records), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        Console().print(summary_table(summary, run.run_id))

@@ -1,0 +1,151 @@
+"""canaryd's one configuration model: a TOML file plus `CANARYD_` environment overrides.
+
+`load_settings(path)` reads the file named by `--config` or `CANARYD_CONFIG` (none: all
+defaults, which run the embedded model on both arms), applies environment overrides
+(`CANARYD_STORAGE__URL=...`, `__` for nesting) and validates everything at once. A bad
+file fails with the file, the key and the reason (`ConfigError`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from canaryd import paths
+from canaryd.errors import ConfigError
+from engine.config import EngineConfig, SpeculativeConfig, TransformersEngineConfig
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ArmsConfig(_Section):
+    """The two arms of every pair. Defaults: the embedded model, autoregressive versus
+    transformers prompt lookup with 8 draft tokens."""
+
+    baseline: EngineConfig = Field(default_factory=TransformersEngineConfig)
+    speculative: EngineConfig = Field(
+        default_factory=lambda: TransformersEngineConfig(speculative=SpeculativeConfig()))
+
+
+class PromptsConfig(_Section):
+    suites: list[Path] = Field(
+        default_factory=list,
+        description="suite files or directories; empty: the suites shipped with canaryd")
+    categories: list[str] = Field(
+        default_factory=list, description="only these categories; empty: all")
+    category_weights: dict[str, float] = Field(
+        default_factory=dict, description="relative sampling weight per category (default 1)")
+    max_tokens: int | None = Field(
+        default=None, ge=1, le=8192, description="override every prompt's max_tokens")
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="0: greedy")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    seed: int = Field(default=0, description="seeds prompt sampling and arm order")
+    timeout_s: float = Field(default=120.0, gt=0, description="per generation")
+
+    @field_validator("category_weights")
+    @classmethod
+    def _non_negative(cls, weights: dict[str, float]) -> dict[str, float]:
+        for category, weight in weights.items():
+            if weight < 0:
+                raise ValueError(f"weight of {category!r} is negative")
+        return weights
+
+
+class StorageConfig(_Section):
+    url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL; default sqlite:///$CANARYD_DATA_DIR/canaryd.db. "
+        "PostgreSQL: postgresql+psycopg://user:password@host/db")
+
+    def resolved_url(self) -> str:
+        return self.url or paths.default_database_url()
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="CANARYD_", env_nested_delimiter="__", extra="ignore",
+        nested_model_default_partial_update=True)
+
+    arms: ArmsConfig = Field(default_factory=ArmsConfig)
+    prompts: PromptsConfig = Field(default_factory=PromptsConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The TOML file arrives through init_settings (load_settings parses it, so that
+        # syntax errors can name their line); the environment overrides the file.
+        return env_settings, init_settings
+
+    def snapshot(self) -> dict[str, Any]:
+        """The effective configuration, JSON-safe, as stored with every run."""
+        data: dict[str, Any] = json.loads(self.model_dump_json())
+        return data
+
+    def config_hash(self) -> str:
+        canonical = json.dumps(self.snapshot(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+_TOP_LEVEL_KEYS = set(Settings.model_fields)
+
+
+def config_path(explicit: Path | None) -> Path | None:
+    """`--config`, else `CANARYD_CONFIG`, else no file (all defaults)."""
+    if explicit is not None:
+        return explicit
+    env = os.environ.get("CANARYD_CONFIG")
+    return Path(env) if env else None
+
+
+def _key(loc: tuple[int | str, ...]) -> str:
+    # Drop the discriminator tags pydantic inserts for tagged unions ("transformers", ...)
+    parts = [str(p) for p in loc if p not in {"transformers", "fake", "openai"}]
+    return ".".join(parts) or "(top level)"
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Load and validate the configuration; raise `ConfigError` naming file and key."""
+    path = config_path(path)
+    data: dict[str, Any] = {}
+    source = str(path) if path else "environment (CANARYD_*)"
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(path, "(file)", "no such file") from None
+        except OSError as exc:
+            raise ConfigError(path, "(file)", f"cannot read: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(path, "(syntax)", str(exc)) from exc
+        unknown = sorted(set(data) - _TOP_LEVEL_KEYS)
+        if unknown:
+            raise ConfigError(path, unknown[0], "unknown section; expected one of "
+                              + ", ".join(sorted(_TOP_LEVEL_KEYS)))
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        value = f" (got {first['input']!r})" if first["type"] != "missing" and not isinstance(
+            first["input"], dict) else ""
+        raise ConfigError(source, _key(first["loc"]), f"{first['msg']}{value}{more}") from None

@@ -1,0 +1,88 @@
+"""Per-category summaries of pair records: what `canaryd once` prints and returns.
+
+The figures are computed here from records; the statistics themselves (quantiles) are
+the gates package's, so a summary and a gate never disagree on what "P99" means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from canaryd.records import PairRecord
+from gates.stats import mean, quantile, rate
+
+ALL = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class CategorySummary:
+    pairs: int
+    complete_pairs: int
+    speedup_median: float | None  # median over pairs of baseline e2e / speculative e2e
+    acceptance_length_mean: float | None  # output tokens / verify steps, speculative arm
+    acceptance_length_p50: float | None
+    acceptance_length_p90: float | None
+    acceptance_rate: float | None  # accepted / drafted tokens, pooled
+    exact_match_rate: float | None
+    quality_delta_mean: float | None  # speculative - baseline task score
+    baseline_e2e_p50_s: float | None
+    baseline_e2e_p99_s: float | None
+    speculative_e2e_p50_s: float | None
+    speculative_e2e_p99_s: float | None
+    baseline_tokens_per_s: float | None  # pooled output tokens / pooled e2e time
+    speculative_tokens_per_s: float | None
+    baseline_errors: int
+    speculative_errors: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarise_group(records: Sequence[PairRecord]) -> CategorySummary:
+    complete = [r for r in records if r.complete]
+    lengths = [x for r in complete if (x := r.speculative.acceptance_length) is not None]
+    drafted = sum(r.speculative.speculative.draft_tokens for r in complete
+                  if r.speculative.speculative is not None)
+    accepted = sum(r.speculative.speculative.accepted_tokens for r in complete
+                   if r.speculative.speculative is not None)
+    scored = [r.scores for r in complete if r.scores is not None]
+    deltas = [s.task_score_delta for s in scored if s.task_score_delta is not None]
+    base_ok = [r.baseline for r in records if r.baseline.ok]
+    spec_ok = [r.speculative for r in records if r.speculative.ok]
+
+    def throughput(results: Sequence[Any]) -> float | None:
+        seconds = sum(g.e2e_s for g in results)
+        return sum(g.output_tokens for g in results) / seconds if seconds > 0 else None
+
+    return CategorySummary(
+        pairs=len(records),
+        complete_pairs=len(complete),
+        speedup_median=quantile([s for r in complete if (s := r.speedup) is not None], 0.5),
+        acceptance_length_mean=mean(lengths),
+        acceptance_length_p50=quantile(lengths, 0.5),
+        acceptance_length_p90=quantile(lengths, 0.9),
+        acceptance_rate=rate(accepted, drafted),
+        exact_match_rate=rate(sum(s.exact_match for s in scored), len(scored)),
+        quality_delta_mean=mean(deltas),
+        baseline_e2e_p50_s=quantile([g.e2e_s for g in base_ok], 0.5),
+        baseline_e2e_p99_s=quantile([g.e2e_s for g in base_ok], 0.99),
+        speculative_e2e_p50_s=quantile([g.e2e_s for g in spec_ok], 0.5),
+        speculative_e2e_p99_s=quantile([g.e2e_s for g in spec_ok], 0.99),
+        baseline_tokens_per_s=throughput(base_ok),
+        speculative_tokens_per_s=throughput(spec_ok),
+        baseline_errors=sum(not r.baseline.ok for r in records),
+        speculative_errors=sum(not r.speculative.ok for r in records),
+    )
+
+
+def summarise(records: Iterable[PairRecord]) -> dict[str, CategorySummary]:
+    """One summary per category (sorted), plus `all` over every record."""
+    records = list(records)
+    categories = sorted({r.prompt.category for r in records})
+    summary = {c: summarise_group([r for r in records if r.prompt.category == c])
+               for c in categories}
+    if records:
+        summary[ALL] = summarise_group(records)
+    return summary

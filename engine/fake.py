@@ -1,0 +1,141 @@
+"""A fake engine for soak tests and fault injection — a product feature, not a mock.
+
+It answers instantly (or in real time, `realtime = true`) with deterministic text and
+synthetic but internally consistent figures: a speculative fake drafts k tokens per
+verify step and accepts each with a configurable probability (per category, so drift
+can be injected into one category), and its timings follow from the steps it took.
+Faults — errors, timeouts, corrupted outputs, slow tails, a global slowdown — are drawn
+from a RNG seeded by the engine seed and the request id, so a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import zlib
+
+from engine.config import FakeEngineConfig
+from engine.types import (
+    AcceptanceSource,
+    ErrorKind,
+    GenerationRequest,
+    GenerationResult,
+    SpeculativeStats,
+)
+
+_WORDS = ("the canary sings while the model drafts and verifies tokens in steady "
+          "measured steps so that every answer stays the same").split()
+
+
+def _token_id(word: str) -> int:
+    return zlib.crc32(word.encode()) % 50_000
+
+
+class FakeEngine:
+    def __init__(self, config: FakeEngineConfig) -> None:
+        self.config = config
+
+    @property
+    def speculative(self) -> bool:
+        return self.config.speculative
+
+    @property
+    def identity(self) -> dict[str, str]:
+        return {"kind": "fake", "mode": "speculative" if self.speculative else "baseline",
+                "seed": str(self.config.seed)}
+
+    def load(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def count_tokens(self, text: str) -> list[int]:
+        return [_token_id(word) for word in text.split()]
+
+    def _rng(self, request: GenerationRequest, salt: str) -> random.Random:
+        key = f"{self.config.seed}:{request.request_id}:{salt}".encode()
+        return random.Random(zlib.crc32(key))  # noqa: S311  (simulation, not security)
+
+    def _answer(self, request: GenerationRequest) -> list[str]:
+        """The same words for the same prompt on every arm: a healthy pair matches."""
+        prompt = " ".join(m.content for m in request.messages)
+        words = prompt.split() or ["empty"]
+        rng = random.Random(zlib.crc32(prompt.encode()))  # noqa: S311
+        n = min(request.sampling.max_tokens, 8 + rng.randrange(max(1, request.sampling.max_tokens)))
+        return [rng.choice(words + list(_WORDS)) for _ in range(n)]
+
+    def _jittered(self, rng: random.Random, value: float) -> float:
+        return value * rng.lognormvariate(0.0, self.config.jitter) if self.config.jitter else value
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        cfg = self.config
+        if not request.messages or not any(m.content.strip() for m in request.messages):
+            return GenerationResult.failed(ErrorKind.INVALID, "empty prompt", 0.0)
+        fault = self._rng(request, "fault")
+        words = self._answer(request)
+        prompt_tokens = sum(len(m.content.split()) for m in request.messages)
+        timing = self._rng(request, "timing")
+        scale = cfg.latency_factor * (cfg.tail_factor if fault.random() < cfg.tail_rate else 1.0)
+        ttft = self._jittered(timing, cfg.ttft_s) * scale
+        stats: SpeculativeStats | None = None
+        if cfg.speculative:
+            stats = self._draft_and_verify(request, len(words))
+            step_cost = cfg.tpot_s * (1.0 + 0.1 * cfg.num_draft_tokens)
+            decode = sum(self._jittered(timing, step_cost) for _ in range(stats.verify_steps - 1))
+        else:
+            decode = sum(self._jittered(timing, cfg.tpot_s) for _ in range(len(words) - 1))
+        decode *= scale
+        e2e = ttft + decode
+        roll = fault.random()
+        if roll < cfg.error_rate:
+            return self._finish(GenerationResult.failed(
+                ErrorKind.HTTP, "injected fault: HTTP 503", ttft, prompt_tokens, http_status=503))
+        if roll < cfg.error_rate + cfg.timeout_rate:
+            return self._finish(GenerationResult.failed(
+                ErrorKind.TIMEOUT, "injected fault: timeout", request.timeout_s or e2e * 10,
+                prompt_tokens))
+        if fault.random() < cfg.corrupt_rate:
+            position = fault.randrange(len(words))
+            words = [*words[:position], "CORRUPTED", *words[position + 1:]]
+        text = " ".join(words)
+        return self._finish(GenerationResult(
+            text=text, token_ids=tuple(_token_id(w) for w in words),
+            finish_reason="length" if len(words) >= request.sampling.max_tokens else "stop",
+            prompt_tokens=prompt_tokens, output_tokens=len(words), ttft_s=ttft,
+            tpot_s=decode / (len(words) - 1) if len(words) > 1 else None, e2e_s=e2e,
+            speculative=stats,
+            acceptance_source=AcceptanceSource.DECODING_LOOP if stats
+            else AcceptanceSource.NOT_REPORTED))
+
+    def _draft_and_verify(self, request: GenerationRequest, output_tokens: int) -> SpeculativeStats:
+        cfg = self.config
+        rng = self._rng(request, "accept")
+        p = cfg.acceptance_rate_by_category.get(request.category, cfg.acceptance_rate)
+        k = cfg.num_draft_tokens
+        accepted_per_position = [0] * k
+        drafted_per_position = [0] * k
+        steps = accepted = drafted = produced = 0
+        while produced < output_tokens:
+            steps += 1
+            budget = output_tokens - produced
+            draft = min(k, budget - 1) if budget > 1 else 0
+            kept = 0
+            while kept < draft and rng.random() < p:
+                kept += 1
+            for position in range(kept):
+                accepted_per_position[position] += 1
+            for position in range(draft):
+                drafted_per_position[position] += 1
+            drafted += draft
+            accepted += kept
+            produced += kept + 1
+        return SpeculativeStats(verify_steps=steps, draft_tokens=drafted, accepted_tokens=accepted,
+                                accepted_per_position=tuple(accepted_per_position),
+                                drafted_per_position=tuple(drafted_per_position),
+                                source=AcceptanceSource.DECODING_LOOP)
+
+    def _finish(self, result: GenerationResult) -> GenerationResult:
+        if self.config.realtime and result.e2e_s > 0:
+            time.sleep(result.e2e_s)
+        return result

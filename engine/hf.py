@@ -1,0 +1,362 @@
+"""The in-process Hugging Face transformers engine: baseline and speculative arms.
+
+The baseline arm is plain autoregressive `generate`. The speculative arm uses
+transformers' assisted generation (prompt lookup, a draft model, or early exit) and
+counts acceptance *inside* the decoding loop: the candidate generator that
+`generate` builds is wrapped so that every draft (`get_candidates`) and every
+verification result (`update_candidate_strategy`, called with the number of draft
+tokens the target kept) is recorded. Timings come from a streamer that stamps each
+batch of tokens as the loop emits it, so TTFT is the time to the first token actually
+produced, not an estimate.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+import torch
+
+from engine.config import SpeculativeConfig, TransformersEngineConfig
+from engine.errors import EngineConfigError
+from engine.types import (
+    AcceptanceSource,
+    ErrorKind,
+    GenerationRequest,
+    GenerationResult,
+    Message,
+    SpeculativeStats,
+)
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class _AcceptanceCounter:
+    """Per-request draft/accept counts, filled by `_RecordingCandidateGenerator`."""
+
+    verify_steps: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+    drafted_per_position: list[int] = field(default_factory=list)
+    pending_draft: int = 0
+
+    def drafted(self, n: int) -> None:
+        self.pending_draft = n
+
+    def verified(self, accepted: int) -> None:
+        drafted, self.pending_draft = self.pending_draft, 0
+        self.verify_steps += 1
+        self.draft_tokens += drafted
+        self.accepted_tokens += accepted
+        for counts, n in ((self.drafted_per_position, drafted),
+                          (self.accepted_per_position, accepted)):
+            if len(counts) < n:
+                counts.extend([0] * (n - len(counts)))
+            for position in range(n):
+                counts[position] += 1
+
+    def stats(self, num_draft_tokens: int) -> SpeculativeStats:
+        width = max(num_draft_tokens, len(self.drafted_per_position))
+
+        def padded(counts: list[int]) -> tuple[int, ...]:
+            return tuple(counts + [0] * (width - len(counts)))
+
+        return SpeculativeStats(
+            verify_steps=self.verify_steps,
+            draft_tokens=self.draft_tokens,
+            accepted_tokens=self.accepted_tokens,
+            accepted_per_position=padded(self.accepted_per_position),
+            drafted_per_position=padded(self.drafted_per_position),
+            source=AcceptanceSource.DECODING_LOOP,
+        )
+
+
+class _RecordingCandidateGenerator:
+    """Wraps transformers' candidate generator; forwards everything, records counts."""
+
+    def __init__(self, inner: Any, counter: _AcceptanceCounter) -> None:
+        self._inner = inner
+        self._counter = counter
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def get_candidates(self, input_ids: torch.Tensor, **kwargs: Any) -> Any:
+        candidate_ids, candidate_logits = self._inner.get_candidates(input_ids, **kwargs)
+        self._counter.drafted(int(candidate_ids.shape[1] - input_ids.shape[1]))
+        return candidate_ids, candidate_logits
+
+    def update_candidate_strategy(self, input_ids: torch.Tensor, scores: torch.Tensor,
+                                  num_matches: Any) -> Any:
+        self._counter.verified(int(num_matches))
+        return self._inner.update_candidate_strategy(input_ids, scores, num_matches)
+
+
+class _TimingStreamer:
+    """A `generate` streamer that stamps when each batch of new tokens appears."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.prompt_seen = False
+        self.first_token_at: float | None = None
+        self.last_token_at: float | None = None
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.prompt_seen:  # generate() first puts the prompt itself
+            self.prompt_seen = True
+            return
+        now = time.perf_counter()
+        if self.first_token_at is None:
+            self.first_token_at = now
+        self.last_token_at = now
+
+    def end(self) -> None:
+        pass
+
+
+class _LoadedModel:
+    """A model and tokenizer shared by every engine that names the same weights."""
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.lock = threading.Lock()  # one generate at a time: seeds are process-global
+        self.counter: _AcceptanceCounter | None = None
+        original = model._get_candidate_generator
+
+        def recording_candidate_generator(*args: Any, **kwargs: Any) -> Any:
+            inner = original(*args, **kwargs)
+            return inner if self.counter is None else _RecordingCandidateGenerator(
+                inner, self.counter)
+
+        # Instance attribute: only this model object records; transformers is untouched.
+        model._get_candidate_generator = recording_candidate_generator
+
+
+_LOADED: dict[tuple[str, str, str], _LoadedModel] = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def _load_shared(source: str, device: str, dtype: str, models_dir: Path | None) -> _LoadedModel:
+    from engine.loading import load_causal_lm
+
+    key = (source, device, dtype)
+    with _LOADED_LOCK:
+        if key not in _LOADED:
+            model, tokenizer = load_causal_lm(source, device=device, dtype=dtype,
+                                              models_dir=models_dir)
+            _LOADED[key] = _LoadedModel(model, tokenizer)
+        return _LOADED[key]
+
+
+class TransformersEngine:
+    """Baseline (autoregressive) or speculative (assisted) decoding in this process."""
+
+    def __init__(self, config: TransformersEngineConfig, *, models_dir: Path | None = None,
+                 model: Any = None, tokenizer: Any = None, draft_model: Any = None) -> None:
+        self.config = config
+        self._models_dir = models_dir
+        self._shared = _LoadedModel(model, tokenizer) if model is not None else None
+        self._draft_model = draft_model
+        self._loaded = False
+
+    # -- identity -----------------------------------------------------------------
+    @property
+    def speculative(self) -> bool:
+        return self.config.speculative is not None
+
+    @property
+    def identity(self) -> dict[str, str]:
+        spec = self.config.speculative
+        ident = {"kind": "transformers", "model": self.config.model,
+                 "device": str(self._device) if self._loaded else self.config.device,
+                 "dtype": self.config.dtype, "mode": "speculative" if spec else "baseline"}
+        if spec is not None:
+            ident |= {"method": spec.method, "num_draft_tokens": str(spec.num_draft_tokens)}
+            if spec.method == "prompt_lookup":
+                ident["max_ngram_size"] = str(spec.max_ngram_size)
+            elif spec.method == "draft_model":
+                ident["draft_model"] = str(spec.draft_model)
+            else:
+                ident["early_exit_layer"] = str(spec.early_exit_layer)
+        return ident
+
+    # -- lifecycle ----------------------------------------------------------------
+    def load(self) -> None:
+        if self._loaded:
+            return
+        if self._shared is None:
+            self._shared = _load_shared(self.config.model, self.config.device,
+                                        self.config.dtype, self._models_dir)
+        spec = self.config.speculative
+        if spec is not None and spec.method == "draft_model" and self._draft_model is None:
+            assert spec.draft_model is not None  # guaranteed by SpeculativeConfig
+            self._draft_model = _load_shared(spec.draft_model, self.config.device,
+                                             self.config.dtype, self._models_dir).model
+        if spec is not None and spec.method == "early_exit":
+            layers = int(self._shared.model.config.num_hidden_layers)
+            if spec.early_exit_layer is None or spec.early_exit_layer >= layers:
+                raise EngineConfigError(
+                    "speculative.early_exit_layer",
+                    f"{spec.early_exit_layer} must be below the model's {layers} layers")
+        self._configure_drafter()
+        self._loaded = True
+        if self.config.warmup_tokens:
+            self._warm_up()
+
+    def close(self) -> None:
+        self._loaded = False
+
+    @property
+    def _device(self) -> torch.device:
+        assert self._shared is not None
+        return torch.device(self._shared.model.device)
+
+    def _warm_up(self) -> None:
+        """The first generate after load is ~10x slower; never let it be a measurement."""
+        request = GenerationRequest(
+            messages=(Message("user", "Say hello and repeat: hello, hello."),),
+            request_id="warmup")
+        started = time.perf_counter()
+        result = self.generate(request, max_new_tokens=self.config.warmup_tokens)
+        log.info("engine.warmed_up", mode=self.identity["mode"], error=result.error.value,
+                 seconds=round(time.perf_counter() - started, 3))
+
+    # -- generation ---------------------------------------------------------------
+    def count_tokens(self, text: str) -> list[int]:
+        self.load()
+        assert self._shared is not None
+        return list(self._shared.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _prompt_ids(self, messages: tuple[Message, ...]) -> torch.Tensor:
+        assert self._shared is not None
+        tokenizer = self._shared.tokenizer
+        chat = [{"role": m.role, "content": m.content} for m in messages]
+        if getattr(tokenizer, "chat_template", None):
+            text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        else:  # a base model without a template: plain concatenation
+            text = "\n\n".join(m.content for m in messages) + "\n"
+        ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        return ids.to(self._device)
+
+    def _generate_kwargs(self, request: GenerationRequest, max_new_tokens: int) -> dict[str, Any]:
+        assert self._shared is not None
+        sampling = request.sampling
+        tokenizer = self._shared.tokenizer
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "do_sample": not sampling.greedy,
+            "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+            else tokenizer.eos_token_id,
+        }
+        if not sampling.greedy:
+            kwargs |= {"temperature": sampling.temperature, "top_p": sampling.top_p,
+                       "top_k": 0}
+        else:  # models ship sampling defaults in generation_config; greedy means none
+            kwargs |= {"temperature": None, "top_p": None, "top_k": None}
+        if request.timeout_s is not None:
+            kwargs["max_time"] = request.timeout_s
+        spec: SpeculativeConfig | None = self.config.speculative
+        if spec is not None:
+            if spec.method == "prompt_lookup":
+                kwargs |= {"prompt_lookup_num_tokens": spec.num_draft_tokens,
+                           "max_matching_ngram_size": spec.max_ngram_size}
+            elif spec.method == "draft_model":
+                kwargs["assistant_model"] = self._draft_model
+            else:
+                kwargs["assistant_early_exit"] = spec.early_exit_layer
+        return kwargs
+
+    def _configure_drafter(self) -> None:
+        """Draft exactly k tokens per step. transformers reads the draft length from the
+        *assistant's* generation_config (for early exit that is the target itself); its
+        defaults (a heuristic schedule and a confidence cut-off) would make k vary."""
+        spec = self.config.speculative
+        if spec is None or spec.method == "prompt_lookup":
+            return
+        assert self._shared is not None
+        assistant = self._draft_model if spec.method == "draft_model" else self._shared.model
+        assistant.generation_config.num_assistant_tokens = spec.num_draft_tokens
+        assistant.generation_config.num_assistant_tokens_schedule = "constant"
+        assistant.generation_config.assistant_confidence_threshold = 0.0
+
+    def generate(self, request: GenerationRequest,
+                 max_new_tokens: int | None = None) -> GenerationResult:
+        self.load()
+        assert self._shared is not None
+        started = time.perf_counter()
+        if not request.messages or not any(m.content.strip() for m in request.messages):
+            return GenerationResult.failed(ErrorKind.INVALID, "empty prompt", 0.0)
+        shared = self._shared
+        with shared.lock:
+            prompt_ids = self._prompt_ids(request.messages)
+            prompt_tokens = int(prompt_ids.shape[1])
+            new_tokens = max_new_tokens or request.sampling.max_tokens
+            limit = getattr(shared.model.config, "max_position_embeddings", None)
+            if limit is not None and prompt_tokens + new_tokens > int(limit):
+                return GenerationResult.failed(
+                    ErrorKind.INVALID,
+                    f"prompt of {prompt_tokens} tokens + max_tokens {new_tokens} exceeds the "
+                    f"model's context of {limit}", time.perf_counter() - started, prompt_tokens)
+            counter = _AcceptanceCounter() if self.speculative else None
+            shared.counter = counter
+            if not request.sampling.greedy:
+                torch.manual_seed(request.sampling.seed)
+            streamer = _TimingStreamer(started)
+            try:
+                with torch.inference_mode():
+                    output = shared.model.generate(
+                        prompt_ids, attention_mask=torch.ones_like(prompt_ids),
+                        streamer=streamer, **self._generate_kwargs(request, new_tokens))
+            except torch.cuda.OutOfMemoryError as exc:
+                return GenerationResult.failed(ErrorKind.OOM, str(exc)[:500],
+                                               time.perf_counter() - started, prompt_tokens)
+            except RuntimeError as exc:
+                kind = ErrorKind.OOM if "out of memory" in str(exc).lower() else ErrorKind.INTERNAL
+                log.warning("engine.generate_failed", error=str(exc)[:500])
+                return GenerationResult.failed(kind, str(exc)[:500],
+                                               time.perf_counter() - started, prompt_tokens)
+            finally:
+                shared.counter = None
+            finished = time.perf_counter()
+        return self._result(request, output, prompt_tokens, new_tokens, counter, streamer,
+                            started, finished)
+
+    def _result(self, request: GenerationRequest, output: torch.Tensor, prompt_tokens: int,
+                max_new_tokens: int, counter: _AcceptanceCounter | None,
+                streamer: _TimingStreamer, started: float, finished: float) -> GenerationResult:
+        assert self._shared is not None
+        tokenizer = self._shared.tokenizer
+        token_ids = tuple(int(t) for t in output[0, prompt_tokens:].tolist())
+        e2e = finished - started
+        eos = self._shared.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        error, detail = ErrorKind.NONE, ""
+        if token_ids and token_ids[-1] in eos_ids:
+            finish_reason = "stop"
+        elif len(token_ids) >= max_new_tokens:
+            finish_reason = "length"
+        elif request.timeout_s is not None and e2e >= request.timeout_s:
+            finish_reason = "error"  # generate's max_time cut it short
+            error, detail = ErrorKind.TIMEOUT, f"generation passed {request.timeout_s} s"
+        else:
+            finish_reason = "stop"
+        ttft = (streamer.first_token_at - started) if streamer.first_token_at else None
+        tpot = None
+        if streamer.first_token_at is not None and len(token_ids) > 1:
+            tpot = (finished - streamer.first_token_at) / (len(token_ids) - 1)
+        spec = self.config.speculative
+        stats = counter.stats(spec.num_draft_tokens) if counter and spec else None
+        return GenerationResult(
+            text=tokenizer.decode(list(token_ids), skip_special_tokens=True),
+            token_ids=token_ids, finish_reason=finish_reason, prompt_tokens=prompt_tokens,
+            output_tokens=len(token_ids), ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, error=error,
+            error_detail=detail, speculative=stats,
+            acceptance_source=AcceptanceSource.DECODING_LOOP if stats
+            else AcceptanceSource.NOT_REPORTED)

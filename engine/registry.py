@@ -1,0 +1,21 @@
+"""Build an `Engine` from its config: the one place that maps `kind` to a class."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.base import Engine
+from engine.config import EngineConfig, FakeEngineConfig, TransformersEngineConfig
+from engine.errors import EngineConfigError
+
+
+def build_engine(config: EngineConfig, *, models_dir: Path | None = None) -> Engine:
+    if isinstance(config, TransformersEngineConfig):
+        from engine.hf import TransformersEngine  # imports torch: only when asked for
+
+        return TransformersEngine(config, models_dir=models_dir)
+    if isinstance(config, FakeEngineConfig):
+        from engine.fake import FakeEngine
+
+        return FakeEngine(config)
+    raise EngineConfigError("kind", f"unknown engine kind {getattr(config, 'kind', None)!r}")

@@ -1,0 +1,86 @@
+"""Loading canaryd.toml: defaults, environment overrides, and errors naming file and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from canaryd.config import load_settings
+from canaryd.errors import ConfigError
+from engine.config import FakeEngineConfig, TransformersEngineConfig
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "canaryd.toml"
+    path.write_text(text)
+    return path
+
+
+class TestLoadSettings:
+    def test_defaults_run_the_embedded_model_on_both_arms(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """No file: baseline autoregressive and prompt-lookup speculative on the embedded model."""
+        monkeypatch.delenv("CANARYD_CONFIG", raising=False)
+        settings = load_settings(None)
+        assert isinstance(settings.arms.baseline, TransformersEngineConfig)
+        assert settings.arms.baseline.speculative is None
+        assert isinstance(settings.arms.speculative, TransformersEngineConfig)
+        assert settings.arms.speculative.speculative is not None
+        assert settings.arms.speculative.speculative.method == "prompt_lookup"
+
+    def test_engine_kind_selects_the_config_model(self, tmp_path: Path) -> None:
+        """`kind = "fake"` picks the fake engine's settings."""
+        path = write(tmp_path, '[arms.speculative]\nkind = "fake"\nspeculative = true\n')
+        assert isinstance(load_settings(path).arms.speculative, FakeEngineConfig)
+
+    def test_environment_overrides_the_file(self, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+        """CANARYD_PROMPTS__MAX_TOKENS beats the file's prompts.max_tokens."""
+        path = write(tmp_path, "[prompts]\nmax_tokens = 32\nseed = 5\n")
+        monkeypatch.setenv("CANARYD_PROMPTS__MAX_TOKENS", "16")
+        settings = load_settings(path)
+        assert settings.prompts.max_tokens == 16
+        assert settings.prompts.seed == 5
+
+    def test_unknown_key_names_file_and_key(self, tmp_path: Path) -> None:
+        """A misspelt key is an error naming the file and the dotted key."""
+        path = write(tmp_path, "[prompts]\nmax_tokenz = 32\n")
+        with pytest.raises(ConfigError) as info:
+            load_settings(path)
+        assert str(info.value).startswith(f"{path}: prompts.max_tokenz:")
+
+    def test_bad_value_names_key_and_value(self, tmp_path: Path) -> None:
+        """A value of the wrong type names the key and echoes the value."""
+        path = write(tmp_path, '[prompts]\ntemperature = "hot"\n')
+        with pytest.raises(ConfigError, match=r"prompts\.temperature: .*'hot'"):
+            load_settings(path)
+
+    def test_toml_syntax_error_names_the_line(self, tmp_path: Path) -> None:
+        """Broken TOML reports the file and the line."""
+        path = write(tmp_path, "[prompts]\nseed = = 1\n")
+        with pytest.raises(ConfigError, match=r"\(syntax\): .*line 2"):
+            load_settings(path)
+
+    def test_unknown_section(self, tmp_path: Path) -> None:
+        """A section canaryd does not know is named, with the ones it does."""
+        path = write(tmp_path, "[prompt]\nseed = 1\n")
+        with pytest.raises(ConfigError, match=r"prompt: unknown section; expected one of"):
+            load_settings(path)
+
+    def test_missing_file(self, tmp_path: Path) -> None:
+        """A config path that does not exist is an error, not silently the defaults."""
+        with pytest.raises(ConfigError, match="no such file"):
+            load_settings(tmp_path / "absent.toml")
+
+    def test_speculative_method_needs_its_fields(self, tmp_path: Path) -> None:
+        """early_exit without a layer count names the speculative section."""
+        path = write(tmp_path, '[arms.speculative.speculative]\nmethod = "early_exit"\n')
+        with pytest.raises(ConfigError, match=r"arms\.speculative\.speculative: .*early_exit_layer"):
+            load_settings(path)
+
+    def test_config_hash_follows_content(self, tmp_path: Path) -> None:
+        """Two different configs hash differently; the same config hashes the same."""
+        a = load_settings(write(tmp_path, "[prompts]\nseed = 1\n"))
+        b = load_settings(write(tmp_path, "[prompts]\nseed = 2\n"))
+        assert a.config_hash() != b.config_hash()
+        assert a.config_hash() == load_settings(write(tmp_path, "[prompts]\nseed = 1\n")).config_hash()

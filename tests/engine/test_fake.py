@@ -1,0 +1,77 @@
+"""The fault-injecting fake engine: deterministic, consistent, and faulty on request."""
+
+from __future__ import annotations
+
+from engine.config import FakeEngineConfig
+from engine.fake import FakeEngine
+from engine.types import ErrorKind, GenerationRequest, Message, SamplingParams
+
+
+def req(i: int, category: str = "qa", text: str = "tell me about canaries and mines") -> GenerationRequest:
+    return GenerationRequest(messages=(Message("user", f"{text} {i}"),), request_id=f"r{i}",
+                             category=category, sampling=SamplingParams(max_tokens=64))
+
+
+class TestFakeEngine:
+    def test_same_request_same_result(self) -> None:
+        """A fake run is reproducible: the same seed and request give the same result."""
+        a = FakeEngine(FakeEngineConfig(speculative=True)).generate(req(1))
+        b = FakeEngine(FakeEngineConfig(speculative=True)).generate(req(1))
+        assert a == b
+
+    def test_healthy_arms_agree_on_text(self) -> None:
+        """A healthy baseline and speculative fake produce the same tokens for a prompt."""
+        base = FakeEngine(FakeEngineConfig()).generate(req(2))
+        spec = FakeEngine(FakeEngineConfig(speculative=True)).generate(req(2))
+        assert base.token_ids == spec.token_ids and base.ok and spec.ok
+
+    def test_acceptance_identities_hold(self) -> None:
+        """Synthetic acceptance obeys output = accepted + steps and per-position sums."""
+        for i in range(50):
+            r = FakeEngine(FakeEngineConfig(speculative=True)).generate(req(i))
+            s = r.speculative
+            assert s is not None
+            assert r.output_tokens == s.accepted_tokens + s.verify_steps
+            assert sum(s.accepted_per_position) == s.accepted_tokens
+            assert sum(s.drafted_per_position) == s.draft_tokens
+            assert s.accepted_tokens <= s.draft_tokens
+
+    def test_per_category_acceptance_drift(self) -> None:
+        """A lower acceptance rate for one category lowers only its acceptance length."""
+        config = FakeEngineConfig(speculative=True, acceptance_rate=0.8,
+                                  acceptance_rate_by_category={"math": 0.3})
+        engine = FakeEngine(config)
+
+        def mean_length(category: str) -> float:
+            lengths = [engine.generate(req(i, category)).acceptance_length for i in range(200)]
+            return sum(x for x in lengths if x) / len(lengths)
+
+        assert mean_length("math") < 0.7 * mean_length("qa")
+
+    def test_injected_error_rate_is_close_to_configured(self) -> None:
+        """error_rate 0.2 fails about a fifth of requests with an HTTP 503."""
+        engine = FakeEngine(FakeEngineConfig(error_rate=0.2, seed=3))
+        results = [engine.generate(req(i)) for i in range(1000)]
+        errors = [r for r in results if r.error is ErrorKind.HTTP]
+        assert 150 < len(errors) < 250
+        assert all(r.http_status == 503 for r in errors)
+
+    def test_corruption_changes_output(self) -> None:
+        """corrupt_rate 1 alters every output so it no longer matches the baseline."""
+        base = FakeEngine(FakeEngineConfig()).generate(req(5))
+        bad = FakeEngine(FakeEngineConfig(speculative=True, corrupt_rate=1.0)).generate(req(5))
+        assert bad.token_ids != base.token_ids
+        assert "CORRUPTED" in bad.text
+
+    def test_latency_factor_scales_timings(self) -> None:
+        """latency_factor 1.5 makes every request 1.5 times slower."""
+        fast = FakeEngine(FakeEngineConfig()).generate(req(6))
+        slow = FakeEngine(FakeEngineConfig(latency_factor=1.5)).generate(req(6))
+        assert abs(slow.e2e_s / fast.e2e_s - 1.5) < 1e-9
+
+    def test_speculative_fake_is_faster_when_acceptance_is_high(self) -> None:
+        """With 70 % acceptance of 4 drafted tokens the speculative fake is faster."""
+        base = [FakeEngine(FakeEngineConfig()).generate(req(i)).e2e_s for i in range(100)]
+        spec = [FakeEngine(FakeEngineConfig(speculative=True)).generate(req(i)).e2e_s
+                for i in range(100)]
+        assert sum(base) / sum(spec) > 1.3

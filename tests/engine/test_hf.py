@@ -1,0 +1,158 @@
+"""The in-process transformers engine on a tiny random Llama built in code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from engine.config import SpeculativeConfig, TransformersEngineConfig
+from engine.hf import TransformersEngine
+from engine.testing import tiny_llama
+from engine.types import ErrorKind, GenerationRequest, Message, SamplingParams
+
+COPYING_PROMPT = (
+    "Rewrite the sentence exactly: the quick brown fox jumps over the lazy dog. "
+    "the quick brown fox jumps over the lazy dog. the quick brown fox"
+)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> tuple[Any, Any]:
+    return tiny_llama(seed=0)
+
+
+@pytest.fixture(scope="module")
+def tiny_draft(tiny: tuple[Any, Any]) -> Any:
+    model, tokenizer = tiny_llama(seed=1, layers=1, tokenizer=tiny[1])
+    return model
+
+
+def engine(tiny: tuple[Any, Any], speculative: SpeculativeConfig | None = None,
+           draft: Any = None) -> TransformersEngine:
+    model, tokenizer = tiny
+    config = TransformersEngineConfig(model="tiny", speculative=speculative, warmup_tokens=2)
+    e = TransformersEngine(config, model=model, tokenizer=tokenizer, draft_model=draft)
+    e.load()
+    return e
+
+
+def request(text: str = COPYING_PROMPT, max_tokens: int = 24, **sampling: Any) -> GenerationRequest:
+    return GenerationRequest(messages=(Message("user", text),),
+                             sampling=SamplingParams(max_tokens=max_tokens, **sampling))
+
+
+SPECULATIVE_METHODS = {
+    "prompt_lookup": SpeculativeConfig(method="prompt_lookup", num_draft_tokens=4),
+    "draft_model": SpeculativeConfig(method="draft_model", draft_model="tiny-draft",
+                                     num_draft_tokens=3),
+    "early_exit": SpeculativeConfig(method="early_exit", early_exit_layer=1, num_draft_tokens=3),
+}
+
+
+class TestBaselineArm:
+    def test_generates_up_to_max_tokens_with_consistent_timings(self, tiny: Any) -> None:
+        """A baseline generation reports tokens, finish reason and TTFT ≤ end-to-end."""
+        result = engine(tiny).generate(request(max_tokens=16))
+        assert result.ok
+        assert 1 <= result.output_tokens <= 16
+        assert result.output_tokens == len(result.token_ids)
+        assert result.finish_reason in {"stop", "length"}
+        assert result.ttft_s is not None and 0 < result.ttft_s <= result.e2e_s
+        assert result.tpot_s is not None and result.tpot_s > 0
+        assert result.speculative is None
+        assert result.acceptance_length is None
+
+    def test_multi_turn_messages_go_through_the_chat_template(self, tiny: Any) -> None:
+        """Earlier turns are part of the prompt: more messages, more prompt tokens."""
+        e = engine(tiny)
+        one = e.generate(request("hello", max_tokens=4))
+        three = e.generate(GenerationRequest(
+            messages=(Message("system", "be brief"), Message("user", "hello"),
+                      Message("assistant", "hi there"), Message("user", "hello")),
+            sampling=SamplingParams(max_tokens=4)))
+        assert three.prompt_tokens > one.prompt_tokens
+
+    def test_empty_prompt_is_an_invalid_request(self, tiny: Any) -> None:
+        """Whitespace-only input is rejected as `invalid`, not sent to the model."""
+        result = engine(tiny).generate(request("   "))
+        assert result.error is ErrorKind.INVALID
+        assert not result.ok
+
+    def test_over_long_prompt_is_an_invalid_request(self, tiny: Any) -> None:
+        """A prompt beyond the model's context fails cleanly with the sizes in the detail."""
+        result = engine(tiny).generate(request("fox " * 2000, max_tokens=8))
+        assert result.error is ErrorKind.INVALID
+        assert "exceeds the model's context of 1024" in result.error_detail
+
+    def test_timeout_stops_generation_and_is_reported(self, tiny: Any) -> None:
+        """A generation that runs past its timeout stops early and is marked `timeout`."""
+        slow = GenerationRequest(messages=(Message("user", COPYING_PROMPT),),
+                                 sampling=SamplingParams(max_tokens=500), timeout_s=1e-4)
+        result = engine(tiny).generate(slow)
+        assert result.error is ErrorKind.TIMEOUT
+        assert result.output_tokens < 500
+
+    def test_seeded_sampling_is_reproducible(self, tiny: Any) -> None:
+        """The same seed gives the same sample; a different seed gives a different one."""
+        e = engine(tiny)
+        first = e.generate(request(max_tokens=24, temperature=1.5, seed=7))
+        again = e.generate(request(max_tokens=24, temperature=1.5, seed=7))
+        other = e.generate(request(max_tokens=24, temperature=1.5, seed=8))
+        assert first.token_ids == again.token_ids
+        assert first.token_ids != other.token_ids
+
+
+@pytest.mark.parametrize("method", sorted(SPECULATIVE_METHODS))
+class TestSpeculativeArm:
+    def test_greedy_output_equals_baseline(self, tiny: Any, tiny_draft: Any, method: str) -> None:
+        """Greedy draft-verify decoding produces exactly the autoregressive tokens."""
+        spec = engine(tiny, SPECULATIVE_METHODS[method], draft=tiny_draft)
+        base = engine(tiny)
+        for text in (COPYING_PROMPT, "Translate into French: the cat sleeps on the mat."):
+            assert spec.generate(request(text)).token_ids == base.generate(request(text)).token_ids
+
+    def test_acceptance_counts_obey_their_identities(self, tiny: Any, tiny_draft: Any,
+                                                     method: str) -> None:
+        """accepted ≤ drafted, per-position counts sum up, output = accepted + steps."""
+        config = SPECULATIVE_METHODS[method]
+        result = engine(tiny, config, draft=tiny_draft).generate(request(max_tokens=32))
+        stats = result.speculative
+        assert stats is not None and result.ok
+        assert stats.verify_steps >= 1
+        assert stats.accepted_tokens <= stats.draft_tokens
+        assert sum(stats.accepted_per_position) == stats.accepted_tokens
+        assert sum(stats.drafted_per_position) == stats.draft_tokens
+        assert len(stats.accepted_per_position) >= config.num_draft_tokens
+        assert result.output_tokens == stats.accepted_tokens + stats.verify_steps
+        assert 1.0 <= (result.acceptance_length or 0) <= config.num_draft_tokens + 1
+        accepted = stats.accepted_per_position
+        assert all(a >= b for a, b in zip(accepted, accepted[1:], strict=False)), (
+            "a draft position is only accepted when every earlier one was")
+
+
+class TestPromptLookupDrafting:
+    def test_copying_prompt_accepts_more_than_one_token_per_step(self, tiny: Any) -> None:
+        """On text that repeats its prompt, prompt lookup verifies several tokens a step."""
+        spec = engine(tiny, SPECULATIVE_METHODS["prompt_lookup"])
+        result = spec.generate(request(max_tokens=32))
+        assert result.acceptance_length is not None and result.acceptance_length > 1.0
+
+    def test_identity_names_method_and_draft_length(self, tiny: Any) -> None:
+        """The engine identity stored with a run says how the speculative arm drafts."""
+        ident = engine(tiny, SPECULATIVE_METHODS["prompt_lookup"]).identity
+        assert ident["mode"] == "speculative"
+        assert ident["method"] == "prompt_lookup"
+        assert ident["num_draft_tokens"] == "4"
+
+
+class TestEarlyExitConfig:
+    def test_exit_layer_beyond_the_model_is_a_config_error(self, tiny: Any) -> None:
+        """An early-exit layer the model does not have fails at load, naming the key."""
+        from engine.errors import EngineConfigError
+
+        model, tokenizer = tiny
+        config = TransformersEngineConfig(
+            model="tiny", speculative=SpeculativeConfig(method="early_exit", early_exit_layer=9))
+        with pytest.raises(EngineConfigError, match="early_exit_layer"):
+            TransformersEngine(config, model=model, tokenizer=tokenizer).load()
