@@ -7,9 +7,15 @@ from engine.fake import FakeEngine
 from engine.types import ErrorKind, GenerationRequest, Message, SamplingParams
 
 
-def req(i: int, category: str = "qa", text: str = "tell me about canaries and mines") -> GenerationRequest:
-    return GenerationRequest(messages=(Message("user", f"{text} {i}"),), request_id=f"r{i}",
-                             category=category, sampling=SamplingParams(max_tokens=64))
+def req(
+    i: int, category: str = "qa", text: str = "tell me about canaries and mines"
+) -> GenerationRequest:
+    return GenerationRequest(
+        messages=(Message("user", f"{text} {i}"),),
+        request_id=f"r{i}",
+        category=category,
+        sampling=SamplingParams(max_tokens=64),
+    )
 
 
 class TestFakeEngine:
@@ -38,8 +44,9 @@ class TestFakeEngine:
 
     def test_per_category_acceptance_drift(self) -> None:
         """A lower acceptance rate for one category lowers only its acceptance length."""
-        config = FakeEngineConfig(speculative=True, acceptance_rate=0.8,
-                                  acceptance_rate_by_category={"math": 0.3})
+        config = FakeEngineConfig(
+            speculative=True, acceptance_rate=0.8, acceptance_rate_by_category={"math": 0.3}
+        )
         engine = FakeEngine(config)
 
         def mean_length(category: str) -> float:
@@ -72,6 +79,8 @@ class TestFakeEngine:
     def test_speculative_fake_is_faster_when_acceptance_is_high(self) -> None:
         """With 70 % acceptance of 4 drafted tokens the speculative fake is faster."""
         base = [FakeEngine(FakeEngineConfig()).generate(req(i)).e2e_s for i in range(100)]
-        spec = [FakeEngine(FakeEngineConfig(speculative=True)).generate(req(i)).e2e_s
-                for i in range(100)]
+        spec = [
+            FakeEngine(FakeEngineConfig(speculative=True)).generate(req(i)).e2e_s
+            for i in range(100)
+        ]
         assert sum(base) / sum(spec) > 1.3

@@ -28,8 +28,9 @@ def tiny_draft(tiny: tuple[Any, Any]) -> Any:
     return model
 
 
-def engine(tiny: tuple[Any, Any], speculative: SpeculativeConfig | None = None,
-           draft: Any = None) -> TransformersEngine:
+def engine(
+    tiny: tuple[Any, Any], speculative: SpeculativeConfig | None = None, draft: Any = None
+) -> TransformersEngine:
     model, tokenizer = tiny
     config = TransformersEngineConfig(model="tiny", speculative=speculative, warmup_tokens=2)
     e = TransformersEngine(config, model=model, tokenizer=tokenizer, draft_model=draft)
@@ -38,14 +39,17 @@ def engine(tiny: tuple[Any, Any], speculative: SpeculativeConfig | None = None,
 
 
 def request(text: str = COPYING_PROMPT, max_tokens: int = 24, **sampling: Any) -> GenerationRequest:
-    return GenerationRequest(messages=(Message("user", text),),
-                             sampling=SamplingParams(max_tokens=max_tokens, **sampling))
+    return GenerationRequest(
+        messages=(Message("user", text),),
+        sampling=SamplingParams(max_tokens=max_tokens, **sampling),
+    )
 
 
 SPECULATIVE_METHODS = {
     "prompt_lookup": SpeculativeConfig(method="prompt_lookup", num_draft_tokens=4),
-    "draft_model": SpeculativeConfig(method="draft_model", draft_model="tiny-draft",
-                                     num_draft_tokens=3),
+    "draft_model": SpeculativeConfig(
+        method="draft_model", draft_model="tiny-draft", num_draft_tokens=3
+    ),
     "early_exit": SpeculativeConfig(method="early_exit", early_exit_layer=1, num_draft_tokens=3),
 }
 
@@ -67,10 +71,17 @@ class TestBaselineArm:
         """Earlier turns are part of the prompt: more messages, more prompt tokens."""
         e = engine(tiny)
         one = e.generate(request("hello", max_tokens=4))
-        three = e.generate(GenerationRequest(
-            messages=(Message("system", "be brief"), Message("user", "hello"),
-                      Message("assistant", "hi there"), Message("user", "hello")),
-            sampling=SamplingParams(max_tokens=4)))
+        three = e.generate(
+            GenerationRequest(
+                messages=(
+                    Message("system", "be brief"),
+                    Message("user", "hello"),
+                    Message("assistant", "hi there"),
+                    Message("user", "hello"),
+                ),
+                sampling=SamplingParams(max_tokens=4),
+            )
+        )
         assert three.prompt_tokens > one.prompt_tokens
 
     def test_empty_prompt_is_an_invalid_request(self, tiny: Any) -> None:
@@ -87,8 +98,11 @@ class TestBaselineArm:
 
     def test_timeout_stops_generation_and_is_reported(self, tiny: Any) -> None:
         """A generation that runs past its timeout stops early and is marked `timeout`."""
-        slow = GenerationRequest(messages=(Message("user", COPYING_PROMPT),),
-                                 sampling=SamplingParams(max_tokens=500), timeout_s=1e-4)
+        slow = GenerationRequest(
+            messages=(Message("user", COPYING_PROMPT),),
+            sampling=SamplingParams(max_tokens=500),
+            timeout_s=1e-4,
+        )
         result = engine(tiny).generate(slow)
         assert result.error is ErrorKind.TIMEOUT
         assert result.output_tokens < 500
@@ -112,8 +126,9 @@ class TestSpeculativeArm:
         for text in (COPYING_PROMPT, "Translate into French: the cat sleeps on the mat."):
             assert spec.generate(request(text)).token_ids == base.generate(request(text)).token_ids
 
-    def test_acceptance_counts_obey_their_identities(self, tiny: Any, tiny_draft: Any,
-                                                     method: str) -> None:
+    def test_acceptance_counts_obey_their_identities(
+        self, tiny: Any, tiny_draft: Any, method: str
+    ) -> None:
         """accepted ≤ drafted, per-position counts sum up, output = accepted + steps."""
         config = SPECULATIVE_METHODS[method]
         result = engine(tiny, config, draft=tiny_draft).generate(request(max_tokens=32))
@@ -128,7 +143,8 @@ class TestSpeculativeArm:
         assert 1.0 <= (result.acceptance_length or 0) <= config.num_draft_tokens + 1
         accepted = stats.accepted_per_position
         assert all(a >= b for a, b in zip(accepted, accepted[1:], strict=False)), (
-            "a draft position is only accepted when every earlier one was")
+            "a draft position is only accepted when every earlier one was"
+        )
 
 
 class TestPromptLookupDrafting:
@@ -153,6 +169,7 @@ class TestEarlyExitConfig:
 
         model, tokenizer = tiny
         config = TransformersEngineConfig(
-            model="tiny", speculative=SpeculativeConfig(method="early_exit", early_exit_layer=9))
+            model="tiny", speculative=SpeculativeConfig(method="early_exit", early_exit_layer=9)
+        )
         with pytest.raises(EngineConfigError, match="early_exit_layer"):
             TransformersEngine(config, model=model, tokenizer=tokenizer).load()

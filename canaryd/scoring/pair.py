@@ -1,0 +1,85 @@
+"""Scoring one pair: how far the speculative arm's output is from the baseline's.
+
+With greedy decoding a correct speculative engine reproduces the baseline exactly, so
+most pairs are identical and take a fast path; differing pairs get the full set of
+similarity metrics, and both arms are graded against the prompt's check or reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+from canaryd.records import PairScores, Prompt
+from canaryd.scoring.checks import evaluate_check
+from canaryd.scoring.loading import ScoringMetrics, load_metrics
+from canaryd.scoring.loops import has_repetition_loop
+from canaryd.scoring.text import comparison_units, loop_units
+from engine.types import GenerationResult
+
+
+def first_divergence(baseline: Sequence[Hashable], speculative: Sequence[Hashable]) -> int | None:
+    """Index of the first differing unit; the shorter length if one is a prefix; None if equal."""
+    for index, (left, right) in enumerate(zip(baseline, speculative, strict=False)):
+        if left != right:
+            return index
+    if len(baseline) == len(speculative):
+        return None
+    return min(len(baseline), len(speculative))
+
+
+def task_score(prompt: Prompt, text: str, metrics: ScoringMetrics | None = None) -> float | None:
+    """1.0/0.0 from the prompt's check; else ROUGE-L F against its reference; else None."""
+    if prompt.check is not None:
+        return 1.0 if evaluate_check(prompt.check, text) else 0.0
+    if prompt.reference is not None:
+        return (metrics or load_metrics()).rouge_l(text, prompt.reference)
+    return None
+
+
+def score_pair(
+    prompt: Prompt, baseline: GenerationResult, speculative: GenerationResult
+) -> PairScores | None:
+    """The consistency and quality scores of one pair; None when either arm failed.
+
+    Identical outputs score 1.0 ROUGE-L, 100 chrF and 1.0 edit similarity without
+    running the metrics (rouge-score would give two empty texts 0).
+    """
+    if not (baseline.ok and speculative.ok):
+        return None
+    metrics = load_metrics()
+    baseline_units, speculative_units = comparison_units(baseline, speculative)
+    divergence = first_divergence(baseline_units, speculative_units)
+    exact_match = divergence is None and baseline.text == speculative.text
+
+    baseline_task = task_score(prompt, baseline.text, metrics)
+    if exact_match:
+        rouge_l, chrf, edit_similarity = 1.0, 100.0, 1.0
+        speculative_task = baseline_task
+    else:
+        rouge_l = metrics.rouge_l(speculative.text, baseline.text)
+        chrf = metrics.chrf(speculative.text, baseline.text)
+        edit_similarity = metrics.token_edit_similarity(speculative_units, baseline_units)
+        speculative_task = task_score(prompt, speculative.text, metrics)
+
+    baseline_loop = has_repetition_loop(loop_units(baseline))
+    return PairScores(
+        exact_match=exact_match,
+        first_divergence=divergence,
+        token_edit_similarity=edit_similarity,
+        rouge_l=rouge_l,
+        chrf=chrf,
+        length_ratio=(
+            speculative.output_tokens / baseline.output_tokens if baseline.output_tokens else None
+        ),
+        baseline_loop=baseline_loop,
+        speculative_loop=baseline_loop
+        if exact_match
+        else has_repetition_loop(loop_units(speculative)),
+        baseline_task_score=baseline_task,
+        speculative_task_score=speculative_task,
+        task_score_delta=(
+            speculative_task - baseline_task
+            if baseline_task is not None and speculative_task is not None
+            else None
+        ),
+    )

@@ -1,0 +1,217 @@
+"""The SQL schema of canaryd's history, as SQLAlchemy 2 typed declarative models.
+
+These models describe the schema that `alembic/versions` creates; they are not the source
+of truth for it (every change is a migration, and the migration test compares the two).
+Rows are flat on purpose: a `PairRecord` becomes one `pairs` row, two `generations` rows
+(one per arm) and at most one `pair_scores` row, so time-window queries by category and
+arm are plain indexed range scans. A figure an engine did not report is SQL NULL, never 0.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+# Deterministic constraint names, so later migrations (and SQLite batch mode) can refer
+# to them by name on both backends.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime that round-trips on SQLite and PostgreSQL.
+
+    PostgreSQL stores `timestamptz`; SQLite has no time zones, so the value is stored as
+    naive UTC text (which sorts correctly) and re-attached to UTC when read. A naive
+    datetime is refused: its zone would be a guess.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"naive datetime {value!r}: canaryd stores timezone-aware UTC")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def json_column_type() -> TypeEngine[Any]:
+    """JSON that stores Python `None` as SQL NULL; JSONB on PostgreSQL."""
+    return JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class SuiteRow(Base):
+    """One version of a prompt suite file, identified by its sha256."""
+
+    __tablename__ = "suites"
+    __table_args__ = (UniqueConstraint("name", "sha256"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    sha256: Mapped[str] = mapped_column(String(64))
+    path: Mapped[str] = mapped_column(Text)
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class PromptRow(Base):
+    """One prompt as it was run; an edited prompt has a new content hash and a new row."""
+
+    __tablename__ = "prompts"
+    __table_args__ = (Index(None, "suite", "prompt_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    content_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    suite: Mapped[str] = mapped_column(String(200))
+    prompt_id: Mapped[str] = mapped_column(String(200))
+    category: Mapped[str] = mapped_column(String(100))
+    messages: Mapped[list[dict[str, str]]] = mapped_column(json_column_type())
+    max_tokens: Mapped[int] = mapped_column(Integer)
+    reference: Mapped[str | None] = mapped_column(Text)
+    answer_check: Mapped[dict[str, Any] | None] = mapped_column(json_column_type())
+    source: Mapped[str] = mapped_column(Text)  # where the content was first seen
+
+
+class RunRow(Base):
+    """One `canaryd once`, daemon lifetime or bench, with the configuration it ran."""
+
+    __tablename__ = "runs"
+
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    config: Mapped[dict[str, Any]] = mapped_column(json_column_type())
+    config_hash: Mapped[str] = mapped_column(String(64))
+    baseline_identity: Mapped[dict[str, str]] = mapped_column(json_column_type())
+    speculative_identity: Mapped[dict[str, str]] = mapped_column(json_column_type())
+    software: Mapped[dict[str, str]] = mapped_column(json_column_type())
+
+
+class PairRow(Base):
+    """One prompt run on both arms; `category` is copied from the prompt for window scans."""
+
+    __tablename__ = "pairs"
+    __table_args__ = (
+        Index(None, "category", "started_at"),
+        Index(None, "run_id", "started_at"),
+    )
+
+    pair_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id"))
+    prompt_ref: Mapped[int] = mapped_column(ForeignKey("prompts.id"), index=True)
+    category: Mapped[str] = mapped_column(String(100))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    arm_order: Mapped[list[str]] = mapped_column(json_column_type())
+    seed: Mapped[int] = mapped_column(BigInteger)
+    temperature: Mapped[float] = mapped_column(Double)
+    complete: Mapped[bool] = mapped_column(Boolean)
+
+    prompt: Mapped[PromptRow] = relationship(lazy="joined", innerjoin=True)
+    generations: Mapped[list[GenerationRow]] = relationship(
+        back_populates="pair", lazy="selectin", cascade="all, delete-orphan"
+    )
+    scores: Mapped[PairScoresRow | None] = relationship(
+        back_populates="pair", lazy="joined", cascade="all, delete-orphan"
+    )
+
+
+class GenerationRow(Base):
+    """One arm's generation in a pair: every field of `GenerationResult`."""
+
+    __tablename__ = "generations"
+    __table_args__ = (
+        CheckConstraint("arm IN ('baseline', 'speculative')", name="arm"),
+        CheckConstraint("prompt_tokens >= 0 AND output_tokens >= 0", name="token_counts"),
+        CheckConstraint("e2e_s >= 0", name="e2e_s"),
+        CheckConstraint(
+            "verify_steps >= 0 AND draft_tokens >= 0 AND accepted_tokens >= 0",
+            name="acceptance_counts",
+        ),
+        Index(None, "arm", "pair_id"),
+    )
+
+    pair_id: Mapped[str] = mapped_column(
+        ForeignKey("pairs.pair_id", ondelete="CASCADE"), primary_key=True
+    )
+    arm: Mapped[str] = mapped_column(String(16), primary_key=True)
+    text: Mapped[str] = mapped_column(Text)
+    token_ids: Mapped[list[int]] = mapped_column(json_column_type())
+    finish_reason: Mapped[str] = mapped_column(String(32))
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    output_tokens: Mapped[int] = mapped_column(Integer)
+    ttft_s: Mapped[float | None] = mapped_column(Double)
+    tpot_s: Mapped[float | None] = mapped_column(Double)
+    e2e_s: Mapped[float] = mapped_column(Double)
+    error: Mapped[str] = mapped_column(String(16))
+    error_detail: Mapped[str] = mapped_column(Text)
+    http_status: Mapped[int | None] = mapped_column(Integer)
+    acceptance_source: Mapped[str] = mapped_column(String(32))
+    # All NULL when the engine reported no SpeculativeStats (baseline arm, or not reported).
+    speculative_source: Mapped[str | None] = mapped_column(String(32))
+    verify_steps: Mapped[int | None] = mapped_column(Integer)
+    draft_tokens: Mapped[int | None] = mapped_column(Integer)
+    accepted_tokens: Mapped[int | None] = mapped_column(Integer)
+    accepted_per_position: Mapped[list[int] | None] = mapped_column(json_column_type())
+    drafted_per_position: Mapped[list[int] | None] = mapped_column(json_column_type())
+
+    pair: Mapped[PairRow] = relationship(back_populates="generations")
+
+
+class PairScoresRow(Base):
+    """`PairScores` of a complete pair; absent when either arm failed."""
+
+    __tablename__ = "pair_scores"
+
+    pair_id: Mapped[str] = mapped_column(
+        ForeignKey("pairs.pair_id", ondelete="CASCADE"), primary_key=True
+    )
+    exact_match: Mapped[bool] = mapped_column(Boolean)
+    first_divergence: Mapped[int | None] = mapped_column(Integer)
+    token_edit_similarity: Mapped[float] = mapped_column(Double)
+    rouge_l: Mapped[float] = mapped_column(Double)
+    chrf: Mapped[float] = mapped_column(Double)
+    length_ratio: Mapped[float | None] = mapped_column(Double)
+    baseline_loop: Mapped[bool] = mapped_column(Boolean)
+    speculative_loop: Mapped[bool] = mapped_column(Boolean)
+    baseline_task_score: Mapped[float | None] = mapped_column(Double)
+    speculative_task_score: Mapped[float | None] = mapped_column(Double)
+    task_score_delta: Mapped[float | None] = mapped_column(Double)
+
+    pair: Mapped[PairRow] = relationship(back_populates="scores")

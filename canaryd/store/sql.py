@@ -1,0 +1,703 @@
+"""The SQL store: canaryd's history in SQLite (default) or PostgreSQL, behind `Store`.
+
+This module owns turning a database URL into a configured engine (SQLite: WAL, busy
+timeout, foreign keys, transactional DDL; PostgreSQL: pre-ping, connect timeout), the
+schema check against Alembic's head revision, programmatic migrations, and the mapping
+between domain records (`RunInfo`, `PairRecord`) and rows. Every failure a person can fix
+(bad URL, unreachable server, schema not current, database gone mid-run) is raised as
+`DatabaseError` with one line that says what to do; constraint violations are bugs and
+keep SQLAlchemy's exception.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Protocol, Self, cast
+
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, create_engine, event, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from alembic import command
+from canaryd.errors import DatabaseError
+from canaryd.paths import alembic_dir, default_database_url
+from canaryd.records import ARMS, Arm, Check, CheckKind, PairRecord, PairScores, Prompt, RunInfo
+from canaryd.store.models import GenerationRow, PairRow, PairScoresRow, PromptRow, RunRow, SuiteRow
+from engine.types import (
+    AcceptanceSource,
+    ErrorKind,
+    GenerationResult,
+    Message,
+    Role,
+    SpeculativeStats,
+)
+
+__all__ = [
+    "EXPECTED_URL_FORMS",
+    "SQLITE_BUSY_TIMEOUT_S",
+    "SqlStore",
+    "Store",
+    "StoredRun",
+    "alembic_config",
+    "current_revision",
+    "head_revision",
+    "known_revisions",
+    "make_engine",
+    "mask_url",
+    "resolve_database_url",
+    "schema_problem",
+    "upgrade",
+]
+
+EXPECTED_URL_FORMS = "sqlite:///path or postgresql+psycopg://user:pass@host/db"
+SQLITE_BUSY_TIMEOUT_S = 30.0  # a writer waits this long for another writer; `?timeout=` overrides
+POSTGRESQL_CONNECT_TIMEOUT_S = 10  # `?connect_timeout=` overrides
+_SUPPORTED_DRIVERS = {
+    "sqlite": "sqlite",
+    "sqlite+pysqlite": "sqlite+pysqlite",
+    # Plain `postgresql://` would mean psycopg2, which canaryd does not ship.
+    "postgresql": "postgresql+psycopg",
+    "postgresql+psycopg": "postgresql+psycopg",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRun:
+    """A run as stored: what it was started with, and when it finished (None: still running
+    or killed)."""
+
+    info: RunInfo
+    finished_at: datetime | None
+
+
+class Store(Protocol):
+    """Where pair records and runs are kept; every implementation passes the same suite."""
+
+    def create_run(self, run: RunInfo) -> None: ...
+
+    def finish_run(self, run_id: str, finished_at: datetime) -> None: ...
+
+    def record_suite(self, name: str, sha256: str, path: str) -> None: ...
+
+    def save_pair(self, record: PairRecord) -> None: ...
+
+    def pairs(
+        self,
+        *,
+        run_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        category: str | None = None,
+        limit: int | None = None,
+    ) -> list[PairRecord]: ...
+
+    def runs(self, limit: int | None = 20) -> list[StoredRun]: ...
+
+    def categories(self) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+
+# --- URLs and engines -----------------------------------------------------------------
+
+
+def resolve_database_url(explicit: str | None = None) -> str:
+    """`explicit` (e.g. `--url`), else env CANARYD_DATABASE_URL, else the default SQLite file."""
+    return explicit or os.environ.get("CANARYD_DATABASE_URL") or default_database_url()
+
+
+def mask_url(url: str | URL) -> str:
+    """The URL with its password replaced by `***`, even when it does not parse."""
+    if isinstance(url, URL):
+        return url.render_as_string(hide_password=True)
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def _parse_url(url: str) -> URL:
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise DatabaseError(
+            f"cannot parse database URL {mask_url(url)!r}; expected {EXPECTED_URL_FORMS}"
+        ) from None
+    driver = _SUPPORTED_DRIVERS.get(parsed.drivername)
+    if driver is None:
+        raise DatabaseError(
+            f"unsupported database driver {parsed.drivername!r} in URL {mask_url(parsed)!r}; "
+            f"expected {EXPECTED_URL_FORMS}"
+        )
+    parsed = parsed.set(drivername=driver)
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise DatabaseError(
+            f"database URL {mask_url(parsed)!r} is an in-memory SQLite database, which "
+            f"would lose the history; expected {EXPECTED_URL_FORMS}"
+        )
+    return parsed
+
+
+def _sqlite_path(url: URL) -> Path | None:
+    if url.get_backend_name() != "sqlite" or url.database is None:
+        return None
+    return Path(url.database)
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    # pysqlite defers BEGIN to the first DML and commits before DDL, which would make a
+    # migration or a save half-apply; take over transactions (see `_sqlite_on_begin`).
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
+        cursor.execute("PRAGMA synchronous=NORMAL")  # durable enough under WAL, much faster
+        cursor.execute("PRAGMA foreign_keys=ON")
+    finally:
+        cursor.close()
+
+
+def _sqlite_on_begin(connection: Connection) -> None:
+    connection.exec_driver_sql("BEGIN")
+
+
+def make_engine(url: str, *, create: bool = False) -> Engine:
+    """A configured engine for `url`; `create` makes a SQLite file's directory."""
+    parsed = _parse_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = _sqlite_path(parsed)
+        if create and path is not None:
+            path.expanduser().parent.mkdir(parents=True, exist_ok=True)
+        connect_args: dict[str, Any] = {"check_same_thread": False}
+        if "timeout" not in parsed.query:
+            connect_args["timeout"] = SQLITE_BUSY_TIMEOUT_S
+        engine = create_engine(parsed, connect_args=connect_args)
+        event.listen(engine, "connect", _sqlite_on_connect)
+        event.listen(engine, "begin", _sqlite_on_begin)
+        return engine
+    connect_args = {}
+    if "connect_timeout" not in parsed.query:
+        connect_args["connect_timeout"] = POSTGRESQL_CONNECT_TIMEOUT_S
+    if "application_name" not in parsed.query:
+        connect_args["application_name"] = "canaryd"
+    # pre-ping: a connection the server dropped while idle in the pool is replaced at
+    # checkout instead of failing the next save.
+    return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+
+
+def _reason(exc: DBAPIError) -> str:
+    """The driver's message on one line."""
+    return " ".join(str(exc.orig).split()) or type(exc.orig).__name__
+
+
+def _unreachable(url: URL, exc: DBAPIError) -> DatabaseError:
+    if url.get_backend_name() == "sqlite":
+        return DatabaseError(
+            f"cannot open SQLite database {url.database!r}: {_reason(exc)}; check that the "
+            f"directory exists and is writable by this user"
+        )
+    host = f"{url.host or 'localhost'}:{url.port or 5432}"
+    return DatabaseError(
+        f"cannot connect to PostgreSQL at {host} (database {url.database!r}, user "
+        f"{url.username!r}): {_reason(exc)}; check that the server is running and reachable "
+        f"from here, and the user, password and database name in {mask_url(url)!r}"
+    )
+
+
+@contextmanager
+def _connecting(url: URL) -> Iterator[None]:
+    try:
+        yield
+    except (OperationalError, InterfaceError) as exc:
+        raise _unreachable(url, exc) from exc
+
+
+# --- schema revisions -----------------------------------------------------------------
+
+
+def alembic_config() -> Config:
+    """Alembic's configuration for canaryd's migrations, independent of any ini file."""
+    config = Config()
+    # ConfigParser interpolates `%`; a path containing one must be escaped.
+    config.set_main_option("script_location", str(alembic_dir()).replace("%", "%%"))
+    return config
+
+
+def _script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def head_revision() -> str:
+    """The schema revision this canaryd needs."""
+    head = _script().get_current_head()
+    if head is None:  # pragma: no cover - the package always ships migrations
+        raise RuntimeError(f"no migrations under {alembic_dir()}")
+    return head
+
+
+def known_revisions() -> set[str]:
+    """Every schema revision this canaryd ships a migration for."""
+    return {script.revision for script in _script().walk_revisions()}
+
+
+def schema_problem(current: str | None, head: str, known: set[str], url: str) -> str | None:
+    """What is wrong with a database at revision `current`, and what to run; None if current."""
+    if current == head:
+        return None
+    fix = f"`canaryd db upgrade --url {shlex.quote(url)}`"
+    if current is None:
+        return f"database {url} has no canaryd schema; create it with {fix}"
+    if current not in known:
+        return (
+            f"database {url} is at schema revision {current!r}, which is newer than this "
+            f"canaryd (it knows up to {head!r}); upgrade canaryd, or use another database"
+        )
+    return (
+        f"database {url} is at schema revision {current!r}, but this canaryd needs "
+        f"{head!r}; run {fix}"
+    )
+
+
+def _read_revision(engine: Engine, url: URL) -> str | None:
+    with _connecting(url), engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def _upgrade_engine(engine: Engine, url: URL) -> None:
+    config = alembic_config()
+    with _connecting(url):
+        connection = engine.connect()
+    # One transaction for the whole upgrade: DDL is transactional on both backends.
+    with connection, connection.begin():
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+def current_revision(url: str) -> str | None:
+    """The schema revision of the database at `url`; None when it has no canaryd schema.
+
+    A SQLite file that does not exist is reported as None and is not created.
+    """
+    parsed = _parse_url(url)
+    path = _sqlite_path(parsed)
+    if path is not None and not path.expanduser().exists():
+        return None
+    engine = make_engine(url)
+    try:
+        return _read_revision(engine, parsed)
+    finally:
+        engine.dispose()
+
+
+def upgrade(url: str) -> str:
+    """Migrate the database at `url` to this canaryd's head revision and return it.
+
+    An empty database (or a SQLite file that does not exist yet) is created from scratch;
+    a database newer than this canaryd is refused, never downgraded.
+    """
+    parsed = _parse_url(url)
+    engine = make_engine(url, create=True)
+    try:
+        current = _read_revision(engine, parsed)
+        head = head_revision()
+        if current is not None and current not in known_revisions():
+            raise DatabaseError(cast(str, schema_problem(current, head, set(), mask_url(parsed))))
+        if current != head:
+            _upgrade_engine(engine, parsed)
+        return head
+    finally:
+        engine.dispose()
+
+
+# --- records <-> rows -----------------------------------------------------------------
+
+
+def _aware(value: datetime, what: str) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{what} {value!r} is naive; canaryd stores timezone-aware UTC")
+    return value
+
+
+def _check_to_json(check: Check | None) -> dict[str, Any] | None:
+    if check is None:
+        return None
+    return {"kind": check.kind, "value": check.value, "tolerance": check.tolerance}
+
+
+def _check_from_json(data: dict[str, Any] | None) -> Check | None:
+    if data is None:
+        return None
+    return Check(
+        kind=cast(CheckKind, data["kind"]), value=data["value"], tolerance=float(data["tolerance"])
+    )
+
+
+def prompt_content_hash(prompt: Prompt) -> str:
+    """sha256 over everything that changes what a prompt asks (not where it is defined)."""
+    content = {
+        "suite": prompt.suite,
+        "id": prompt.id,
+        "category": prompt.category,
+        "messages": [{"role": m.role, "content": m.content} for m in prompt.messages],
+        "max_tokens": prompt.max_tokens,
+        "reference": prompt.reference,
+        "check": _check_to_json(prompt.check),
+    }
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _prompt_from_row(row: PromptRow) -> Prompt:
+    return Prompt(
+        id=row.prompt_id,
+        category=row.category,
+        messages=tuple(
+            Message(role=cast(Role, m["role"]), content=m["content"]) for m in row.messages
+        ),
+        max_tokens=row.max_tokens,
+        reference=row.reference,
+        check=_check_from_json(row.answer_check),
+        suite=row.suite,
+        source=row.source,
+    )
+
+
+def _generation_row(arm: Arm, result: GenerationResult) -> GenerationRow:
+    stats = result.speculative
+    return GenerationRow(
+        arm=arm,
+        text=result.text,
+        token_ids=list(result.token_ids),
+        finish_reason=result.finish_reason,
+        prompt_tokens=result.prompt_tokens,
+        output_tokens=result.output_tokens,
+        ttft_s=result.ttft_s,
+        tpot_s=result.tpot_s,
+        e2e_s=result.e2e_s,
+        error=result.error.value,
+        error_detail=result.error_detail,
+        http_status=result.http_status,
+        acceptance_source=result.acceptance_source.value,
+        speculative_source=None if stats is None else stats.source.value,
+        verify_steps=None if stats is None else stats.verify_steps,
+        draft_tokens=None if stats is None else stats.draft_tokens,
+        accepted_tokens=None if stats is None else stats.accepted_tokens,
+        accepted_per_position=None if stats is None else list(stats.accepted_per_position),
+        drafted_per_position=None if stats is None else list(stats.drafted_per_position),
+    )
+
+
+def _generation_from_row(row: GenerationRow) -> GenerationResult:
+    stats = None
+    if row.verify_steps is not None:
+        stats = SpeculativeStats(
+            verify_steps=row.verify_steps,
+            draft_tokens=cast(int, row.draft_tokens),
+            accepted_tokens=cast(int, row.accepted_tokens),
+            accepted_per_position=tuple(row.accepted_per_position or ()),
+            drafted_per_position=tuple(row.drafted_per_position or ()),
+            source=AcceptanceSource(row.speculative_source or AcceptanceSource.DECODING_LOOP),
+        )
+    return GenerationResult(
+        text=row.text,
+        token_ids=tuple(row.token_ids),
+        finish_reason=row.finish_reason,
+        prompt_tokens=row.prompt_tokens,
+        output_tokens=row.output_tokens,
+        ttft_s=row.ttft_s,
+        tpot_s=row.tpot_s,
+        e2e_s=row.e2e_s,
+        error=ErrorKind(row.error),
+        error_detail=row.error_detail,
+        http_status=row.http_status,
+        speculative=stats,
+        acceptance_source=AcceptanceSource(row.acceptance_source),
+    )
+
+
+def _scores_row(scores: PairScores) -> PairScoresRow:
+    return PairScoresRow(
+        exact_match=scores.exact_match,
+        first_divergence=scores.first_divergence,
+        token_edit_similarity=scores.token_edit_similarity,
+        rouge_l=scores.rouge_l,
+        chrf=scores.chrf,
+        length_ratio=scores.length_ratio,
+        baseline_loop=scores.baseline_loop,
+        speculative_loop=scores.speculative_loop,
+        baseline_task_score=scores.baseline_task_score,
+        speculative_task_score=scores.speculative_task_score,
+        task_score_delta=scores.task_score_delta,
+    )
+
+
+def _scores_from_row(row: PairScoresRow) -> PairScores:
+    return PairScores(
+        exact_match=row.exact_match,
+        first_divergence=row.first_divergence,
+        token_edit_similarity=row.token_edit_similarity,
+        rouge_l=row.rouge_l,
+        chrf=row.chrf,
+        length_ratio=row.length_ratio,
+        baseline_loop=row.baseline_loop,
+        speculative_loop=row.speculative_loop,
+        baseline_task_score=row.baseline_task_score,
+        speculative_task_score=row.speculative_task_score,
+        task_score_delta=row.task_score_delta,
+    )
+
+
+def _arm_order(stored: Sequence[str]) -> tuple[Arm, Arm]:
+    first, second = stored
+    if first not in ARMS or second not in ARMS:  # pragma: no cover - schema written by us
+        raise ValueError(f"stored arm order {stored!r} is not two of {ARMS}")
+    return first, second
+
+
+def _record_from_row(row: PairRow) -> PairRecord:
+    by_arm = {generation.arm: generation for generation in row.generations}
+    return PairRecord(
+        pair_id=row.pair_id,
+        run_id=row.run_id,
+        prompt=_prompt_from_row(row.prompt),
+        started_at=row.started_at,
+        arm_order=_arm_order(row.arm_order),
+        baseline=_generation_from_row(by_arm["baseline"]),
+        speculative=_generation_from_row(by_arm["speculative"]),
+        scores=None if row.scores is None else _scores_from_row(row.scores),
+        sampling_seed=row.seed,
+        temperature=row.temperature,
+    )
+
+
+def _run_from_row(row: RunRow) -> StoredRun:
+    info = RunInfo(
+        run_id=row.run_id,
+        kind=cast(Literal["once", "daemon", "bench"], row.kind),
+        started_at=row.started_at,
+        config=row.config,
+        config_hash=row.config_hash,
+        baseline_identity=row.baseline_identity,
+        speculative_identity=row.speculative_identity,
+        software=row.software,
+    )
+    return StoredRun(info=info, finished_at=row.finished_at)
+
+
+# --- the store ------------------------------------------------------------------------
+
+
+class SqlStore:
+    """`Store` on SQLAlchemy: SQLite or PostgreSQL, schema managed by Alembic."""
+
+    def __init__(self, engine: Engine, url: URL) -> None:
+        self._engine = engine
+        self._url = url
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @property
+    def url(self) -> str:
+        """The database URL with its password masked."""
+        return mask_url(self._url)
+
+    @classmethod
+    def open(cls, url: str, *, create: bool = False) -> SqlStore:
+        """Connect and check the schema; with `create`, an empty database is migrated to head.
+
+        Raises `DatabaseError` for a bad URL, an unreachable server, a database without
+        the schema (and `create` false), an older schema, or one newer than this canaryd.
+        """
+        parsed = _parse_url(url)
+        path = _sqlite_path(parsed)
+        if not create and path is not None and not path.expanduser().exists():
+            raise DatabaseError(
+                f"no database file at {str(path)!r}; create it with "
+                f"`canaryd db upgrade --url {shlex.quote(mask_url(parsed))}`"
+            )
+        engine = make_engine(url, create=create)
+        try:
+            current = _read_revision(engine, parsed)
+            if current is None and create:
+                _upgrade_engine(engine, parsed)
+            else:
+                problem = schema_problem(
+                    current, head_revision(), known_revisions(), mask_url(parsed)
+                )
+                if problem is not None:
+                    raise DatabaseError(problem)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine, parsed)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    @contextmanager
+    def _translating(self, action: str) -> Iterator[None]:
+        """A lost or unusable database becomes `DatabaseError`; the caller may buffer."""
+        try:
+            yield
+        except (OperationalError, InterfaceError) as exc:
+            raise DatabaseError(f"{action} failed on {self.url}: {_reason(exc)}") from exc
+        except DBAPIError as exc:
+            if exc.connection_invalidated:
+                raise DatabaseError(f"{action} failed on {self.url}: {_reason(exc)}") from exc
+            raise
+
+    @contextmanager
+    def _transaction(self, action: str) -> Iterator[Session]:
+        with self._translating(action), self._sessions.begin() as session:
+            yield session
+
+    def create_run(self, run: RunInfo) -> None:
+        _aware(run.started_at, "run started_at")
+        with self._transaction(f"creating run {run.run_id!r}") as session:
+            session.add(
+                RunRow(
+                    run_id=run.run_id,
+                    kind=run.kind,
+                    started_at=run.started_at,
+                    finished_at=None,
+                    config=run.config,
+                    config_hash=run.config_hash,
+                    baseline_identity=run.baseline_identity,
+                    speculative_identity=run.speculative_identity,
+                    software=run.software,
+                )
+            )
+
+    def finish_run(self, run_id: str, finished_at: datetime) -> None:
+        _aware(finished_at, "run finished_at")
+        with self._transaction(f"finishing run {run_id!r}") as session:
+            result = session.execute(
+                update(RunRow).where(RunRow.run_id == run_id).values(finished_at=finished_at)
+            )
+            if getattr(result, "rowcount", 0) != 1:
+                raise LookupError(f"no run {run_id!r} in {self.url}")
+
+    def _insert_ignoring_duplicates(
+        self, model: type[Any], values: dict[str, Any], unique: list[str]
+    ) -> Any:
+        if self._engine.dialect.name == "postgresql":
+            return (
+                postgresql_insert(model)
+                .values(values)
+                .on_conflict_do_nothing(index_elements=unique)
+            )
+        return sqlite_insert(model).values(values).on_conflict_do_nothing(index_elements=unique)
+
+    def record_suite(self, name: str, sha256: str, path: str) -> None:
+        """Remember a version of a suite file (idempotent per name and sha256)."""
+        values = {"name": name, "sha256": sha256, "path": path, "recorded_at": datetime.now(UTC)}
+        with self._transaction(f"recording suite {name!r}") as session:
+            session.execute(self._insert_ignoring_duplicates(SuiteRow, values, ["name", "sha256"]))
+
+    def _prompt_ref(self, session: Session, prompt: Prompt) -> int:
+        content_hash = prompt_content_hash(prompt)
+        values = {
+            "content_hash": content_hash,
+            "suite": prompt.suite,
+            "prompt_id": prompt.id,
+            "category": prompt.category,
+            "messages": [{"role": m.role, "content": m.content} for m in prompt.messages],
+            "max_tokens": prompt.max_tokens,
+            "reference": prompt.reference,
+            "answer_check": _check_to_json(prompt.check),
+            "source": prompt.source,
+        }
+        # Insert first: a write as the transaction's first statement takes SQLite's write
+        # lock up front, so the busy timeout applies instead of a read-to-write deadlock.
+        session.execute(self._insert_ignoring_duplicates(PromptRow, values, ["content_hash"]))
+        return session.scalars(
+            select(PromptRow.id).where(PromptRow.content_hash == content_hash)
+        ).one()
+
+    def save_pair(self, record: PairRecord) -> None:
+        """Store the pair, both generations and the scores in one transaction, or nothing."""
+        _aware(record.started_at, "pair started_at")
+        with self._transaction(f"saving pair {record.pair_id!r}") as session:
+            pair = PairRow(
+                pair_id=record.pair_id,
+                run_id=record.run_id,
+                prompt_ref=self._prompt_ref(session, record.prompt),
+                category=record.prompt.category,
+                started_at=record.started_at,
+                arm_order=list(record.arm_order),
+                seed=record.sampling_seed,
+                temperature=record.temperature,
+                complete=record.complete,
+                generations=[
+                    _generation_row("baseline", record.baseline),
+                    _generation_row("speculative", record.speculative),
+                ],
+                scores=None if record.scores is None else _scores_row(record.scores),
+            )
+            session.add(pair)
+
+    def pairs(
+        self,
+        *,
+        run_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        category: str | None = None,
+        limit: int | None = None,
+    ) -> list[PairRecord]:
+        """Pairs started in [since, until), oldest first; with `limit`, the most recent ones."""
+        query = select(PairRow)
+        if run_id is not None:
+            query = query.where(PairRow.run_id == run_id)
+        if since is not None:
+            query = query.where(PairRow.started_at >= _aware(since, "since"))
+        if until is not None:
+            query = query.where(PairRow.started_at < _aware(until, "until"))
+        if category is not None:
+            query = query.where(PairRow.category == category)
+        query = query.order_by(PairRow.started_at.desc(), PairRow.pair_id.desc())
+        if limit is not None:
+            query = query.limit(limit)
+        with self._translating("reading pairs"), self._sessions() as session:
+            rows = session.scalars(query).unique().all()
+            return [_record_from_row(row) for row in reversed(rows)]
+
+    def runs(self, limit: int | None = 20) -> list[StoredRun]:
+        """The most recent runs, newest first."""
+        query = select(RunRow).order_by(RunRow.started_at.desc(), RunRow.run_id.desc())
+        if limit is not None:
+            query = query.limit(limit)
+        with self._translating("reading runs"), self._sessions() as session:
+            return [_run_from_row(row) for row in session.scalars(query)]
+
+    def categories(self) -> list[str]:
+        """Every category that has at least one pair, sorted."""
+        query = select(PairRow.category).distinct().order_by(PairRow.category)
+        with self._translating("reading categories"), self._sessions() as session:
+            return list(session.scalars(query))

@@ -1,0 +1,72 @@
+"""Fixtures shared by every test package.
+
+`database_url` runs a test once per supported database: a fresh SQLite file, and a fresh
+PostgreSQL schema on the server named by CANARYD_TEST_PG_URL (set by `make test` from
+`.ci/services.sh`). Without that variable the PostgreSQL case is skipped, except under
+CI=true, where a missing server is a failure rather than a silent pass.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+PG_URL_ENV = "CANARYD_TEST_PG_URL"
+
+
+def postgres_base_url() -> str:
+    """The test server's URL, or skip (fail under CI=true) when none is configured."""
+    url = os.environ.get(PG_URL_ENV, "").strip()
+    if url:
+        return url
+    reason = f"{PG_URL_ENV} is not set (run `bash .ci/services.sh`, or `make test`)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"PostgreSQL is required under CI=true: {reason}")
+    pytest.skip(reason)
+
+
+def _postgres_schema_url(base: str, schema: str) -> str:
+    """`base` with a search_path of only `schema`, labelled with it as application_name."""
+    url = make_url(base)
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    # The application_name lets a test find (and terminate) exactly this test's sessions.
+    url = url.update_query_dict({"options": f"-csearch_path={schema}", "application_name": schema})
+    return url.render_as_string(hide_password=False)
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+    ]
+)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database for one test: a SQLite file, or a PostgreSQL schema of its own."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'canaryd.db'}"
+        return
+    base = postgres_base_url()
+    schema = f"canaryd_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(_postgres_schema_url(base, "public"))
+    with admin.begin() as connection:
+        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield _postgres_schema_url(base, schema)
+    finally:
+        with admin.begin() as connection:
+            connection.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = :schema AND pid <> pg_backend_pid()"
+                ),
+                {"schema": schema},
+            )
+            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
