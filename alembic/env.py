@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from logging.config import fileConfig
 
+from alembic import context
 from sqlalchemy.engine import Connection
 
-from alembic import context
 from canaryd.paths import default_database_url
 from canaryd.store.models import Base
 from canaryd.store.sql import make_engine

@@ -47,8 +47,9 @@ def main() -> None:
 
     spec_cfg = SpeculativeConfig(method="prompt_lookup", num_draft_tokens=args.draft_tokens)
     base = TransformersEngine(TransformersEngineConfig(), models_dir=paths.models_dir())
-    spec = TransformersEngine(TransformersEngineConfig(speculative=spec_cfg),
-                              models_dir=paths.models_dir())
+    spec = TransformersEngine(
+        TransformersEngineConfig(speculative=spec_cfg), models_dir=paths.models_dir()
+    )
     base.load()
     spec.load()
     shared = _load_shared("embedded", "auto", "auto", paths.models_dir())
@@ -59,12 +60,23 @@ def main() -> None:
         text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         started = time.perf_counter()
         ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
-        extra = ({"prompt_lookup_num_tokens": args.draft_tokens, "max_matching_ngram_size": 2}
-                 if speculative else {})
+        extra = (
+            {"prompt_lookup_num_tokens": args.draft_tokens, "max_matching_ngram_size": 2}
+            if speculative
+            else {}
+        )
         with torch.inference_mode():
-            model.generate(ids, attention_mask=torch.ones_like(ids),
-                           max_new_tokens=args.max_tokens, do_sample=False, temperature=None,
-                           top_p=None, top_k=None, pad_token_id=tokenizer.eos_token_id, **extra)
+            model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=args.max_tokens,
+                do_sample=False,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+                pad_token_id=tokenizer.eos_token_id,
+                **extra,
+            )
         return time.perf_counter() - started
 
     times: dict[str, list[float]] = defaultdict(list)
@@ -72,8 +84,9 @@ def main() -> None:
     lengths: dict[str, list[float]] = defaultdict(list)
     for repeat in range(args.repeats):
         for prompt in sample:
-            request = GenerationRequest(messages=prompt.messages,
-                                        sampling=SamplingParams(max_tokens=args.max_tokens))
+            request = GenerationRequest(
+                messages=prompt.messages, sampling=SamplingParams(max_tokens=args.max_tokens)
+            )
             times["raw_baseline"].append(raw_generate(request, speculative=False))
             b = base.generate(request)
             times["engine_baseline"].append(b.e2e_s)
@@ -84,17 +97,26 @@ def main() -> None:
                 speedups[prompt.category].append(b.e2e_s / s.e2e_s)
                 if s.acceptance_length:
                     lengths[prompt.category].append(s.acceptance_length)
-            print(f"{prompt.id:>22}  base {b.e2e_s:6.2f}s  spec {s.e2e_s:6.2f}s  "
-                  f"x{b.e2e_s / s.e2e_s:4.2f}  same={b.token_ids == s.token_ids}", flush=True)
+            print(
+                f"{prompt.id:>22}  base {b.e2e_s:6.2f}s  spec {s.e2e_s:6.2f}s  "
+                f"x{b.e2e_s / s.e2e_s:4.2f}  same={b.token_ids == s.token_ids}",
+                flush=True,
+            )
 
     result = {
-        "prompts": len(sample), "repeats": args.repeats, "max_tokens": args.max_tokens,
+        "prompts": len(sample),
+        "repeats": args.repeats,
+        "max_tokens": args.max_tokens,
         "overhead_ratio_baseline": sum(times["engine_baseline"]) / sum(times["raw_baseline"]),
-        "overhead_ratio_speculative": (sum(times["engine_speculative"])
-                                       / sum(times["raw_speculative"])),
-        "speedup_median_by_category": {c: statistics.median(v) for c, v in sorted(speedups.items())},
-        "acceptance_length_mean_by_category": {c: statistics.fmean(v)
-                                               for c, v in sorted(lengths.items())},
+        "overhead_ratio_speculative": (
+            sum(times["engine_speculative"]) / sum(times["raw_speculative"])
+        ),
+        "speedup_median_by_category": {
+            c: statistics.median(v) for c, v in sorted(speedups.items())
+        },
+        "acceptance_length_mean_by_category": {
+            c: statistics.fmean(v) for c, v in sorted(lengths.items())
+        },
     }
     print(json.dumps(result, indent=2))
     if args.out:

@@ -37,19 +37,24 @@ class ArmsConfig(_Section):
 
     baseline: EngineConfig = Field(default_factory=TransformersEngineConfig)
     speculative: EngineConfig = Field(
-        default_factory=lambda: TransformersEngineConfig(speculative=SpeculativeConfig()))
+        default_factory=lambda: TransformersEngineConfig(speculative=SpeculativeConfig())
+    )
 
 
 class PromptsConfig(_Section):
     suites: list[Path] = Field(
         default_factory=list,
-        description="suite files or directories; empty: the suites shipped with canaryd")
+        description="suite files or directories; empty: the suites shipped with canaryd",
+    )
     categories: list[str] = Field(
-        default_factory=list, description="only these categories; empty: all")
+        default_factory=list, description="only these categories; empty: all"
+    )
     category_weights: dict[str, float] = Field(
-        default_factory=dict, description="relative sampling weight per category (default 1)")
+        default_factory=dict, description="relative sampling weight per category (default 1)"
+    )
     max_tokens: int | None = Field(
-        default=None, ge=1, le=8192, description="override every prompt's max_tokens")
+        default=None, ge=1, le=8192, description="override every prompt's max_tokens"
+    )
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="0: greedy")
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     seed: int = Field(default=0, description="seeds prompt sampling and arm order")
@@ -68,7 +73,8 @@ class StorageConfig(_Section):
     url: str | None = Field(
         default=None,
         description="SQLAlchemy URL; default sqlite:///$CANARYD_DATA_DIR/canaryd.db. "
-        "PostgreSQL: postgresql+psycopg://user:password@host/db")
+        "PostgreSQL: postgresql+psycopg://user:password@host/db",
+    )
 
     def resolved_url(self) -> str:
         return self.url or paths.default_database_url()
@@ -76,8 +82,11 @@ class StorageConfig(_Section):
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="CANARYD_", env_nested_delimiter="__", extra="ignore",
-        nested_model_default_partial_update=True)
+        env_prefix="CANARYD_",
+        env_nested_delimiter="__",
+        extra="ignore",
+        nested_model_default_partial_update=True,
+    )
 
     arms: ArmsConfig = Field(default_factory=ArmsConfig)
     prompts: PromptsConfig = Field(default_factory=PromptsConfig)
@@ -139,13 +148,19 @@ def load_settings(path: Path | None = None) -> Settings:
             raise ConfigError(path, "(syntax)", str(exc)) from exc
         unknown = sorted(set(data) - _TOP_LEVEL_KEYS)
         if unknown:
-            raise ConfigError(path, unknown[0], "unknown section; expected one of "
-                              + ", ".join(sorted(_TOP_LEVEL_KEYS)))
+            raise ConfigError(
+                path,
+                unknown[0],
+                "unknown section; expected one of " + ", ".join(sorted(_TOP_LEVEL_KEYS)),
+            )
     try:
         return Settings(**data)
     except ValidationError as exc:
         first = exc.errors()[0]
         more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        value = f" (got {first['input']!r})" if first["type"] != "missing" and not isinstance(
-            first["input"], dict) else ""
+        value = (
+            f" (got {first['input']!r})"
+            if first["type"] != "missing" and not isinstance(first["input"], dict)
+            else ""
+        )
         raise ConfigError(source, _key(first["loc"]), f"{first['msg']}{value}{more}") from None

@@ -11,8 +11,15 @@ from pathlib import Path
 from engine.errors import EngineError, ModelNotFoundError, ProvisioningError
 
 __all__ = [
-    "CanarydError", "ConfigError", "DatabaseError", "EngineError", "MetricUnavailableError",
-    "ModelNotFoundError", "PromptFileError", "ProvisioningError", "UnknownCategoryError",
+    "CanarydError",
+    "ConfigError",
+    "DatabaseError",
+    "EngineError",
+    "MetricUnavailableError",
+    "ModelNotFoundError",
+    "PromptFileError",
+    "ProvisioningError",
+    "UnknownCategoryError",
 ]
 
 
@@ -33,8 +40,11 @@ class PromptFileError(CanarydError, ValueError):
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
-        more = f" (and {len(problems) - 1} more; run `canaryd prompts validate`)" if len(
-            problems) > 1 else ""
+        more = (
+            f" (and {len(problems) - 1} more; run `canaryd prompts validate`)"
+            if len(problems) > 1
+            else ""
+        )
         super().__init__(f"{problems[0]}{more}" if problems else "invalid prompt suite")
 
 
@@ -52,4 +62,5 @@ class MetricUnavailableError(CanarydError, ImportError):
     def __init__(self, metric: str, missing: str) -> None:
         super().__init__(
             f"scoring metric {metric!r} needs {missing!r}, which is not installed: "
-            f"reinstall canaryd (`pip install -e .`)")
+            f"reinstall canaryd (`pip install -e .`)"
+        )

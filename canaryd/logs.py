@@ -12,8 +12,10 @@ import structlog
 def configure_logging(*, json: bool | None = None, level: str = "INFO") -> None:
     use_json = (not sys.stderr.isatty()) if json is None else json
     renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if use_json
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
+        structlog.processors.JSONRenderer()
+        if use_json
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -23,7 +25,8 @@ def configure_logging(*, json: bool | None = None, level: str = "INFO") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]),
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )

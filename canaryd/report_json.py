@@ -58,8 +58,9 @@ def pair_json(record: PairRecord) -> dict[str, Any]:
     }
 
 
-def once_json(run_id: str, summary: dict[str, CategorySummary],
-              records: list[PairRecord]) -> dict[str, Any]:
+def once_json(
+    run_id: str, summary: dict[str, CategorySummary], records: list[PairRecord]
+) -> dict[str, Any]:
     return {
         "run_id": run_id,
         "summary": {category: s.as_dict() for category, s in summary.items()},

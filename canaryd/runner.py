@@ -35,8 +35,15 @@ class PairParams:
 
 
 class PairRunner:
-    def __init__(self, baseline: Engine, speculative: Engine, *, run_id: str,
-                 params: PairParams | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        baseline: Engine,
+        speculative: Engine,
+        *,
+        run_id: str,
+        params: PairParams | None = None,
+        seed: int = 0,
+    ) -> None:
         self.arms: dict[Arm, Engine] = {"baseline": baseline, "speculative": speculative}
         self.run_id = run_id
         self.params = params or PairParams()
@@ -45,19 +52,27 @@ class PairRunner:
     def _request(self, prompt: Prompt, pair_id: str, seed: int) -> GenerationRequest:
         sampling = SamplingParams(
             max_tokens=self.params.max_tokens or prompt.max_tokens,
-            temperature=self.params.temperature, top_p=self.params.top_p, seed=seed)
-        return GenerationRequest(messages=prompt.messages, sampling=sampling,
-                                 request_id=f"{pair_id}", timeout_s=self.params.timeout_s,
-                                 category=prompt.category)
+            temperature=self.params.temperature,
+            top_p=self.params.top_p,
+            seed=seed,
+        )
+        return GenerationRequest(
+            messages=prompt.messages,
+            sampling=sampling,
+            request_id=f"{pair_id}",
+            timeout_s=self.params.timeout_s,
+            category=prompt.category,
+        )
 
     def _call(self, arm: Arm, request: GenerationRequest) -> GenerationResult:
         started = time.perf_counter()
         try:
             return self.arms[arm].generate(request)
-        except Exception as exc:  # noqa: BLE001  (an engine bug must not stop the canary)
+        except Exception as exc:
             log.exception("pair.engine_raised", arm=arm)
-            return GenerationResult.failed(ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}",
-                                           time.perf_counter() - started)
+            return GenerationResult.failed(
+                ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}", time.perf_counter() - started
+            )
 
     def run_pair(self, prompt: Prompt) -> PairRecord:
         pair_id = uuid.uuid4().hex
@@ -70,14 +85,28 @@ class PairRunner:
         results = {arm: self._call(arm, request) for arm in order}
         baseline, speculative = results["baseline"], results["speculative"]
         record = PairRecord(
-            pair_id=pair_id, run_id=self.run_id, prompt=prompt, started_at=started_at,
-            arm_order=order, baseline=baseline, speculative=speculative,
-            scores=score_pair(prompt, baseline, speculative), sampling_seed=seed,
-            temperature=self.params.temperature)
-        log.info("pair.done", pair_id=pair_id, prompt_id=prompt.id, category=prompt.category,
-                 order=order[0], baseline_e2e_s=round(baseline.e2e_s, 4),
-                 speculative_e2e_s=round(speculative.e2e_s, 4),
-                 baseline_error=baseline.error.value, speculative_error=speculative.error.value,
-                 acceptance_length=speculative.acceptance_length,
-                 exact_match=record.scores.exact_match if record.scores else None)
+            pair_id=pair_id,
+            run_id=self.run_id,
+            prompt=prompt,
+            started_at=started_at,
+            arm_order=order,
+            baseline=baseline,
+            speculative=speculative,
+            scores=score_pair(prompt, baseline, speculative),
+            sampling_seed=seed,
+            temperature=self.params.temperature,
+        )
+        log.info(
+            "pair.done",
+            pair_id=pair_id,
+            prompt_id=prompt.id,
+            category=prompt.category,
+            order=order[0],
+            baseline_e2e_s=round(baseline.e2e_s, 4),
+            speculative_e2e_s=round(speculative.e2e_s, 4),
+            baseline_error=baseline.error.value,
+            speculative_error=speculative.error.value,
+            acceptance_length=speculative.acceptance_length,
+            exact_match=record.scores.exact_match if record.scores else None,
+        )
         return record

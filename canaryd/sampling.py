@@ -17,8 +17,13 @@ from canaryd.records import Prompt
 
 
 class StratifiedSampler:
-    def __init__(self, prompts: Sequence[Prompt], *, weights: Mapping[str, float] | None = None,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        prompts: Sequence[Prompt],
+        *,
+        weights: Mapping[str, float] | None = None,
+        seed: int = 0,
+    ) -> None:
         self._rng = random.Random(seed)  # noqa: S311  (sampling, not security)
         self._by_category: dict[str, list[Prompt]] = {}
         for prompt in prompts:

@@ -43,10 +43,16 @@ class CategorySummary:
 def summarise_group(records: Sequence[PairRecord]) -> CategorySummary:
     complete = [r for r in records if r.complete]
     lengths = [x for r in complete if (x := r.speculative.acceptance_length) is not None]
-    drafted = sum(r.speculative.speculative.draft_tokens for r in complete
-                  if r.speculative.speculative is not None)
-    accepted = sum(r.speculative.speculative.accepted_tokens for r in complete
-                   if r.speculative.speculative is not None)
+    drafted = sum(
+        r.speculative.speculative.draft_tokens
+        for r in complete
+        if r.speculative.speculative is not None
+    )
+    accepted = sum(
+        r.speculative.speculative.accepted_tokens
+        for r in complete
+        if r.speculative.speculative is not None
+    )
     scored = [r.scores for r in complete if r.scores is not None]
     deltas = [s.task_score_delta for s in scored if s.task_score_delta is not None]
     base_ok = [r.baseline for r in records if r.baseline.ok]
@@ -81,8 +87,9 @@ def summarise(records: Iterable[PairRecord]) -> dict[str, CategorySummary]:
     """One summary per category (sorted), plus `all` over every record."""
     records = list(records)
     categories = sorted({r.prompt.category for r in records})
-    summary = {c: summarise_group([r for r in records if r.prompt.category == c])
-               for c in categories}
+    summary = {
+        c: summarise_group([r for r in records if r.prompt.category == c]) for c in categories
+    }
     if records:
         summary[ALL] = summarise_group(records)
     return summary

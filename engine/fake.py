@@ -23,8 +23,10 @@ from engine.types import (
     SpeculativeStats,
 )
 
-_WORDS = ("the canary sings while the model drafts and verifies tokens in steady "
-          "measured steps so that every answer stays the same").split()
+_WORDS = (
+    "the", "canary", "sings", "while", "the", "model", "drafts", "and", "verifies",
+    "tokens", "in", "steady", "measured", "steps", "so", "every", "answer", "stays",
+)  # fmt: skip
 
 
 def _token_id(word: str) -> int:
@@ -41,8 +43,11 @@ class FakeEngine:
 
     @property
     def identity(self) -> dict[str, str]:
-        return {"kind": "fake", "mode": "speculative" if self.speculative else "baseline",
-                "seed": str(self.config.seed)}
+        return {
+            "kind": "fake",
+            "mode": "speculative" if self.speculative else "baseline",
+            "seed": str(self.config.seed),
+        }
 
     def load(self) -> None:
         pass
@@ -89,24 +94,40 @@ class FakeEngine:
         e2e = ttft + decode
         roll = fault.random()
         if roll < cfg.error_rate:
-            return self._finish(GenerationResult.failed(
-                ErrorKind.HTTP, "injected fault: HTTP 503", ttft, prompt_tokens, http_status=503))
+            return self._finish(
+                GenerationResult.failed(
+                    ErrorKind.HTTP, "injected fault: HTTP 503", ttft, prompt_tokens, http_status=503
+                )
+            )
         if roll < cfg.error_rate + cfg.timeout_rate:
-            return self._finish(GenerationResult.failed(
-                ErrorKind.TIMEOUT, "injected fault: timeout", request.timeout_s or e2e * 10,
-                prompt_tokens))
+            return self._finish(
+                GenerationResult.failed(
+                    ErrorKind.TIMEOUT,
+                    "injected fault: timeout",
+                    request.timeout_s or e2e * 10,
+                    prompt_tokens,
+                )
+            )
         if fault.random() < cfg.corrupt_rate:
             position = fault.randrange(len(words))
-            words = [*words[:position], "CORRUPTED", *words[position + 1:]]
+            words = [*words[:position], "CORRUPTED", *words[position + 1 :]]
         text = " ".join(words)
-        return self._finish(GenerationResult(
-            text=text, token_ids=tuple(_token_id(w) for w in words),
-            finish_reason="length" if len(words) >= request.sampling.max_tokens else "stop",
-            prompt_tokens=prompt_tokens, output_tokens=len(words), ttft_s=ttft,
-            tpot_s=decode / (len(words) - 1) if len(words) > 1 else None, e2e_s=e2e,
-            speculative=stats,
-            acceptance_source=AcceptanceSource.DECODING_LOOP if stats
-            else AcceptanceSource.NOT_REPORTED))
+        return self._finish(
+            GenerationResult(
+                text=text,
+                token_ids=tuple(_token_id(w) for w in words),
+                finish_reason="length" if len(words) >= request.sampling.max_tokens else "stop",
+                prompt_tokens=prompt_tokens,
+                output_tokens=len(words),
+                ttft_s=ttft,
+                tpot_s=decode / (len(words) - 1) if len(words) > 1 else None,
+                e2e_s=e2e,
+                speculative=stats,
+                acceptance_source=AcceptanceSource.DECODING_LOOP
+                if stats
+                else AcceptanceSource.NOT_REPORTED,
+            )
+        )
 
     def _draft_and_verify(self, request: GenerationRequest, output_tokens: int) -> SpeculativeStats:
         cfg = self.config
@@ -130,10 +151,14 @@ class FakeEngine:
             drafted += draft
             accepted += kept
             produced += kept + 1
-        return SpeculativeStats(verify_steps=steps, draft_tokens=drafted, accepted_tokens=accepted,
-                                accepted_per_position=tuple(accepted_per_position),
-                                drafted_per_position=tuple(drafted_per_position),
-                                source=AcceptanceSource.DECODING_LOOP)
+        return SpeculativeStats(
+            verify_steps=steps,
+            draft_tokens=drafted,
+            accepted_tokens=accepted,
+            accepted_per_position=tuple(accepted_per_position),
+            drafted_per_position=tuple(drafted_per_position),
+            source=AcceptanceSource.DECODING_LOOP,
+        )
 
     def _finish(self, result: GenerationResult) -> GenerationResult:
         if self.config.realtime and result.e2e_s > 0:

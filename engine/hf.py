@@ -54,8 +54,10 @@ class _AcceptanceCounter:
         self.verify_steps += 1
         self.draft_tokens += drafted
         self.accepted_tokens += accepted
-        for counts, n in ((self.drafted_per_position, drafted),
-                          (self.accepted_per_position, accepted)):
+        for counts, n in (
+            (self.drafted_per_position, drafted),
+            (self.accepted_per_position, accepted),
+        ):
             if len(counts) < n:
                 counts.extend([0] * (n - len(counts)))
             for position in range(n):
@@ -92,8 +94,9 @@ class _RecordingCandidateGenerator:
         self._counter.drafted(int(candidate_ids.shape[1] - input_ids.shape[1]))
         return candidate_ids, candidate_logits
 
-    def update_candidate_strategy(self, input_ids: torch.Tensor, scores: torch.Tensor,
-                                  num_matches: Any) -> Any:
+    def update_candidate_strategy(
+        self, input_ids: torch.Tensor, scores: torch.Tensor, num_matches: Any
+    ) -> Any:
         self._counter.verified(int(num_matches))
         return self._inner.update_candidate_strategy(input_ids, scores, num_matches)
 
@@ -132,8 +135,9 @@ class _LoadedModel:
 
         def recording_candidate_generator(*args: Any, **kwargs: Any) -> Any:
             inner = original(*args, **kwargs)
-            return inner if self.counter is None else _RecordingCandidateGenerator(
-                inner, self.counter)
+            return (
+                inner if self.counter is None else _RecordingCandidateGenerator(inner, self.counter)
+            )
 
         # Instance attribute: only this model object records; transformers is untouched.
         model._get_candidate_generator = recording_candidate_generator
@@ -149,8 +153,9 @@ def _load_shared(source: str, device: str, dtype: str, models_dir: Path | None) 
     key = (source, device, dtype)
     with _LOADED_LOCK:
         if key not in _LOADED:
-            model, tokenizer = load_causal_lm(source, device=device, dtype=dtype,
-                                              models_dir=models_dir)
+            model, tokenizer = load_causal_lm(
+                source, device=device, dtype=dtype, models_dir=models_dir
+            )
             _LOADED[key] = _LoadedModel(model, tokenizer)
         return _LOADED[key]
 
@@ -158,8 +163,15 @@ def _load_shared(source: str, device: str, dtype: str, models_dir: Path | None) 
 class TransformersEngine:
     """Baseline (autoregressive) or speculative (assisted) decoding in this process."""
 
-    def __init__(self, config: TransformersEngineConfig, *, models_dir: Path | None = None,
-                 model: Any = None, tokenizer: Any = None, draft_model: Any = None) -> None:
+    def __init__(
+        self,
+        config: TransformersEngineConfig,
+        *,
+        models_dir: Path | None = None,
+        model: Any = None,
+        tokenizer: Any = None,
+        draft_model: Any = None,
+    ) -> None:
         self.config = config
         self._models_dir = models_dir
         self._shared = _LoadedModel(model, tokenizer) if model is not None else None
@@ -174,9 +186,13 @@ class TransformersEngine:
     @property
     def identity(self) -> dict[str, str]:
         spec = self.config.speculative
-        ident = {"kind": "transformers", "model": self.config.model,
-                 "device": str(self._device) if self._loaded else self.config.device,
-                 "dtype": self.config.dtype, "mode": "speculative" if spec else "baseline"}
+        ident = {
+            "kind": "transformers",
+            "model": self.config.model,
+            "device": str(self._device) if self._loaded else self.config.device,
+            "dtype": self.config.dtype,
+            "mode": "speculative" if spec else "baseline",
+        }
         if spec is not None:
             ident |= {"method": spec.method, "num_draft_tokens": str(spec.num_draft_tokens)}
             if spec.method == "prompt_lookup":
@@ -192,19 +208,22 @@ class TransformersEngine:
         if self._loaded:
             return
         if self._shared is None:
-            self._shared = _load_shared(self.config.model, self.config.device,
-                                        self.config.dtype, self._models_dir)
+            self._shared = _load_shared(
+                self.config.model, self.config.device, self.config.dtype, self._models_dir
+            )
         spec = self.config.speculative
         if spec is not None and spec.method == "draft_model" and self._draft_model is None:
             assert spec.draft_model is not None  # guaranteed by SpeculativeConfig
-            self._draft_model = _load_shared(spec.draft_model, self.config.device,
-                                             self.config.dtype, self._models_dir).model
+            self._draft_model = _load_shared(
+                spec.draft_model, self.config.device, self.config.dtype, self._models_dir
+            ).model
         if spec is not None and spec.method == "early_exit":
             layers = int(self._shared.model.config.num_hidden_layers)
             if spec.early_exit_layer is None or spec.early_exit_layer >= layers:
                 raise EngineConfigError(
                     "speculative.early_exit_layer",
-                    f"{spec.early_exit_layer} must be below the model's {layers} layers")
+                    f"{spec.early_exit_layer} must be below the model's {layers} layers",
+                )
         self._configure_drafter()
         self._loaded = True
         if self.config.warmup_tokens:
@@ -221,12 +240,16 @@ class TransformersEngine:
     def _warm_up(self) -> None:
         """The first generate after load is ~10x slower; never let it be a measurement."""
         request = GenerationRequest(
-            messages=(Message("user", "Say hello and repeat: hello, hello."),),
-            request_id="warmup")
+            messages=(Message("user", "Say hello and repeat: hello, hello."),), request_id="warmup"
+        )
         started = time.perf_counter()
         result = self.generate(request, max_new_tokens=self.config.warmup_tokens)
-        log.info("engine.warmed_up", mode=self.identity["mode"], error=result.error.value,
-                 seconds=round(time.perf_counter() - started, 3))
+        log.info(
+            "engine.warmed_up",
+            mode=self.identity["mode"],
+            error=result.error.value,
+            seconds=round(time.perf_counter() - started, 3),
+        )
 
     # -- generation ---------------------------------------------------------------
     def count_tokens(self, text: str) -> list[int]:
@@ -242,7 +265,9 @@ class TransformersEngine:
             text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         else:  # a base model without a template: plain concatenation
             text = "\n\n".join(m.content for m in messages) + "\n"
-        ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        ids: torch.Tensor = tokenizer(text, add_special_tokens=False, return_tensors="pt")[
+            "input_ids"
+        ]
         return ids.to(self._device)
 
     def _generate_kwargs(self, request: GenerationRequest, max_new_tokens: int) -> dict[str, Any]:
@@ -252,12 +277,12 @@ class TransformersEngine:
         kwargs: dict[str, Any] = {
             "max_new_tokens": max_new_tokens,
             "do_sample": not sampling.greedy,
-            "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+            "pad_token_id": tokenizer.pad_token_id
+            if tokenizer.pad_token_id is not None
             else tokenizer.eos_token_id,
         }
         if not sampling.greedy:
-            kwargs |= {"temperature": sampling.temperature, "top_p": sampling.top_p,
-                       "top_k": 0}
+            kwargs |= {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0}
         else:  # models ship sampling defaults in generation_config; greedy means none
             kwargs |= {"temperature": None, "top_p": None, "top_k": None}
         if request.timeout_s is not None:
@@ -265,8 +290,10 @@ class TransformersEngine:
         spec: SpeculativeConfig | None = self.config.speculative
         if spec is not None:
             if spec.method == "prompt_lookup":
-                kwargs |= {"prompt_lookup_num_tokens": spec.num_draft_tokens,
-                           "max_matching_ngram_size": spec.max_ngram_size}
+                kwargs |= {
+                    "prompt_lookup_num_tokens": spec.num_draft_tokens,
+                    "max_matching_ngram_size": spec.max_ngram_size,
+                }
             elif spec.method == "draft_model":
                 kwargs["assistant_model"] = self._draft_model
             else:
@@ -286,8 +313,9 @@ class TransformersEngine:
         assistant.generation_config.num_assistant_tokens_schedule = "constant"
         assistant.generation_config.assistant_confidence_threshold = 0.0
 
-    def generate(self, request: GenerationRequest,
-                 max_new_tokens: int | None = None) -> GenerationResult:
+    def generate(
+        self, request: GenerationRequest, max_new_tokens: int | None = None
+    ) -> GenerationResult:
         self.load()
         assert self._shared is not None
         started = time.perf_counter()
@@ -303,7 +331,10 @@ class TransformersEngine:
                 return GenerationResult.failed(
                     ErrorKind.INVALID,
                     f"prompt of {prompt_tokens} tokens + max_tokens {new_tokens} exceeds the "
-                    f"model's context of {limit}", time.perf_counter() - started, prompt_tokens)
+                    f"model's context of {limit}",
+                    time.perf_counter() - started,
+                    prompt_tokens,
+                )
             counter = _AcceptanceCounter() if self.speculative else None
             shared.counter = counter
             if not request.sampling.greedy:
@@ -312,25 +343,39 @@ class TransformersEngine:
             try:
                 with torch.inference_mode():
                     output = shared.model.generate(
-                        prompt_ids, attention_mask=torch.ones_like(prompt_ids),
-                        streamer=streamer, **self._generate_kwargs(request, new_tokens))
+                        prompt_ids,
+                        attention_mask=torch.ones_like(prompt_ids),
+                        streamer=streamer,
+                        **self._generate_kwargs(request, new_tokens),
+                    )
             except torch.cuda.OutOfMemoryError as exc:
-                return GenerationResult.failed(ErrorKind.OOM, str(exc)[:500],
-                                               time.perf_counter() - started, prompt_tokens)
+                return GenerationResult.failed(
+                    ErrorKind.OOM, str(exc)[:500], time.perf_counter() - started, prompt_tokens
+                )
             except RuntimeError as exc:
                 kind = ErrorKind.OOM if "out of memory" in str(exc).lower() else ErrorKind.INTERNAL
                 log.warning("engine.generate_failed", error=str(exc)[:500])
-                return GenerationResult.failed(kind, str(exc)[:500],
-                                               time.perf_counter() - started, prompt_tokens)
+                return GenerationResult.failed(
+                    kind, str(exc)[:500], time.perf_counter() - started, prompt_tokens
+                )
             finally:
                 shared.counter = None
             finished = time.perf_counter()
-        return self._result(request, output, prompt_tokens, new_tokens, counter, streamer,
-                            started, finished)
+        return self._result(
+            request, output, prompt_tokens, new_tokens, counter, streamer, started, finished
+        )
 
-    def _result(self, request: GenerationRequest, output: torch.Tensor, prompt_tokens: int,
-                max_new_tokens: int, counter: _AcceptanceCounter | None,
-                streamer: _TimingStreamer, started: float, finished: float) -> GenerationResult:
+    def _result(
+        self,
+        request: GenerationRequest,
+        output: torch.Tensor,
+        prompt_tokens: int,
+        max_new_tokens: int,
+        counter: _AcceptanceCounter | None,
+        streamer: _TimingStreamer,
+        started: float,
+        finished: float,
+    ) -> GenerationResult:
         assert self._shared is not None
         tokenizer = self._shared.tokenizer
         token_ids = tuple(int(t) for t in output[0, prompt_tokens:].tolist())
@@ -355,8 +400,17 @@ class TransformersEngine:
         stats = counter.stats(spec.num_draft_tokens) if counter and spec else None
         return GenerationResult(
             text=tokenizer.decode(list(token_ids), skip_special_tokens=True),
-            token_ids=token_ids, finish_reason=finish_reason, prompt_tokens=prompt_tokens,
-            output_tokens=len(token_ids), ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, error=error,
-            error_detail=detail, speculative=stats,
-            acceptance_source=AcceptanceSource.DECODING_LOOP if stats
-            else AcceptanceSource.NOT_REPORTED)
+            token_ids=token_ids,
+            finish_reason=finish_reason,
+            prompt_tokens=prompt_tokens,
+            output_tokens=len(token_ids),
+            ttft_s=ttft,
+            tpot_s=tpot,
+            e2e_s=e2e,
+            error=error,
+            error_detail=detail,
+            speculative=stats,
+            acceptance_source=AcceptanceSource.DECODING_LOOP
+            if stats
+            else AcceptanceSource.NOT_REPORTED,
+        )

@@ -36,34 +36,49 @@ def tiny_tokenizer() -> Any:
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(_CORPUS * 4, vocab_size=400, min_frequency=1,
-                            special_tokens=specials, show_progress=False)
+    bpe.train_from_iterator(
+        _CORPUS * 4, vocab_size=400, min_frequency=1, special_tokens=specials, show_progress=False
+    )
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe._tokenizer, bos_token="<|im_start|>", eos_token="<|im_end|>",
-        pad_token="<|endoftext|>", unk_token="<|endoftext|>")
+        tokenizer_object=bpe._tokenizer,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
     tokenizer.chat_template = CHATML_TEMPLATE
     return tokenizer
 
 
-def tiny_llama(seed: int = 0, *, layers: int = 2, hidden: int = 64,
-               tokenizer: Any = None) -> tuple[Any, Any]:
+def tiny_llama(
+    seed: int = 0, *, layers: int = 2, hidden: int = 64, tokenizer: Any = None
+) -> tuple[Any, Any]:
     """A randomly initialised LlamaForCausalLM and its tokenizer, on the CPU, in eval mode."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     tokenizer = tokenizer if tokenizer is not None else tiny_tokenizer()
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 2,
-        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=1024, tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id)
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
     torch.random.set_rng_state(generator_state)
     model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id)
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     model.eval()
     return model, tokenizer

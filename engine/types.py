@@ -32,7 +32,9 @@ class AcceptanceSource(enum.StrEnum):
     NOT_REPORTED = "not_reported"
     DECODING_LOOP = "decoding_loop"  # counted inside our own decoding loop, exact per request
     PER_REQUEST = "per_request"  # reported by a server for this request, exact
-    WINDOW_AGGREGATE = "window_aggregate"  # server counters over a window; may include other traffic
+    WINDOW_AGGREGATE = (
+        "window_aggregate"  # server counters over a window; may include other traffic
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +126,24 @@ class GenerationResult:
         return self.output_tokens / self.e2e_s
 
     @classmethod
-    def failed(cls, error: ErrorKind, detail: str, e2e_s: float, prompt_tokens: int = 0,
-               http_status: int | None = None) -> GenerationResult:
-        return cls(text="", token_ids=(), finish_reason="error", prompt_tokens=prompt_tokens,
-                   output_tokens=0, ttft_s=None, tpot_s=None, e2e_s=e2e_s, error=error,
-                   error_detail=detail, http_status=http_status)
+    def failed(
+        cls,
+        error: ErrorKind,
+        detail: str,
+        e2e_s: float,
+        prompt_tokens: int = 0,
+        http_status: int | None = None,
+    ) -> GenerationResult:
+        return cls(
+            text="",
+            token_ids=(),
+            finish_reason="error",
+            prompt_tokens=prompt_tokens,
+            output_tokens=0,
+            ttft_s=None,
+            tpot_s=None,
+            e2e_s=e2e_s,
+            error=error,
+            error_detail=detail,
+            http_status=http_status,
+        )

@@ -70,3 +70,13 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
             )
             connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog() -> Iterator[None]:
+    """CLI commands configure structlog to write to the stderr of the moment; a test's
+    captured stderr is closed afterwards, so every test starts from the defaults."""
+    import structlog
+
+    yield
+    structlog.reset_defaults()

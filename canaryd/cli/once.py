@@ -43,8 +43,9 @@ def software_versions() -> dict[str, str]:
 
 
 def resolve_prompts(settings: Settings, category: str | None) -> list[Prompt]:
-    suites = (load_suites(settings.prompts.suites) if settings.prompts.suites
-              else load_default_suites())
+    suites = (
+        load_suites(settings.prompts.suites) if settings.prompts.suites else load_default_suites()
+    )
     prompts = select(suites, category)
     if settings.prompts.categories and category is None:
         wanted = set(settings.prompts.categories)
@@ -60,15 +61,27 @@ def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
 
 def summary_table(summary: dict[str, CategorySummary], run_id: str) -> Table:
     table = Table(title=f"canaryd once — run {run_id}", title_justify="left")
-    for column in ("category", "pairs", "speedup p50", "accept len mean", "p50", "p90",
-                   "exact match", "quality Δ", "base e2e p50/p99 s", "spec e2e p50/p99 s",
-                   "errors b/s"):
+    for column in (
+        "category",
+        "pairs",
+        "speedup p50",
+        "accept len mean",
+        "p50",
+        "p90",
+        "exact match",
+        "quality Δ",
+        "base e2e p50/p99 s",
+        "spec e2e p50/p99 s",
+        "errors b/s",
+    ):
         table.add_column(column, justify="left" if column == "category" else "right")
     for category, s in summary.items():
         table.add_row(
             f"[bold]{category}[/]" if category == ALL else category,
-            str(s.pairs), _fmt(s.speedup_median, ".2f", "×"),
-            _fmt(s.acceptance_length_mean), _fmt(s.acceptance_length_p50),
+            str(s.pairs),
+            _fmt(s.speedup_median, ".2f", "×"),
+            _fmt(s.acceptance_length_mean),
+            _fmt(s.acceptance_length_p50),
             _fmt(s.acceptance_length_p90),
             _fmt(None if s.exact_match_rate is None else s.exact_match_rate * 100, ".0f", "%"),
             _fmt(s.quality_delta_mean, "+.2f"),
@@ -82,21 +95,31 @@ def summary_table(summary: dict[str, CategorySummary], run_id: str) -> Table:
 
 @handle_errors
 def once(
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML config file "
-                      "(default: $CANARYD_CONFIG, else built-in defaults)")] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="TOML config file (default: $CANARYD_CONFIG, else built-in defaults)",
+        ),
+    ] = None,
     pairs: Annotated[int, typer.Option("--pairs", "-n", min=1, help="pairs to run")] = 12,
     category: Annotated[str | None, typer.Option(help="only prompts of this category")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON (docs/once-json.md)")]
-    = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON (docs/once-json.md)")] = False,
 ) -> None:
     """Run N baseline-vs-speculative pairs now, store them, and print a summary."""
     configure_logging(level="WARNING" if as_json else "INFO")
     settings = load_settings(config)
     prompts = resolve_prompts(settings, category)
     sampler = StratifiedSampler(
-        prompts, seed=settings.prompts.seed,
-        weights={c: w for c, w in settings.prompts.category_weights.items()
-                 if c in {p.category for p in prompts}})
+        prompts,
+        seed=settings.prompts.seed,
+        weights={
+            c: w
+            for c, w in settings.prompts.category_weights.items()
+            if c in {p.category for p in prompts}
+        },
+    )
     store = SqlStore.open(settings.storage.resolved_url(), create=True)
     err = Console(stderr=True)
     try:
@@ -106,21 +129,38 @@ def once(
             baseline.load()
             speculative.load()
         run = RunInfo(
-            run_id=uuid.uuid4().hex[:12], kind="once", started_at=datetime.now(UTC),
-            config=settings.snapshot(), config_hash=settings.config_hash(),
-            baseline_identity=baseline.identity, speculative_identity=speculative.identity,
-            software=software_versions())
+            run_id=uuid.uuid4().hex[:12],
+            kind="once",
+            started_at=datetime.now(UTC),
+            config=settings.snapshot(),
+            config_hash=settings.config_hash(),
+            baseline_identity=baseline.identity,
+            speculative_identity=speculative.identity,
+            software=software_versions(),
+        )
         store.create_run(run)
         runner = PairRunner(
-            baseline, speculative, run_id=run.run_id, seed=settings.prompts.seed,
-            params=PairParams(temperature=settings.prompts.temperature,
-                              top_p=settings.prompts.top_p,
-                              max_tokens=settings.prompts.max_tokens,
-                              timeout_s=settings.prompts.timeout_s))
+            baseline,
+            speculative,
+            run_id=run.run_id,
+            seed=settings.prompts.seed,
+            params=PairParams(
+                temperature=settings.prompts.temperature,
+                top_p=settings.prompts.top_p,
+                max_tokens=settings.prompts.max_tokens,
+                timeout_s=settings.prompts.timeout_s,
+            ),
+        )
         records: list[PairRecord] = []
-        with Progress(TextColumn("pairs"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("{task.description}"), TimeElapsedColumn(),
-                      console=err, disable=not err.is_terminal) as progress:
+        with Progress(
+            TextColumn("pairs"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=err,
+            disable=not err.is_terminal,
+        ) as progress:
             task = progress.add_task("", total=pairs)
             for prompt in sampler.take(pairs):
                 progress.update(task, description=prompt.category)
@@ -136,4 +176,7 @@ def once(
         json.dump(once_json(run.run_id, summary, records), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        Console().print(summary_table(summary, run.run_id))
+        out = Console()
+        if not out.is_terminal:  # a pipe or a log: do not squeeze the table into 80 columns
+            out = Console(width=160)
+        out.print(summary_table(summary, run.run_id))

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self, cast
 
+from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -34,7 +35,6 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from alembic import command
 from canaryd.errors import DatabaseError
 from canaryd.paths import alembic_dir, default_database_url
 from canaryd.records import ARMS, Arm, Check, CheckKind, PairRecord, PairScores, Prompt, RunInfo

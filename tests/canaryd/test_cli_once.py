@@ -38,8 +38,9 @@ def config(tmp_path: Path, extra: str = "") -> Path:
 class TestOnceJson:
     def test_runs_stores_and_prints_the_documented_shape(self, env: Path) -> None:
         """--json prints run_id, a summary per category and every pair; the pairs are stored."""
-        result = CliRunner().invoke(app, ["once", "--config", str(config(env)), "--pairs", "10",
-                                          "--json"])
+        result = CliRunner().invoke(
+            app, ["once", "--config", str(config(env)), "--pairs", "10", "--json"]
+        )
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
         assert set(data) >= {"run_id", "summary", "pairs"}
@@ -49,8 +50,12 @@ class TestOnceJson:
         assert set(pair) >= {"prompt_id", "category", "baseline", "speculative", "scores"}
         for arm in ("baseline", "speculative"):
             assert set(pair[arm]) >= {"ttft_s", "tpot_s", "e2e_s", "output_tokens", "error"}
-        assert set(pair["speculative"]) >= {"verify_steps", "draft_tokens", "accepted_tokens",
-                                             "accepted_per_position"}
+        assert set(pair["speculative"]) >= {
+            "verify_steps",
+            "draft_tokens",
+            "accepted_tokens",
+            "accepted_per_position",
+        }
         assert "exact_match" in pair["scores"]
         categories = {p["category"] for p in data["pairs"]}
         assert len(categories) >= 8, "10 stratified pairs cover at least 8 categories"
@@ -63,15 +68,17 @@ class TestOnceJson:
 
     def test_category_filter(self, env: Path) -> None:
         """--category runs only that category's prompts."""
-        result = CliRunner().invoke(app, ["once", "-c", str(config(env)), "-n", "3",
-                                          "--category", "math", "--json"])
+        result = CliRunner().invoke(
+            app, ["once", "-c", str(config(env)), "-n", "3", "--category", "math", "--json"]
+        )
         assert result.exit_code == 0, result.output
         assert {p["category"] for p in json.loads(result.stdout)["pairs"]} == {"math"}
 
     def test_table_lists_categories_and_all(self, env: Path) -> None:
         """Without --json a table shows each category and the `all` row."""
-        result = CliRunner().invoke(app, ["once", "-c", str(config(env)), "-n", "4",
-                                          "--category", "code"])
+        result = CliRunner().invoke(
+            app, ["once", "-c", str(config(env)), "-n", "4", "--category", "code"]
+        )
         assert result.exit_code == 0, result.output
         assert "code" in result.stdout and "all" in result.stdout
         assert "speedup" in result.stdout

@@ -18,7 +18,9 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 class TestLoadSettings:
-    def test_defaults_run_the_embedded_model_on_both_arms(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_defaults_run_the_embedded_model_on_both_arms(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """No file: baseline autoregressive and prompt-lookup speculative on the embedded model."""
         monkeypatch.delenv("CANARYD_CONFIG", raising=False)
         settings = load_settings(None)
@@ -33,8 +35,9 @@ class TestLoadSettings:
         path = write(tmp_path, '[arms.speculative]\nkind = "fake"\nspeculative = true\n')
         assert isinstance(load_settings(path).arms.speculative, FakeEngineConfig)
 
-    def test_environment_overrides_the_file(self, tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_environment_overrides_the_file(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """CANARYD_PROMPTS__MAX_TOKENS beats the file's prompts.max_tokens."""
         path = write(tmp_path, "[prompts]\nmax_tokens = 32\nseed = 5\n")
         monkeypatch.setenv("CANARYD_PROMPTS__MAX_TOKENS", "16")
@@ -75,7 +78,9 @@ class TestLoadSettings:
     def test_speculative_method_needs_its_fields(self, tmp_path: Path) -> None:
         """early_exit without a layer count names the speculative section."""
         path = write(tmp_path, '[arms.speculative.speculative]\nmethod = "early_exit"\n')
-        with pytest.raises(ConfigError, match=r"arms\.speculative\.speculative: .*early_exit_layer"):
+        with pytest.raises(
+            ConfigError, match=r"arms\.speculative\.speculative: .*early_exit_layer"
+        ):
             load_settings(path)
 
     def test_config_hash_follows_content(self, tmp_path: Path) -> None:
@@ -83,4 +88,6 @@ class TestLoadSettings:
         a = load_settings(write(tmp_path, "[prompts]\nseed = 1\n"))
         b = load_settings(write(tmp_path, "[prompts]\nseed = 2\n"))
         assert a.config_hash() != b.config_hash()
-        assert a.config_hash() == load_settings(write(tmp_path, "[prompts]\nseed = 1\n")).config_hash()
+        assert (
+            a.config_hash() == load_settings(write(tmp_path, "[prompts]\nseed = 1\n")).config_hash()
+        )

@@ -13,17 +13,20 @@ from engine.types import Message
 
 
 def prompts(spec: dict[str, int]) -> list[Prompt]:
-    return [Prompt(id=f"{c}-{i}", category=c, messages=(Message("user", f"{c} {i}"),),
-                   max_tokens=8) for c, n in spec.items() for i in range(n)]
+    return [
+        Prompt(id=f"{c}-{i}", category=c, messages=(Message("user", f"{c} {i}"),), max_tokens=8)
+        for c, n in spec.items()
+        for i in range(n)
+    ]
 
 
 class TestStratifiedSampler:
     def test_every_category_gets_its_share_in_each_window(self) -> None:
-        """Equal weights: any 3 consecutive draws cover all 3 categories, however skewed the suite."""
+        """Equal weights: any 3 consecutive draws cover all 3 categories, however skewed."""
         sampler = StratifiedSampler(prompts({"a": 50, "b": 2, "c": 1}), seed=1)
         draws = [p.category for p in sampler.take(30)]
         for start in range(0, 30, 3):
-            assert sorted(draws[start:start + 3]) == ["a", "b", "c"]
+            assert sorted(draws[start : start + 3]) == ["a", "b", "c"]
 
     def test_weights_set_proportions(self) -> None:
         """Weights 3:1 give exactly 75 % / 25 % over a multiple of the weight sum."""

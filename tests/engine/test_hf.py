@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ def tiny() -> tuple[Any, Any]:
 
 @pytest.fixture(scope="module")
 def tiny_draft(tiny: tuple[Any, Any]) -> Any:
-    model, tokenizer = tiny_llama(seed=1, layers=1, tokenizer=tiny[1])
+    model, _tokenizer = tiny_llama(seed=1, layers=1, tokenizer=tiny[1])
     return model
 
 
@@ -142,7 +143,7 @@ class TestSpeculativeArm:
         assert result.output_tokens == stats.accepted_tokens + stats.verify_steps
         assert 1.0 <= (result.acceptance_length or 0) <= config.num_draft_tokens + 1
         accepted = stats.accepted_per_position
-        assert all(a >= b for a, b in zip(accepted, accepted[1:], strict=False)), (
+        assert all(a >= b for a, b in itertools.pairwise(accepted)), (
             "a draft position is only accepted when every earlier one was"
         )
 

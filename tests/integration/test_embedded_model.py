@@ -20,7 +20,8 @@ def arms() -> tuple[TransformersEngine, TransformersEngine]:
     base = TransformersEngine(TransformersEngineConfig(), models_dir=paths.models_dir())
     spec = TransformersEngine(
         TransformersEngineConfig(speculative=SpeculativeConfig(num_draft_tokens=8)),
-        models_dir=paths.models_dir())
+        models_dir=paths.models_dir(),
+    )
     base.load()
     spec.load()
     return base, spec
@@ -38,13 +39,15 @@ def sample_prompts(per_category: int = 1) -> list:
 
 class TestEmbeddedPromptLookup:
     def test_greedy_output_equals_baseline_and_identities_hold(
-            self, arms: tuple[TransformersEngine, TransformersEngine]) -> None:
+        self, arms: tuple[TransformersEngine, TransformersEngine]
+    ) -> None:
         """Across every category, greedy prompt lookup reproduces the baseline tokens exactly,
         accepted ≤ drafted, per-position counts sum to accepted, and output = accepted + steps."""
         base, spec = arms
         for prompt in sample_prompts():
-            request = GenerationRequest(messages=prompt.messages,
-                                        sampling=SamplingParams(max_tokens=48))
+            request = GenerationRequest(
+                messages=prompt.messages, sampling=SamplingParams(max_tokens=48)
+            )
             b, s = base.generate(request), spec.generate(request)
             assert b.ok and s.ok, (b.error_detail, s.error_detail)
             assert s.token_ids == b.token_ids, prompt.id
@@ -58,11 +61,13 @@ class TestEmbeddedPromptLookup:
             assert 0 < b.ttft_s <= b.e2e_s and 0 < s.ttft_s <= s.e2e_s
 
     def test_seeded_sampling_matches_between_runs(
-            self, arms: tuple[TransformersEngine, TransformersEngine]) -> None:
+        self, arms: tuple[TransformersEngine, TransformersEngine]
+    ) -> None:
         """Sampling with a seed repeats itself on the same arm."""
         base, _ = arms
         prompt = sample_prompts()[0]
-        request = GenerationRequest(messages=prompt.messages,
-                                    sampling=SamplingParams(max_tokens=24, temperature=0.8,
-                                                            top_p=0.95, seed=42))
+        request = GenerationRequest(
+            messages=prompt.messages,
+            sampling=SamplingParams(max_tokens=24, temperature=0.8, top_p=0.95, seed=42),
+        )
         assert base.generate(request).token_ids == base.generate(request).token_ids

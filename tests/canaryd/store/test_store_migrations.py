@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from alembic import command
 from canaryd.errors import DatabaseError
 from canaryd.store import current_revision, head_revision, upgrade
 from canaryd.store.models import Base
