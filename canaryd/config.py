@@ -80,6 +80,40 @@ class StorageConfig(_Section):
         return self.url or paths.default_database_url()
 
 
+class ScheduleConfig(_Section):
+    pair_interval_s: float = Field(default=30.0, gt=0, description="seconds between pair cycles")
+    jitter_s: float = Field(default=5.0, ge=0, description="random delay added to each cycle")
+    pairs_per_cycle: int = Field(default=1, ge=1, le=1000)
+    misfire_grace_s: float = Field(default=60.0, gt=0)
+    gate_interval_s: float = Field(default=60.0, gt=0, description="seconds between gate runs")
+    retention_interval_s: float = Field(default=3600.0, gt=0)
+    heartbeat_interval_s: float = Field(default=10.0, gt=0)
+
+
+class ServerConfig(_Section):
+    listen: str = Field(default="127.0.0.1:9466", description="host:port of /metrics, /healthz")
+    max_cycle_age_s: float | None = Field(
+        default=None, gt=0,
+        description="/healthz fails when the last finished cycle is older; default "
+        "3 x pair_interval_s + 2 x timeout_s")
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, listen: str) -> str:
+        host, sep, port = listen.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("must be host:port, e.g. 127.0.0.1:9466")
+        return listen
+
+
+class LoggingConfig(_Section):
+    level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
+    format: str = Field(default="auto", pattern="^(auto|json|console)$",
+                        description="auto: JSON unless stderr is a terminal")
+    include_text: bool = Field(
+        default=False, description="log prompt and output text (may be sensitive)")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="CANARYD_",
@@ -91,6 +125,9 @@ class Settings(BaseSettings):
     arms: ArmsConfig = Field(default_factory=ArmsConfig)
     prompts: PromptsConfig = Field(default_factory=PromptsConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     @classmethod
     def settings_customise_sources(
