@@ -25,7 +25,7 @@ from canaryd.report_json import once_json
 from canaryd.runner import PairParams, PairRunner
 from canaryd.sampling import StratifiedSampler
 from canaryd.store import SqlStore
-from canaryd.suites import load_default_suites, load_suites, select
+from canaryd.suites import Suite, load_default_suites, load_suites, select
 from canaryd.summary import ALL, CategorySummary, summarise
 from engine.registry import build_engine
 
@@ -42,10 +42,18 @@ def software_versions() -> dict[str, str]:
     return versions
 
 
-def resolve_prompts(settings: Settings, category: str | None) -> list[Prompt]:
-    suites = (
+def configured_suites(settings: Settings) -> list[Suite]:
+    """The suites named in `prompts.suites`, else the ones shipped with canaryd."""
+    return (
         load_suites(settings.prompts.suites) if settings.prompts.suites else load_default_suites()
     )
+
+
+def resolve_prompts(
+    settings: Settings, category: str | None, suites: list[Suite] | None = None
+) -> list[Prompt]:
+    """The prompts to sample: of `category` when given, else of the configured categories."""
+    suites = configured_suites(settings) if suites is None else suites
     prompts = select(suites, category)
     if settings.prompts.categories and category is None:
         wanted = set(settings.prompts.categories)
@@ -110,7 +118,8 @@ def once(
     """Run N baseline-vs-speculative pairs now, store them, and print a summary."""
     configure_logging(level="WARNING" if as_json else "INFO")
     settings = load_settings(config)
-    prompts = resolve_prompts(settings, category)
+    suites = configured_suites(settings)
+    prompts = resolve_prompts(settings, category, suites)
     sampler = StratifiedSampler(
         prompts,
         seed=settings.prompts.seed,
@@ -123,6 +132,8 @@ def once(
     store = SqlStore.open(settings.storage.resolved_url(), create=True)
     err = Console(stderr=True)
     try:
+        for suite in suites:
+            store.record_suite(suite.name, suite.sha256, str(suite.path))
         baseline = build_engine(settings.arms.baseline, models_dir=paths.models_dir())
         speculative = build_engine(settings.arms.speculative, models_dir=paths.models_dir())
         with err.status("loading and warming up engines…", spinner="dots"):
