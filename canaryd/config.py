@@ -76,6 +76,19 @@ class StorageConfig(_Section):
         "PostgreSQL: postgresql+psycopg://user:password@host/db",
     )
 
+    buffer_pairs: int = Field(
+        default=1000,
+        ge=1,
+        description="pairs kept in memory while the database is unreachable; when full, "
+        "the oldest is dropped and counted",
+    )
+    raw_retention_days: float = Field(
+        default=30.0, gt=0, description="raw pairs older than this are rolled up and removed"
+    )
+    rollup_retention_days: float = Field(
+        default=365.0, gt=0, description="per-hour roll-ups older than this are removed"
+    )
+
     def resolved_url(self) -> str:
         return self.url or paths.default_database_url()
 
@@ -88,14 +101,22 @@ class ScheduleConfig(_Section):
     gate_interval_s: float = Field(default=60.0, gt=0, description="seconds between gate runs")
     retention_interval_s: float = Field(default=3600.0, gt=0)
     heartbeat_interval_s: float = Field(default=10.0, gt=0)
+    shutdown_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="on SIGTERM, how long the in-flight pair may take to finish before it "
+        "is dropped whole; a generation in progress cannot be interrupted",
+    )
 
 
 class ServerConfig(_Section):
     listen: str = Field(default="127.0.0.1:9466", description="host:port of /metrics, /healthz")
     max_cycle_age_s: float | None = Field(
-        default=None, gt=0,
+        default=None,
+        gt=0,
         description="/healthz fails when the last finished cycle is older; default "
-        "3 x pair_interval_s + 2 x timeout_s")
+        "3 x pair_interval_s + 2 x timeout_s",
+    )
 
     @field_validator("listen")
     @classmethod
@@ -108,10 +129,14 @@ class ServerConfig(_Section):
 
 class LoggingConfig(_Section):
     level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
-    format: str = Field(default="auto", pattern="^(auto|json|console)$",
-                        description="auto: JSON unless stderr is a terminal")
+    format: str = Field(
+        default="auto",
+        pattern="^(auto|json|console)$",
+        description="auto: JSON unless stderr is a terminal",
+    )
     include_text: bool = Field(
-        default=False, description="log prompt and output text (may be sensitive)")
+        default=False, description="log prompt and output text (may be sensitive)"
+    )
 
 
 class Settings(BaseSettings):
