@@ -4,6 +4,30 @@
 set -euo pipefail
 mkdir -p .venv
 rm -f .venv/pg_url
+
+# Prometheus (Debian package): promtool checks the alert rules, and integration tests start
+# their own `prometheus` on loopback. Nothing is started here; a systemd unit the package
+# may try to start does not exist without systemd, which is fine.
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        export DEBIAN_FRONTEND=noninteractive
+        # Without systemd the package's init script would start a server on :9090; a
+        # policy-rc.d that answers 101 ("action forbidden") stops that, as in Docker images.
+        own_policy=
+        if [ ! -e /usr/sbin/policy-rc.d ]; then
+            printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+            chmod 755 /usr/sbin/policy-rc.d
+            own_policy=1
+        fi
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+        [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
+        echo "services: installed prometheus ($(prometheus --version 2>&1 | head -n1))"
+    else
+        echo "services: promtool/prometheus not found and cannot apt-get install them" \
+            "(not root); Prometheus integration tests will be skipped" >&2
+    fi
+fi
 if ! command -v pg_ctlcluster >/dev/null 2>&1; then
     echo "services: pg_ctlcluster not found; PostgreSQL store tests will be skipped" >&2
     exit 0

@@ -15,7 +15,14 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -89,6 +96,12 @@ class StorageConfig(_Section):
         default=365.0, gt=0, description="per-hour roll-ups older than this are removed"
     )
 
+    @model_validator(mode="after")
+    def _rollups_outlive_raw_rows(self) -> StorageConfig:
+        if self.rollup_retention_days < self.raw_retention_days:
+            raise ValueError("rollup_retention_days must be at least raw_retention_days")
+        return self
+
     def resolved_url(self) -> str:
         return self.url or paths.default_database_url()
 
@@ -110,7 +123,10 @@ class ScheduleConfig(_Section):
 
 
 class ServerConfig(_Section):
-    listen: str = Field(default="127.0.0.1:9466", description="host:port of /metrics, /healthz")
+    listen: str = Field(
+        default="127.0.0.1:9466",
+        description="host:port of /metrics, /healthz, /readyz (port 0: any free port)",
+    )
     max_cycle_age_s: float | None = Field(
         default=None,
         gt=0,
@@ -122,7 +138,7 @@ class ServerConfig(_Section):
     @classmethod
     def _host_port(cls, listen: str) -> str:
         host, sep, port = listen.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
             raise ValueError("must be host:port, e.g. 127.0.0.1:9466")
         return listen
 
@@ -132,7 +148,8 @@ class LoggingConfig(_Section):
     format: str = Field(
         default="auto",
         pattern="^(auto|json|console)$",
-        description="auto: JSON unless stderr is a terminal",
+        description="auto: JSON under systemd/journald or when stderr is not a "
+        "terminal, console on a terminal",
     )
     include_text: bool = Field(
         default=False, description="log prompt and output text (may be sensitive)"

@@ -1,9 +1,14 @@
-"""canaryd's history in SQL: the `Store` protocol, `SqlStore`, and schema migrations."""
+"""canaryd's history in SQL: the `Store` protocol, `SqlStore`, schema migrations, and the
+per-hour roll-ups that retention keeps after raw pairs are deleted."""
 
 from __future__ import annotations
 
+from canaryd.store.rollup import PairFacts, PairRollup
 from canaryd.store.sql import (
     EXPECTED_URL_FORMS,
+    RETENTION_BATCH_PAIRS,
+    History,
+    RetentionReport,
     SqlStore,
     Store,
     StoredRun,
@@ -18,6 +23,11 @@ from canaryd.store.sql import (
 
 __all__ = [
     "EXPECTED_URL_FORMS",
+    "RETENTION_BATCH_PAIRS",
+    "History",
+    "PairFacts",
+    "PairRollup",
+    "RetentionReport",
     "SqlStore",
     "Store",
     "StoredRun",

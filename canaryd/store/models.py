@@ -215,3 +215,62 @@ class PairScoresRow(Base):
     task_score_delta: Mapped[float | None] = mapped_column(Double)
 
     pair: Mapped[PairRow] = relationship(back_populates="scores")
+
+
+class PairRollupRow(Base):
+    """The pairs of one category in one UTC hour, rolled up by retention (see
+    `canaryd.store.rollup.PairRollup`, which this row stores field for field).
+
+    Histograms are JSON lists of counts over the bucket bounds in `canaryd.store.rollup`;
+    errors are a JSON object of counts by error kind.
+    """
+
+    __tablename__ = "pair_rollups"
+    __table_args__ = (
+        UniqueConstraint("hour_start", "category"),
+        CheckConstraint("complete_pairs >= 0 AND complete_pairs <= pairs", name="pair_counts"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    hour_start: Mapped[datetime] = mapped_column(UTCDateTime())
+    category: Mapped[str] = mapped_column(String(100))
+    pairs: Mapped[int] = mapped_column(Integer)
+    complete_pairs: Mapped[int] = mapped_column(Integer)
+    scored_pairs: Mapped[int] = mapped_column(Integer)
+    exact_matches: Mapped[int] = mapped_column(Integer)
+    quality_delta_count: Mapped[int] = mapped_column(Integer)
+    quality_delta_sum: Mapped[float] = mapped_column(Double)
+    speedup_count: Mapped[int] = mapped_column(Integer)
+    speedup_sum: Mapped[float] = mapped_column(Double)
+    speedup_histogram: Mapped[list[int]] = mapped_column(json_column_type())
+    baseline_ok: Mapped[int] = mapped_column(Integer)
+    baseline_errors: Mapped[dict[str, int]] = mapped_column(json_column_type())
+    baseline_output_tokens: Mapped[int] = mapped_column(BigInteger)
+    baseline_e2e_sum_s: Mapped[float] = mapped_column(Double)
+    baseline_e2e_histogram: Mapped[list[int]] = mapped_column(json_column_type())
+    baseline_ttft_count: Mapped[int] = mapped_column(Integer)
+    baseline_ttft_sum_s: Mapped[float] = mapped_column(Double)
+    baseline_ttft_histogram: Mapped[list[int]] = mapped_column(json_column_type())
+    baseline_tpot_count: Mapped[int] = mapped_column(Integer)
+    baseline_tpot_sum_s: Mapped[float] = mapped_column(Double)
+    baseline_tpot_histogram: Mapped[list[int]] = mapped_column(json_column_type())
+    speculative_ok: Mapped[int] = mapped_column(Integer)
+    speculative_errors: Mapped[dict[str, int]] = mapped_column(json_column_type())
+    speculative_output_tokens: Mapped[int] = mapped_column(BigInteger)
+    speculative_e2e_sum_s: Mapped[float] = mapped_column(Double)
+    speculative_e2e_histogram: Mapped[list[int]] = mapped_column(json_column_type())
+    speculative_ttft_count: Mapped[int] = mapped_column(Integer)
+    speculative_ttft_sum_s: Mapped[float] = mapped_column(Double)
+    speculative_ttft_histogram: Mapped[list[int]] = mapped_column(json_column_type())
+    speculative_tpot_count: Mapped[int] = mapped_column(Integer)
+    speculative_tpot_sum_s: Mapped[float] = mapped_column(Double)
+    speculative_tpot_histogram: Mapped[list[int]] = mapped_column(json_column_type())
+    speculative_reported: Mapped[int] = mapped_column(Integer)
+    verify_steps: Mapped[int] = mapped_column(BigInteger)
+    draft_tokens: Mapped[int] = mapped_column(BigInteger)
+    accepted_tokens: Mapped[int] = mapped_column(BigInteger)
+    accepted_per_position: Mapped[list[int]] = mapped_column(json_column_type())
+    drafted_per_position: Mapped[list[int]] = mapped_column(json_column_type())
+    acceptance_length_count: Mapped[int] = mapped_column(Integer)
+    acceptance_length_sum: Mapped[float] = mapped_column(Double)
+    acceptance_length_histogram: Mapped[list[int]] = mapped_column(json_column_type())

@@ -18,8 +18,8 @@ import re
 import shlex
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self, cast
@@ -28,17 +28,47 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, event, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Select,
+    and_,
+    create_engine,
+    delete,
+    event,
+    func,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from canaryd.errors import DatabaseError
 from canaryd.paths import alembic_dir, default_database_url
 from canaryd.records import ARMS, Arm, Check, CheckKind, PairRecord, PairScores, Prompt, RunInfo
-from canaryd.store.models import GenerationRow, PairRow, PairScoresRow, PromptRow, RunRow, SuiteRow
+from canaryd.store.models import (
+    GenerationRow,
+    PairRollupRow,
+    PairRow,
+    PairScoresRow,
+    PromptRow,
+    RunRow,
+    SuiteRow,
+)
+from canaryd.store.rollup import (
+    ACCEPTANCE_LENGTH_BOUNDS,
+    LATENCY_BOUNDS_S,
+    SPEEDUP_BOUNDS,
+    ArmFacts,
+    ArmRollup,
+    PairFacts,
+    PairRollup,
+    rollups_by_hour,
+)
 from engine.types import (
     AcceptanceSource,
     ErrorKind,
@@ -50,7 +80,10 @@ from engine.types import (
 
 __all__ = [
     "EXPECTED_URL_FORMS",
+    "RETENTION_BATCH_PAIRS",
     "SQLITE_BUSY_TIMEOUT_S",
+    "History",
+    "RetentionReport",
     "SqlStore",
     "Store",
     "StoredRun",
@@ -68,6 +101,9 @@ __all__ = [
 EXPECTED_URL_FORMS = "sqlite:///path or postgresql+psycopg://user:pass@host/db"
 SQLITE_BUSY_TIMEOUT_S = 30.0  # a writer waits this long for another writer; `?timeout=` overrides
 POSTGRESQL_CONNECT_TIMEOUT_S = 10  # `?connect_timeout=` overrides
+# Pairs rolled up per retention transaction: a months-long backlog never holds one giant
+# transaction (or SQLite's single write lock) while the daemon wants to save a pair.
+RETENTION_BATCH_PAIRS = 1000
 _SUPPORTED_DRIVERS = {
     "sqlite": "sqlite",
     "sqlite+pysqlite": "sqlite+pysqlite",
@@ -84,6 +120,26 @@ class StoredRun:
 
     info: RunInfo
     finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionReport:
+    """What one `apply_retention` did: pairs rolled up (each then deleted with its
+    generations and scores), and roll-up rows deleted for being past their own cut-off."""
+
+    rolled_up_pairs: int
+    deleted_pairs: int
+    deleted_rollups: int
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """A time window of history read in one snapshot: the raw pairs still stored, and the
+    roll-ups of the hours whose start lies in the window. A pair is in one or the other,
+    never both (retention moves it in one transaction)."""
+
+    pairs: list[PairFacts]
+    rollups: list[PairRollup]
 
 
 class Store(Protocol):
@@ -110,6 +166,25 @@ class Store(Protocol):
     def runs(self, limit: int | None = 20) -> list[StoredRun]: ...
 
     def categories(self) -> list[str]: ...
+
+    def apply_retention(
+        self,
+        now: datetime,
+        raw_retention_days: float,
+        rollup_retention_days: float,
+        *,
+        batch_pairs: int = RETENTION_BATCH_PAIRS,
+    ) -> RetentionReport: ...
+
+    def history(self, since: datetime, until: datetime) -> History: ...
+
+    def rollups(
+        self, *, since: datetime | None = None, until: datetime | None = None
+    ) -> list[PairRollup]: ...
+
+    def latest_pair_started_at(self) -> datetime | None: ...
+
+    def latest_rollup_hour(self) -> datetime | None: ...
 
     def close(self) -> None: ...
 
@@ -500,6 +575,122 @@ def _run_from_row(row: RunRow) -> StoredRun:
     return StoredRun(info=info, finished_at=row.finished_at)
 
 
+# --- facts and roll-ups <-> rows ------------------------------------------------------
+
+_BASELINE = aliased(GenerationRow, name="baseline_generation")
+_SPECULATIVE = aliased(GenerationRow, name="speculative_generation")
+
+
+def _facts_query() -> Select[Any]:
+    """Pairs with both generations and their scores, as the columns `PairFacts` needs."""
+    return (
+        select(
+            PairRow.pair_id,
+            PairRow.category,
+            PairRow.started_at,
+            *(
+                getattr(arm, column)
+                for arm in (_BASELINE, _SPECULATIVE)
+                for column in ("error", "output_tokens", "e2e_s", "ttft_s", "tpot_s")
+            ),
+            _SPECULATIVE.verify_steps,
+            _SPECULATIVE.draft_tokens,
+            _SPECULATIVE.accepted_tokens,
+            _SPECULATIVE.accepted_per_position,
+            _SPECULATIVE.drafted_per_position,
+            PairScoresRow.exact_match,
+            PairScoresRow.task_score_delta,
+        )
+        .join(_BASELINE, and_(_BASELINE.pair_id == PairRow.pair_id, _BASELINE.arm == "baseline"))
+        .join(
+            _SPECULATIVE,
+            and_(_SPECULATIVE.pair_id == PairRow.pair_id, _SPECULATIVE.arm == "speculative"),
+        )
+        .outerjoin(PairScoresRow, PairScoresRow.pair_id == PairRow.pair_id)
+    )
+
+
+def _facts_from_columns(row: Sequence[Any]) -> PairFacts:
+    (pair_id, category, started_at, *arms) = row[:13]
+    verify, drafted, accepted, per_position, drafted_per_position, exact, delta = row[13:]
+    return PairFacts(
+        pair_id=pair_id,
+        category=category,
+        started_at=started_at,
+        baseline=ArmFacts(*arms[0:5]),
+        speculative=ArmFacts(*arms[5:10]),
+        verify_steps=verify,
+        draft_tokens=drafted,
+        accepted_tokens=accepted,
+        accepted_per_position=None if per_position is None else tuple(per_position),
+        drafted_per_position=None if drafted_per_position is None else tuple(drafted_per_position),
+        exact_match=exact,
+        task_score_delta=delta,
+    )
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return value
+
+
+def _rollup_values(rollup: PairRollup) -> dict[str, Any]:
+    """The `pair_rollups` columns of a roll-up: arm fields are prefixed with the arm."""
+    values: dict[str, Any] = {}
+    for spec in fields(PairRollup):
+        value = getattr(rollup, spec.name)
+        if isinstance(value, ArmRollup):
+            for arm_spec in fields(ArmRollup):
+                values[f"{spec.name}_{arm_spec.name}"] = _json_safe(getattr(value, arm_spec.name))
+        else:
+            values[spec.name] = _json_safe(value)
+    return values
+
+
+_HISTOGRAM_BUCKETS = {
+    "speedup_histogram": len(SPEEDUP_BOUNDS) + 1,
+    "acceptance_length_histogram": len(ACCEPTANCE_LENGTH_BOUNDS) + 1,
+    "e2e_histogram": len(LATENCY_BOUNDS_S) + 1,
+    "ttft_histogram": len(LATENCY_BOUNDS_S) + 1,
+    "tpot_histogram": len(LATENCY_BOUNDS_S) + 1,
+}
+
+
+def _stored(name: str, value: Any) -> Any:
+    if isinstance(value, list):
+        buckets = _HISTOGRAM_BUCKETS.get(name)
+        if buckets is not None and len(value) != buckets:
+            raise ValueError(
+                f"stored {name} has {len(value)} buckets, this canaryd uses {buckets}; the "
+                f"bucket bounds changed without a migration"
+            )
+        return tuple(value)
+    if isinstance(value, dict):
+        return {str(k): int(v) for k, v in sorted(value.items())}
+    return value
+
+
+def _rollup_from_row(row: PairRollupRow) -> PairRollup:
+    arms = {
+        arm: ArmRollup(
+            **{
+                spec.name: _stored(spec.name, getattr(row, f"{arm}_{spec.name}"))
+                for spec in fields(ArmRollup)
+            }
+        )
+        for arm in ("baseline", "speculative")
+    }
+    plain: dict[str, Any] = {
+        spec.name: _stored(spec.name, getattr(row, spec.name))
+        for spec in fields(PairRollup)
+        if spec.name not in arms
+    }
+    return PairRollup(**plain, baseline=arms["baseline"], speculative=arms["speculative"])
+
+
 # --- the store ------------------------------------------------------------------------
 
 
@@ -701,3 +892,161 @@ class SqlStore:
         query = select(PairRow.category).distinct().order_by(PairRow.category)
         with self._translating("reading categories"), self._sessions() as session:
             return list(session.scalars(query))
+
+    # --- retention and roll-ups ---------------------------------------------------------
+
+    def apply_retention(
+        self,
+        now: datetime,
+        raw_retention_days: float,
+        rollup_retention_days: float,
+        *,
+        batch_pairs: int = RETENTION_BATCH_PAIRS,
+    ) -> RetentionReport:
+        """Roll up and delete raw pairs started before `now - raw_retention_days`, then
+        delete roll-up hours that ended before `now - rollup_retention_days`.
+
+        Each batch of at most `batch_pairs` pairs is one transaction: read, merge into the
+        `pair_rollups` rows of their (hour, category), delete exactly those pairs with their
+        generations and scores. A crash or a lost database mid-batch leaves the batch
+        entirely raw, so re-running never counts a pair twice. Prompts stay (they are
+        small and shared). Raises `ValueError` for a naive `now` or a policy where
+        roll-ups would not outlive the raw rows they summarise.
+        """
+        _aware(now, "retention now")
+        if raw_retention_days <= 0 or rollup_retention_days < raw_retention_days:
+            raise ValueError(
+                f"retention of raw pairs {raw_retention_days!r} days and of roll-ups "
+                f"{rollup_retention_days!r} days: both must be positive, and roll-ups "
+                f"kept at least as long as raw pairs"
+            )
+        if batch_pairs < 1:
+            raise ValueError(f"batch_pairs={batch_pairs!r} must be at least 1")
+        raw_cutoff = now - timedelta(days=raw_retention_days)
+        rolled_up = 0
+        while True:
+            batch = self._roll_up_batch(raw_cutoff, batch_pairs)
+            rolled_up += batch
+            if batch == 0:
+                break
+        rollup_cutoff = now - timedelta(days=rollup_retention_days)
+        with self._transaction("deleting old roll-ups") as session:
+            # An hour is deleted once all of it is older than the cut-off.
+            result = session.execute(
+                delete(PairRollupRow).where(
+                    PairRollupRow.hour_start <= rollup_cutoff - timedelta(hours=1)
+                )
+            )
+            deleted_rollups = int(getattr(result, "rowcount", 0))
+        return RetentionReport(
+            rolled_up_pairs=rolled_up, deleted_pairs=rolled_up, deleted_rollups=deleted_rollups
+        )
+
+    def _roll_up_batch(self, cutoff: datetime, batch_pairs: int) -> int:
+        postgresql = self._engine.dialect.name == "postgresql"
+        with self._transaction("rolling up old pairs") as session:
+            if not postgresql:
+                # Take SQLite's write lock before reading, so a concurrent writer makes us
+                # wait (busy timeout) instead of failing on a stale read snapshot.
+                session.execute(text("UPDATE pair_rollups SET pairs = pairs WHERE 1 = 0"))
+            oldest = (
+                select(PairRow.pair_id)
+                .where(PairRow.started_at < cutoff)
+                .order_by(PairRow.started_at, PairRow.pair_id)
+                .limit(batch_pairs)
+            )
+            if postgresql:
+                # A concurrent retention (daemon and a manual run) takes other pairs.
+                oldest = oldest.with_for_update(skip_locked=True)
+            pair_ids = list(session.scalars(oldest))
+            if not pair_ids:
+                return 0
+            facts = [
+                _facts_from_columns(row)
+                for row in session.execute(_facts_query().where(PairRow.pair_id.in_(pair_ids)))
+            ]
+            if len(facts) != len(pair_ids):  # pragma: no cover - save_pair writes both arms
+                raise RuntimeError(f"{len(pair_ids) - len(facts)} pairs lack a generation")
+            for rollup in rollups_by_hour(facts).values():
+                self._merge_into_stored(session, rollup)
+            for model in (PairScoresRow, GenerationRow):
+                session.execute(delete(model).where(model.pair_id.in_(pair_ids)))
+            deleted = session.execute(delete(PairRow).where(PairRow.pair_id.in_(pair_ids)))
+            if getattr(deleted, "rowcount", 0) != len(pair_ids):  # pragma: no cover
+                # Rolls the batch back: its pairs are counted only if exactly they go.
+                raise RuntimeError("pairs being rolled up were deleted by someone else")
+            return len(pair_ids)
+
+    def _merge_into_stored(self, session: Session, rollup: PairRollup) -> None:
+        key = {"hour_start": rollup.hour_start, "category": rollup.category}
+        # Create the row if missing without racing a concurrent creator, then lock it.
+        empty = PairRollup(hour_start=rollup.hour_start, category=rollup.category)
+        session.execute(
+            self._insert_ignoring_duplicates(
+                PairRollupRow, _rollup_values(empty), ["hour_start", "category"]
+            )
+        )
+        stored = session.scalars(
+            select(PairRollupRow)
+            .where(
+                PairRollupRow.hour_start == key["hour_start"],
+                PairRollupRow.category == key["category"],
+            )
+            .with_for_update()
+        ).one()
+        merged = _rollup_from_row(stored).merge(rollup)
+        session.execute(
+            update(PairRollupRow)
+            .where(PairRollupRow.id == stored.id)
+            .values(_rollup_values(merged))
+            .execution_options(synchronize_session=False)
+        )
+
+    def _rollups_query(self, since: datetime | None, until: datetime | None) -> Select[Any]:
+        query = select(PairRollupRow)
+        if since is not None:
+            query = query.where(PairRollupRow.hour_start >= _aware(since, "since"))
+        if until is not None:
+            query = query.where(PairRollupRow.hour_start < _aware(until, "until"))
+        return query.order_by(PairRollupRow.hour_start, PairRollupRow.category)
+
+    def rollups(
+        self, *, since: datetime | None = None, until: datetime | None = None
+    ) -> list[PairRollup]:
+        """Roll-ups of the hours starting in [since, until), oldest first, by category."""
+        with self._translating("reading roll-ups"), self._sessions() as session:
+            return [
+                _rollup_from_row(row) for row in session.scalars(self._rollups_query(since, until))
+            ]
+
+    def history(self, since: datetime, until: datetime) -> History:
+        """Raw pairs started in [since, until) and roll-ups of hours starting in it, read in
+        one snapshot so that a retention batch committing meanwhile is not counted twice."""
+        pairs_query = (
+            _facts_query()
+            .where(PairRow.started_at >= _aware(since, "since"))
+            .where(PairRow.started_at < _aware(until, "until"))
+            .order_by(PairRow.started_at, PairRow.pair_id)
+        )
+        bind = self._engine
+        if bind.dialect.name == "postgresql":
+            # SQLite's explicit BEGIN already gives one snapshot per transaction.
+            bind = bind.execution_options(isolation_level="REPEATABLE READ")
+        with self._translating("reading history"), Session(bind) as session:
+            pairs = [_facts_from_columns(row) for row in session.execute(pairs_query)]
+            rollups = [
+                _rollup_from_row(row) for row in session.scalars(self._rollups_query(since, until))
+            ]
+        return History(pairs=pairs, rollups=rollups)
+
+    def latest_pair_started_at(self) -> datetime | None:
+        """When the most recent raw pair started; None when no raw pair is stored."""
+        with self._translating("reading the latest pair"), self._sessions() as session:
+            return session.scalars(
+                select(PairRow.started_at).order_by(PairRow.started_at.desc()).limit(1)
+            ).first()
+
+    def latest_rollup_hour(self) -> datetime | None:
+        """The start of the most recent rolled-up hour; None when there are no roll-ups."""
+        with self._translating("reading the latest roll-up"), self._sessions() as session:
+            return session.scalars(select(func.max(PairRollupRow.hour_start))).one()

@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 
 from canaryd.errors import DatabaseError
 from canaryd.records import PairRecord, Prompt, RunInfo
-from canaryd.store import SqlStore, Store, schema_problem
+from canaryd.store import SqlStore, Store, head_revision, schema_problem
 from canaryd.store.sql import make_engine
 from engine.types import AcceptanceSource, SpeculativeStats
 
@@ -54,7 +54,7 @@ class TestOpen:
             assert store.pairs() == []
         with raw(database_url) as connection:
             assert connection.execute(text("SELECT version_num FROM alembic_version")).all() == [
-                ("0001",)
+                (head_revision(),)
             ]
 
     def test_empty_database_without_create_is_refused(self, database_url: str) -> None:

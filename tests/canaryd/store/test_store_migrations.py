@@ -19,7 +19,16 @@ from canaryd.store.models import Base
 from canaryd.store.sql import alembic_config, make_engine
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-TABLES = {"suites", "prompts", "runs", "pairs", "generations", "pair_scores", "alembic_version"}
+TABLES = {
+    "suites",
+    "prompts",
+    "runs",
+    "pairs",
+    "generations",
+    "pair_scores",
+    "pair_rollups",
+    "alembic_version",
+}
 
 
 def table_names(url: str) -> set[str]:

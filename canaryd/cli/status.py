@@ -1,0 +1,138 @@
+"""`canaryd status`: the canary's recent state from the history database.
+
+The URL comes from `--url`, else the configuration's `storage.url` (`--config` or
+CANARYD_CONFIG, CANARYD_STORAGE__URL), else env CANARYD_DATABASE_URL, else the default
+SQLite file. Tables for a person, or with `--json` the stable object documented in
+docs/storage.md. An empty database is a message and exit 0; a bad URL, unreachable
+server or missing schema is one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from canaryd.cli.common import handle_errors
+from canaryd.config import load_settings
+from canaryd.records import ARMS
+from canaryd.status import StatusReport, WindowStatus, build_status
+from canaryd.store import EXPECTED_URL_FORMS, SqlStore, mask_url, resolve_database_url
+
+EMPTY_MESSAGE = "no pairs recorded yet; start `canaryd run` or `canaryd once`"
+_WINDOW_TITLES = {"last_hour": "last hour", "last_day": "last day"}
+
+
+def _seconds(value: float | None, approximate: bool) -> str:
+    if value is None:
+        return "-"
+    return f"{'~' if approximate else ''}{value:.3f}"
+
+
+def _figure(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"
+
+
+def _render(report: StatusReport, console: Console) -> None:
+    console.print(f"database: {report.database}")
+    last = report.last_pair_at
+    console.print(
+        f"last pair: {last.isoformat(timespec='seconds') if last else '-'} "
+        f"({_age(report.last_pair_age_s)})"
+    )
+    run = report.latest_run
+    if run is not None:
+        state = "running" if run.finished_at is None else f"finished {run.finished_at:%F %T}"
+        console.print(
+            f"latest run: {run.info.run_id} ({run.info.kind}, started "
+            f"{run.info.started_at:%F %T} UTC, {state}, config {run.info.config_hash})"
+        )
+    windows = list(report.windows.items())
+    categories = sorted({c for _, w in windows for c in w.pairs_by_category})
+    pairs = Table(title="pairs by category")
+    pairs.add_column("category")
+    for name, _ in windows:
+        pairs.add_column(_WINDOW_TITLES.get(name, name), justify="right")
+    for category in [*categories, "all"]:
+        pairs.add_row(
+            category,
+            *(
+                str(w.pairs if category == "all" else w.pairs_by_category.get(category, 0))
+                for _, w in windows
+            ),
+        )
+    console.print(pairs)
+    figures = Table(title="arms (e2e seconds; ~ approximate, from hourly roll-ups)")
+    for column in ("window", "arm", "ok", "errors", "e2e p50", "e2e p99"):
+        figures.add_column(column, justify="left" if column in ("window", "arm") else "right")
+    for name, window in windows:
+        for arm in ARMS:
+            status = window.arm(arm)
+            errors = ", ".join(f"{kind} {n}" for kind, n in status.errors.items()) or "0"
+            figures.add_row(
+                _WINDOW_TITLES.get(name, name),
+                arm,
+                str(status.ok),
+                errors,
+                _seconds(status.e2e_p50_s, status.e2e_approximate),
+                _seconds(status.e2e_p99_s, status.e2e_approximate),
+            )
+    console.print(figures)
+    for name, window in windows:
+        console.print(_quality_line(_WINDOW_TITLES.get(name, name), window))
+
+
+def _quality_line(title: str, window: WindowStatus) -> str:
+    return (
+        f"{title}: acceptance length mean {_figure(window.acceptance_length_mean, '.2f')}, "
+        f"exact match {_figure(window.exact_match_rate, '.1%')} "
+        f"over {window.complete_pairs} complete pairs"
+    )
+
+
+@handle_errors
+def status(
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the stable JSON object instead of tables.")
+    ] = False,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help=f"Database URL ({EXPECTED_URL_FORMS}); default: the config's storage.url, "
+            "else env CANARYD_DATABASE_URL, else the SQLite file in the data directory.",
+            show_default=False,
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="canaryd.toml (default: env CANARYD_CONFIG, if set)."),
+    ] = None,
+) -> None:
+    """Last cycle, pairs per category, per-arm P50/P99, acceptance, exact match, errors."""
+    resolved = url or load_settings(config).storage.url or resolve_database_url(None)
+    now = datetime.now(UTC)
+    with SqlStore.open(resolved) as store:
+        report = build_status(store, now, database=mask_url(resolved))
+    if json_output:
+        typer.echo(json.dumps(report.as_json(), indent=2, sort_keys=True))
+        return
+    if report.empty:
+        typer.echo(f"{report.database}: {EMPTY_MESSAGE}")
+        return
+    _render(report, Console(width=120))

@@ -1,0 +1,506 @@
+"""canaryd's Prometheus metrics: what a pair, a cycle and the store look like from outside.
+
+`CanarydMetrics` owns one `CollectorRegistry` (never the process-global default, so two
+instances — two tests — never share series) and turns each finished `PairRecord` into
+counter increments and histogram observations. Every label value comes from a bounded
+set: `arm` (baseline, speculative), `category` (the suites' categories, capped, the rest
+folded into `other`), `outcome`, `kind` (an `ErrorKind`, or a capped store error kind) and
+`position` (1 … 15, then `16+`). Figures an engine did not report are counted as
+"not reported", never observed as zeros. `metrics_reference()` renders the table that
+docs/metrics.md carries verbatim, from the same declarations that build the registry.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from threading import Lock
+from typing import Final, Literal
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    generate_latest,
+)
+
+from canaryd.records import ARMS, Arm, PairRecord
+from engine.types import ErrorKind, GenerationResult
+
+__all__ = [
+    "ACCEPTANCE_LENGTH_BUCKETS",
+    "LATENCY_BUCKETS",
+    "MAX_POSITION_LABEL",
+    "OTHER",
+    "QUALITY_DELTA_BUCKETS",
+    "SPEEDUP_BUCKETS",
+    "TPOT_BUCKETS",
+    "CanarydMetrics",
+    "PairOutcome",
+    "metrics_reference",
+    "pair_outcome",
+    "position_label",
+]
+
+# Log-spaced, roughly x1.6 per bucket, on round values: fine enough for a P99 to be read
+# within a bucket's width, few enough that arms x categories x buckets stays small.
+LATENCY_BUCKETS: Final = (
+    0.01, 0.015, 0.025, 0.04, 0.06, 0.1, 0.15, 0.25, 0.4, 0.6,
+    1.0, 1.5, 2.5, 4.0, 6.0, 10.0, 15.0, 25.0, 40.0, 60.0, 120.0,
+)  # fmt: skip
+TPOT_BUCKETS: Final = (
+    0.001, 0.0015, 0.0025, 0.004, 0.006, 0.01, 0.015, 0.025, 0.04, 0.06,
+    0.1, 0.15, 0.25, 0.4, 0.6, 1.0, 2.0,
+)  # fmt: skip
+# Tokens per verify step lie in 1 … k+1; quarter steps where typical values sit (1–3),
+# then coarser, up to k = 16 drafted tokens.
+ACCEPTANCE_LENGTH_BUCKETS: Final = (
+    1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0, 3.5, 4.0, 4.5, 5.0,
+    6.0, 7.0, 8.0, 9.0, 12.0, 17.0,
+)  # fmt: skip
+# Dense around 1.0, where "speculation stopped paying off" is decided.
+SPEEDUP_BUCKETS: Final = (
+    0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0,
+    6.0, 8.0,
+)  # fmt: skip
+QUALITY_DELTA_BUCKETS: Final = (
+    -1.0, -0.5, -0.25, -0.1, -0.05, -0.01, 0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0,
+)  # fmt: skip
+
+OTHER: Final = "other"
+MAX_POSITION_LABEL: Final = 16  # positions 1 … 15 are labelled alone, the rest "16+"
+_LABEL_VALUE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # as suites.CATEGORY_PATTERN
+_LABEL_NAME = re.compile(r"[^a-zA-Z0-9_]")
+_BUILD_VALUE_MAX = 128
+_BUILD_KEYS_MAX = 8  # per identity dict: an engine identity is a handful of fields
+
+PairOutcome = Literal["complete", "baseline_error", "speculative_error", "both_error"]
+PAIR_OUTCOMES: Final[tuple[PairOutcome, ...]] = (
+    "complete",
+    "baseline_error",
+    "speculative_error",
+    "both_error",
+)
+MetricType = Literal["counter", "gauge", "histogram", "info"]
+
+
+def pair_outcome(record: PairRecord) -> PairOutcome:
+    """Which arms of a pair produced a usable result."""
+    if record.baseline.ok and record.speculative.ok:
+        return "complete"
+    if record.speculative.ok:
+        return "baseline_error"
+    if record.baseline.ok:
+        return "speculative_error"
+    return "both_error"
+
+
+def position_label(position: int) -> str:
+    """The `position` label of a 1-based draft position: "1" … "15", then "16+"."""
+    return str(position) if position < MAX_POSITION_LABEL else f"{MAX_POSITION_LABEL}+"
+
+
+class _BoundedLabel:
+    """Admits label values until `limit` distinct ones are seen, then folds the rest into
+    `other`, so a misconfigured suite or a free-form error kind cannot explode the series
+    count. Values that are not short lower-case identifiers are folded too."""
+
+    def __init__(self, limit: int, allowed: Iterable[str] = ()) -> None:
+        self._limit = limit
+        self._seen: set[str] = {v for v in allowed if _LABEL_VALUE.match(v)}
+        self._lock = Lock()
+
+    def __call__(self, value: str) -> str:
+        if value in self._seen:
+            return value
+        if not _LABEL_VALUE.match(value) or value == OTHER:
+            return OTHER
+        with self._lock:
+            if len(self._seen) >= self._limit:
+                return OTHER
+            self._seen.add(value)
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDoc:
+    """One row of the metrics reference."""
+
+    name: str  # as exposed: counters with `_total`, info with `_info`
+    type: MetricType
+    labels: tuple[str, ...]
+    meaning: str
+    example: str  # a PromQL expression a dashboard or alert would use
+
+
+class CanarydMetrics:
+    """Every canaryd metric, in one registry of its own.
+
+    `categories` are the suites' categories (pre-created so their pair counters read 0,
+    not "absent"); categories seen later are admitted up to `max_categories` in all, the
+    rest counted under `other`. All methods are thread-safe.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        categories: Iterable[str] = (),
+        max_categories: int = 64,
+    ) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.reference: list[MetricDoc] = []
+        known = sorted({c for c in categories if _LABEL_VALUE.match(c)})
+        self._category = _BoundedLabel(max_categories, known)
+        self._store_error_kind = _BoundedLabel(16)
+
+        self.pairs = self._counter(
+            "canaryd_pairs_total",
+            "Pairs run, by which arms produced a usable result.",
+            ("category", "outcome"),
+            'sum by (category) (rate(canaryd_pairs_total{outcome!="complete"}[15m]))'
+            " / sum by (category) (rate(canaryd_pairs_total[15m]))",
+        )
+        self.ttft = self._histogram(
+            "canaryd_ttft_seconds",
+            "Time to first token of successful generations.",
+            ("arm", "category"),
+            "histogram_quantile(0.99, sum by (arm, le) (rate(canaryd_ttft_seconds_bucket[1h])))",
+            LATENCY_BUCKETS,
+        )
+        self.tpot = self._histogram(
+            "canaryd_tpot_seconds",
+            "Mean time per output token after the first, per successful generation.",
+            ("arm", "category"),
+            "histogram_quantile(0.5, sum by (arm, le) (rate(canaryd_tpot_seconds_bucket[1h])))",
+            TPOT_BUCKETS,
+        )
+        self.e2e = self._histogram(
+            "canaryd_e2e_seconds",
+            "End-to-end time of successful generations.",
+            ("arm", "category"),
+            "histogram_quantile(0.99, sum by (arm, category, le)"
+            " (rate(canaryd_e2e_seconds_bucket[1h])))",
+            LATENCY_BUCKETS,
+        )
+        self.output_tokens = self._counter(
+            "canaryd_output_tokens_total",
+            "Output tokens of successful generations.",
+            ("arm", "category"),
+            "sum by (arm) (rate(canaryd_output_tokens_total[15m]))"
+            " / sum by (arm) (rate(canaryd_e2e_seconds_sum[15m]))",
+        )
+        self.errors = self._counter(
+            "canaryd_errors_total",
+            "Failed generations, by arm and error kind (timeout, http, connection, oom, "
+            "invalid, internal).",
+            ("arm", "kind"),
+            "sum by (arm) (rate(canaryd_errors_total[15m]))",
+        )
+        self.acceptance_length = self._histogram(
+            "canaryd_speculative_acceptance_length",
+            "Tokens per verify step of successful speculative generations (output tokens / "
+            "verify steps, 1 ... k+1); only when the engine reports acceptance.",
+            ("category",),
+            "histogram_quantile(0.5, sum by (category, le)"
+            " (rate(canaryd_speculative_acceptance_length_bucket[1h])))",
+            ACCEPTANCE_LENGTH_BUCKETS,
+        )
+        self.accepted_tokens = self._counter(
+            "canaryd_speculative_accepted_tokens_total",
+            "Drafted tokens the target model accepted.",
+            ("category",),
+            "sum by (category) (rate(canaryd_speculative_accepted_tokens_total[1h]))"
+            " / sum by (category) (rate(canaryd_speculative_draft_tokens_total[1h]))",
+        )
+        self.draft_tokens = self._counter(
+            "canaryd_speculative_draft_tokens_total",
+            "Tokens the draft proposed for verification.",
+            ("category",),
+            "sum(rate(canaryd_speculative_draft_tokens_total[1h]))"
+            " / sum(rate(canaryd_speculative_verify_steps_total[1h]))",
+        )
+        self.verify_steps = self._counter(
+            "canaryd_speculative_verify_steps_total",
+            "Target-model verify steps (each emits the accepted tokens plus one bonus token).",
+            ("category",),
+            "1 + sum by (category) (rate(canaryd_speculative_accepted_tokens_total[1h]))"
+            " / sum by (category) (rate(canaryd_speculative_verify_steps_total[1h]))",
+        )
+        self.acceptance_not_reported = self._counter(
+            "canaryd_speculative_acceptance_not_reported_total",
+            "Successful speculative generations whose engine reported no acceptance figures "
+            "(counted here instead of observed as zeros).",
+            ("category",),
+            "sum(rate(canaryd_speculative_acceptance_not_reported_total[1h]))",
+        )
+        self.position_accepted = self._counter(
+            "canaryd_speculative_position_accepted_total",
+            "Verify steps whose draft token at this 1-based position was accepted "
+            '(positions past 15 share "16+"); only from engines that report drafts '
+            "per position.",
+            ("position",),
+            "sum by (position) (rate(canaryd_speculative_position_accepted_total[1h]))"
+            " / sum by (position) (rate(canaryd_speculative_position_drafted_total[1h]))",
+        )
+        self.position_drafted = self._counter(
+            "canaryd_speculative_position_drafted_total",
+            "Verify steps that drafted a token at this 1-based position.",
+            ("position",),
+            "sum by (position) (increase(canaryd_speculative_position_drafted_total[1h]))",
+        )
+        self.speedup = self._histogram(
+            "canaryd_speedup_ratio",
+            "Baseline end-to-end time over speculative end-to-end time of complete pairs "
+            "(above 1: speculation is faster).",
+            ("category",),
+            "histogram_quantile(0.5, sum by (category, le)"
+            " (rate(canaryd_speedup_ratio_bucket[1h])))",
+            SPEEDUP_BUCKETS,
+        )
+        self.pairs_compared = self._counter(
+            "canaryd_pairs_compared_total",
+            "Complete pairs whose outputs were compared token by token.",
+            ("category",),
+            "sum by (category) (rate(canaryd_pairs_exact_match_total[1h]))"
+            " / sum by (category) (rate(canaryd_pairs_compared_total[1h]))",
+        )
+        self.pairs_exact_match = self._counter(
+            "canaryd_pairs_exact_match_total",
+            "Compared pairs whose two outputs were token-for-token identical.",
+            ("category",),
+            "1 - sum(increase(canaryd_pairs_exact_match_total[1d]))"
+            " / sum(increase(canaryd_pairs_compared_total[1d]))",
+        )
+        self.task_score_delta = self._histogram(
+            "canaryd_task_score_delta",
+            "Quality delta of complete pairs: speculative minus baseline task score (0..1 "
+            "each, so -1..1); only for prompts with a check or reference.",
+            ("category",),
+            "histogram_quantile(0.1, sum by (category, le)"
+            " (rate(canaryd_task_score_delta_bucket[1d])))",
+            QUALITY_DELTA_BUCKETS,
+        )
+        self.cycles = self._counter(
+            "canaryd_cycles_total",
+            "Pair cycles finished, by outcome (ok, failed).",
+            ("outcome",),
+            'increase(canaryd_cycles_total{outcome="failed"}[1h])',
+        )
+        self.last_cycle = self._gauge(
+            "canaryd_last_cycle_timestamp_seconds",
+            "Unix time the last pair cycle finished, whatever its outcome.",
+            (),
+            "time() - canaryd_last_cycle_timestamp_seconds",
+        )
+        self.last_cycle_success = self._gauge(
+            "canaryd_last_cycle_success_timestamp_seconds",
+            "Unix time the last pair cycle finished successfully.",
+            (),
+            "time() - canaryd_last_cycle_success_timestamp_seconds > 600",
+        )
+        self.heartbeat_timestamp = self._gauge(
+            "canaryd_heartbeat_timestamp_seconds",
+            "Unix time of the daemon's last heartbeat.",
+            (),
+            "time() - canaryd_heartbeat_timestamp_seconds > 60",
+        )
+        self.engine_ready = self._gauge(
+            "canaryd_engine_ready",
+            "1 when the arm's engine is loaded and answering, else 0.",
+            ("arm",),
+            "min(canaryd_engine_ready) == 0",
+        )
+        self.store_errors = self._counter(
+            "canaryd_store_errors_total",
+            "Failed store operations, by kind (as the store names them, capped).",
+            ("kind",),
+            "sum by (kind) (increase(canaryd_store_errors_total[15m]))",
+        )
+        self.pending = self._gauge(
+            "canaryd_store_pending_pairs",
+            "Pairs held in memory because the database is unreachable.",
+            (),
+            "canaryd_store_pending_pairs > 0",
+        )
+        build_doc = (
+            "Versions of canaryd, Python, torch and transformers, and each arm's engine "
+            "identity (baseline_*, speculative_*), as labels of one series of value 1."
+        )
+        self.build = Info("canaryd_build", build_doc, registry=self.registry)
+        self._doc(
+            "canaryd_build_info",
+            "info",
+            ("version", "python", "torch", "transformers", "baseline_*", "speculative_*"),
+            build_doc,
+            "count by (version) (canaryd_build_info)",
+        )
+
+        for category in known:
+            for outcome in PAIR_OUTCOMES:
+                self.pairs.labels(category=category, outcome=outcome)
+        for arm in ARMS:
+            for kind in ErrorKind:
+                if kind is not ErrorKind.NONE:
+                    self.errors.labels(arm=arm, kind=kind.value)
+            self.engine_ready.labels(arm=arm).set(0)
+        for cycle_outcome in ("ok", "failed"):
+            self.cycles.labels(outcome=cycle_outcome)
+
+    # -- declaration helpers: each metric is declared once, with its documentation --
+
+    def _doc(
+        self, name: str, kind: MetricType, labels: Sequence[str], meaning: str, example: str
+    ) -> None:
+        self.reference.append(MetricDoc(name, kind, tuple(labels), meaning, example))
+
+    def _counter(self, name: str, doc: str, labels: Sequence[str], example: str) -> Counter:
+        self._doc(name, "counter", labels, doc, example)
+        return Counter(name, doc, labels, registry=self.registry)
+
+    def _gauge(self, name: str, doc: str, labels: Sequence[str], example: str) -> Gauge:
+        self._doc(name, "gauge", labels, doc, example)
+        return Gauge(name, doc, labels, registry=self.registry)
+
+    def _histogram(
+        self,
+        name: str,
+        doc: str,
+        labels: Sequence[str],
+        example: str,
+        buckets: Sequence[float],
+    ) -> Histogram:
+        self._doc(name, "histogram", labels, doc, example)
+        return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
+
+    # -- what the daemon reports --
+
+    def category_label(self, category: str) -> str:
+        """The `category` label a prompt category is counted under."""
+        return self._category(category)
+
+    def observe_pair(self, record: PairRecord) -> None:
+        """Count one finished pair: both arms' timings and errors, the speculative arm's
+        acceptance, and the pair's speedup, consistency and quality delta."""
+        category = self._category(record.prompt.category)
+        self.pairs.labels(category=category, outcome=pair_outcome(record)).inc()
+        for arm in ARMS:
+            self._observe_arm(arm, category, getattr(record, arm))
+        if record.speculative.ok:
+            self._observe_acceptance(category, record.speculative)
+        speedup = record.speedup
+        if speedup is not None:
+            self.speedup.labels(category=category).observe(speedup)
+        scores = record.scores
+        if record.complete and scores is not None:
+            self.pairs_compared.labels(category=category).inc()
+            if scores.exact_match:
+                self.pairs_exact_match.labels(category=category).inc()
+            if scores.task_score_delta is not None:
+                self.task_score_delta.labels(category=category).observe(scores.task_score_delta)
+
+    def _observe_arm(self, arm: Arm, category: str, result: GenerationResult) -> None:
+        if not result.ok:
+            # A failure's duration is time-to-failure, not a latency: it would drag the
+            # latency distribution toward the timeout. Errors are counted instead.
+            self.errors.labels(arm=arm, kind=result.error.value).inc()
+            return
+        if result.ttft_s is not None:
+            self.ttft.labels(arm=arm, category=category).observe(result.ttft_s)
+        if result.tpot_s is not None:
+            self.tpot.labels(arm=arm, category=category).observe(result.tpot_s)
+        self.e2e.labels(arm=arm, category=category).observe(result.e2e_s)
+        self.output_tokens.labels(arm=arm, category=category).inc(result.output_tokens)
+
+    def _observe_acceptance(self, category: str, result: GenerationResult) -> None:
+        stats = result.speculative
+        if stats is None:
+            self.acceptance_not_reported.labels(category=category).inc()
+            return
+        self.accepted_tokens.labels(category=category).inc(stats.accepted_tokens)
+        self.draft_tokens.labels(category=category).inc(stats.draft_tokens)
+        self.verify_steps.labels(category=category).inc(stats.verify_steps)
+        length = result.acceptance_length
+        if length is not None:
+            self.acceptance_length.labels(category=category).observe(length)
+        # Accepted without drafted per position would make a rate with no denominator:
+        # count positions only when the engine reports both.
+        if stats.drafted_per_position:
+            for index, drafted in enumerate(stats.drafted_per_position):
+                accepted = (
+                    stats.accepted_per_position[index]
+                    if index < len(stats.accepted_per_position)
+                    else 0
+                )
+                position = position_label(index + 1)
+                self.position_drafted.labels(position=position).inc(drafted)
+                self.position_accepted.labels(position=position).inc(accepted)
+
+    def cycle_finished(self, timestamp: float, ok: bool) -> None:
+        """A pair cycle ended at `timestamp` (Unix seconds)."""
+        self.cycles.labels(outcome="ok" if ok else "failed").inc()
+        self.last_cycle.set(timestamp)
+        if ok:
+            self.last_cycle_success.set(timestamp)
+
+    def store_error(self, kind: str) -> None:
+        """A store operation failed; `kind` is a short lower-case identifier."""
+        self.store_errors.labels(kind=self._store_error_kind(kind)).inc()
+
+    def heartbeat(self, timestamp: float) -> None:
+        self.heartbeat_timestamp.set(timestamp)
+
+    def set_engine_ready(self, arm: Arm, ready: bool) -> None:
+        self.engine_ready.labels(arm=arm).set(1 if ready else 0)
+
+    def pending_pairs(self, n: int) -> None:
+        """`n` pairs are buffered in memory, waiting for the database."""
+        self.pending.set(n)
+
+    def set_build_info(
+        self,
+        version: str,
+        python: str,
+        torch: str,
+        transformers: str,
+        baseline: dict[str, str],
+        speculative: dict[str, str],
+    ) -> None:
+        """Replace the build info (one series; a config reload may change the engines)."""
+        labels = {
+            "version": version,
+            "python": python,
+            "torch": torch,
+            "transformers": transformers,
+        }
+        for prefix, identity in (("baseline", baseline), ("speculative", speculative)):
+            for key in sorted(identity)[:_BUILD_KEYS_MAX]:
+                name = f"{prefix}_{_LABEL_NAME.sub('_', key).lower()}"
+                labels[name] = str(identity[key])
+        self.build.info({k: v[:_BUILD_VALUE_MAX] for k, v in labels.items()})
+
+    def render(self) -> bytes:
+        """The registry in the Prometheus text exposition format (0.0.4)."""
+        return generate_latest(self.registry)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def metrics_reference() -> str:
+    """The Markdown reference table of every metric, from the declarations themselves."""
+    rows = [
+        "| metric | type | labels | meaning | PromQL example |",
+        "|---|---|---|---|---|",
+    ]
+    for doc in CanarydMetrics().reference:
+        labels = ", ".join(f"`{label}`" for label in doc.labels) or "—"
+        rows.append(
+            f"| `{doc.name}` | {doc.type} | {labels} | {_cell(doc.meaning)} "
+            f"| `{_cell(doc.example)}` |"
+        )
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,203 @@
+"""canaryd.http: /metrics, /healthz and /readyz over real loopback HTTP."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.parser import text_string_to_metric_families
+
+from canaryd.errors import CanarydError
+from canaryd.http import StatusServer, StatusServerError
+from canaryd.metrics import CanarydMetrics
+
+
+class Probe:
+    """A health or readiness answer the test can change while the server runs."""
+
+    def __init__(self, ok: bool = True, **detail: Any) -> None:
+        self.ok, self.detail = ok, detail
+
+    def __call__(self) -> tuple[bool, dict[str, Any]]:
+        return self.ok, dict(self.detail)
+
+
+class RaisingProbe:
+    def __call__(self) -> tuple[bool, dict[str, Any]]:
+        raise RuntimeError("database handle closed")
+
+
+@pytest.fixture
+def metrics() -> CanarydMetrics:
+    metrics = CanarydMetrics(categories=["qa"])
+    metrics.heartbeat(1700000000.0)
+    return metrics
+
+
+@pytest.fixture
+def health() -> Probe:
+    return Probe(True, last_cycle_age_s=3.2)
+
+
+@pytest.fixture
+def ready() -> Probe:
+    return Probe(True, engines="loaded", database="reachable")
+
+
+@pytest.fixture
+def server(metrics: CanarydMetrics, health: Probe, ready: Probe) -> Iterator[StatusServer]:
+    server = StatusServer("127.0.0.1:0", metrics, health, ready)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(server: StatusServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=f"http://{server.address}", timeout=5) as client:
+        yield client
+
+
+class TestMetricsEndpoint:
+    def test_serves_valid_exposition(self, client: httpx.Client) -> None:
+        """GET /metrics answers 200 with the Prometheus text content type and parsable text."""
+        response = client.get("/metrics")
+        assert response.status_code == 200
+        assert response.headers["content-type"] == CONTENT_TYPE_LATEST
+        families = {f.name: f for f in text_string_to_metric_families(response.text)}
+        heartbeat = families["canaryd_heartbeat_timestamp_seconds"].samples[0]
+        assert heartbeat.value == 1700000000.0
+        assert "canaryd_pairs" in families
+
+    def test_reflects_later_changes(self, client: httpx.Client, metrics: CanarydMetrics) -> None:
+        """Each scrape renders the registry as it is now."""
+        metrics.pending_pairs(5)
+        assert "canaryd_store_pending_pairs 5.0" in client.get("/metrics").text
+
+    def test_head_has_headers_and_no_body(self, client: httpx.Client) -> None:
+        """HEAD /metrics answers 200 with the GET's length and an empty body."""
+        head = client.head("/metrics")
+        assert head.status_code == 200
+        assert head.headers["content-type"] == CONTENT_TYPE_LATEST
+        assert int(head.headers["content-length"]) > 0
+        assert head.content == b""
+
+
+class TestProbes:
+    @pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+    def test_ok_is_200_with_json_details(self, client: httpx.Client, path: str) -> None:
+        """A probe that says yes answers 200 and its details with status ok."""
+        response = client.get(path)
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "application/json"
+        assert response.json()["status"] == "ok"
+
+    def test_unhealthy_is_503_saying_why(self, client: httpx.Client, health: Probe) -> None:
+        """/healthz answers 503 with the reason once the health probe says no."""
+        assert client.get("/healthz").status_code == 200
+        health.ok, health.detail = False, {"reason": "last cycle 912 s ago (limit 300 s)"}
+        response = client.get("/healthz")
+        assert response.status_code == 503
+        assert response.json() == {
+            "status": "unavailable",
+            "reason": "last cycle 912 s ago (limit 300 s)",
+        }
+
+    def test_not_ready_is_503_while_health_stays_200(
+        self, client: httpx.Client, ready: Probe
+    ) -> None:
+        """Readiness and health are independent: an unready daemon is still alive."""
+        ready.ok, ready.detail = False, {"database": "unreachable"}
+        response = client.get("/readyz")
+        assert response.status_code == 503
+        assert response.json()["database"] == "unreachable"
+        assert client.get("/healthz").status_code == 200
+
+    def test_probe_that_raises_is_503(self, metrics: CanarydMetrics, health: Probe) -> None:
+        """A probe raising an exception answers 503 with the error, and the server keeps going."""
+        with StatusServer("127.0.0.1:0", metrics, health, RaisingProbe()) as server:
+            base = f"http://{server.address}"
+            response = httpx.get(f"{base}/readyz", timeout=5)
+            assert response.status_code == 503
+            assert "database handle closed" in response.json()["error"]
+            assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+
+    def test_head_on_unhealthy_probe(self, client: httpx.Client, health: Probe) -> None:
+        """HEAD carries the probe's status code without a body."""
+        health.ok = False
+        response = client.head("/healthz")
+        assert response.status_code == 503
+        assert response.content == b""
+
+
+class TestRouting:
+    @pytest.mark.parametrize("path", ["/", "/metrics/extra", "/health", "/admin"])
+    def test_unknown_paths_are_404(self, client: httpx.Client, path: str) -> None:
+        """Paths other than the three endpoints answer 404 with JSON naming them."""
+        response = client.get(path)
+        assert response.status_code == 404
+        assert "/metrics" in json.dumps(response.json())
+
+    def test_query_string_is_ignored(self, client: httpx.Client) -> None:
+        """A query string does not change which endpoint answers."""
+        assert client.get("/readyz?verbose=1").status_code == 200
+
+
+class TestLifecycle:
+    def test_port_zero_reports_the_bound_port(self, server: StatusServer) -> None:
+        """Listening on port 0 binds a free port that `.address` names."""
+        host, port = server.address.rsplit(":", 1)
+        assert host == "127.0.0.1"
+        assert int(port) > 0
+
+    def test_port_in_use_raises_a_clear_error(
+        self, metrics: CanarydMetrics, health: Probe, ready: Probe
+    ) -> None:
+        """Binding a port another socket listens on fails with what to change."""
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            listen = f"127.0.0.1:{taken.getsockname()[1]}"
+            server = StatusServer(listen, metrics, health, ready)
+            with pytest.raises(StatusServerError) as caught:
+                server.start()
+        assert isinstance(caught.value, CanarydError)
+        message = str(caught.value)
+        assert listen in message
+        assert "address in use" in message
+        assert "server.listen" in message
+        assert not server.running
+
+    def test_bad_address_is_a_clear_error(
+        self, metrics: CanarydMetrics, health: Probe, ready: Probe
+    ) -> None:
+        """An address that is not host:port fails before binding, naming the address."""
+        with pytest.raises(StatusServerError, match="no-port-here"):
+            StatusServer("no-port-here", metrics, health, ready).start()
+
+    def test_stop_releases_the_port(
+        self, metrics: CanarydMetrics, health: Probe, ready: Probe
+    ) -> None:
+        """After stop() the same address can be bound again, and stop() is idempotent."""
+        first = StatusServer("127.0.0.1:0", metrics, health, ready)
+        first.start()
+        address = first.address
+        first.stop()
+        first.stop()
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://{address}/metrics", timeout=2)
+        with StatusServer(address, metrics, health, ready) as second:
+            assert httpx.get(f"http://{second.address}/healthz", timeout=5).status_code == 200
+
+    def test_serves_concurrent_scrapes(self, server: StatusServer) -> None:
+        """A connection left open does not block other clients."""
+        host, port = server.address.rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as idle:
+            idle.sendall(b"GET /metrics HTTP/1.1\r\n")  # headers never finished
+            response = httpx.get(f"http://{server.address}/healthz", timeout=5)
+            assert response.status_code == 200
