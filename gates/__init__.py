@@ -1,0 +1,50 @@
+"""Pure statistics and decisions: gates over windows of pair records, and the switch policy.
+
+Nothing here does I/O or reads the clock: the daemon passes the records, the config and
+`now` in, and stores what comes out.
+"""
+
+from gates.config import GatesConfig, SwitchPolicyConfig
+from gates.core import GateDecision, GateMode, GateState
+from gates.drift import ReferenceStats, drift_gate, pin_reference
+from gates.error_rate import error_gate
+from gates.evaluate import evaluate_all
+from gates.latency import latency_gate
+from gates.liveness import liveness_gate
+from gates.quality import quality_gate
+from gates.speedup import speedup_gate
+from gates.switch import (
+    Control,
+    Evaluation,
+    SwitchEvent,
+    SwitchMode,
+    SwitchOutcome,
+    SwitchState,
+    Transition,
+    step,
+)
+
+__all__ = [
+    "Control",
+    "Evaluation",
+    "GateDecision",
+    "GateMode",
+    "GateState",
+    "GatesConfig",
+    "ReferenceStats",
+    "SwitchEvent",
+    "SwitchMode",
+    "SwitchOutcome",
+    "SwitchPolicyConfig",
+    "SwitchState",
+    "Transition",
+    "drift_gate",
+    "error_gate",
+    "evaluate_all",
+    "latency_gate",
+    "liveness_gate",
+    "pin_reference",
+    "quality_gate",
+    "speedup_gate",
+    "step",
+]

@@ -1,0 +1,143 @@
+"""Gate and switch-policy configuration: one `GatesConfig` with a section per gate.
+
+Every model forbids unknown keys, so a misspelt knob fails at start instead of being
+silently ignored. The defaults are chosen to be safe (they only trip on evidence that
+holds at the stated confidence) and each is justified in docs/gates.md.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gates.core import GateMode
+
+LatencyMetric = Literal["e2e", "ttft", "tpot"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GateConfigBase(_Strict):
+    """What every gate has: how it acts, how much evidence it needs, which window it reads.
+
+    The window is the last `window_pairs` pairs that started within `window_seconds`
+    before `now`; either limit may be None, not both. `confidence` is the one-sided level
+    of each bound a decision rests on.
+    """
+
+    mode: GateMode = GateMode.ENFORCE
+    critical: bool = False
+    min_samples: int = Field(default=100, ge=1)
+    window_pairs: int | None = Field(default=500, ge=1)
+    window_seconds: float | None = Field(default=6 * 3600.0, gt=0)
+    confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
+
+    @model_validator(mode="after")
+    def _some_window(self) -> GateConfigBase:
+        if self.window_pairs is None and self.window_seconds is None:
+            raise ValueError("a gate needs window_pairs, window_seconds, or both")
+        return self
+
+
+class LatencySLO(_Strict):
+    """An absolute limit on the speculative arm: its `quantile` of `metric` ≤ `max_seconds`."""
+
+    metric: LatencyMetric
+    quantile: float = Field(gt=0, lt=1)
+    max_seconds: float = Field(gt=0)
+
+
+class LatencyGateConfig(GateConfigBase):
+    min_samples: int = Field(default=300, ge=1)
+    window_pairs: int | None = Field(default=1000, ge=1)
+    metrics: tuple[LatencyMetric, ...] = ("e2e", "ttft", "tpot")
+    quantiles: tuple[float, ...] = (0.99,)
+    max_ratio: float = Field(default=1.2, gt=0, description="speculative / baseline quantile")
+    slos: tuple[LatencySLO, ...] = ()
+    bootstrap_resamples: int = Field(default=1000, ge=100)
+    bootstrap_seed: int = 0
+
+    @model_validator(mode="after")
+    def _quantiles_in_range(self) -> LatencyGateConfig:
+        if not self.quantiles or any(not 0 < q < 1 for q in self.quantiles):
+            raise ValueError("quantiles must be a non-empty list of values in (0, 1)")
+        if not self.metrics:
+            raise ValueError("metrics must name at least one of e2e, ttft, tpot")
+        return self
+
+
+class ErrorGateConfig(GateConfigBase):
+    max_excess_rate: float = Field(
+        default=0.01, ge=0, lt=1, description="speculative minus baseline error rate tolerated"
+    )
+    max_error_rate: float = Field(
+        default=0.02, gt=0, lt=1, description="absolute ceiling on the speculative error rate"
+    )
+
+
+class QualityGateConfig(GateConfigBase):
+    score_margin: float = Field(default=0.02, ge=0, description="non-inferiority margin")
+    max_mismatch_rate: float = Field(default=0.01, ge=0, lt=1, description="greedy only")
+    max_loop_rate: float = Field(default=0.01, ge=0, lt=1, description="speculative-only loops")
+
+
+class ReferenceConfig(_Strict):
+    """A configured acceptance-length reference for one category."""
+
+    mean: float = Field(gt=0)
+    sd: float = Field(gt=0)
+
+
+class DriftGateConfig(GateConfigBase):
+    min_samples: int = Field(default=20, ge=2, description="pairs per category")
+    window_pairs: int | None = Field(default=300, ge=1)
+    max_relative_drop: float = Field(default=0.15, gt=0, lt=1)
+    cusum_k: float = Field(default=0.5, gt=0, description="reference value, in reference sds")
+    target_arl0: float = Field(default=10_000, gt=1, description="pairs per category")
+    sd_floor_fraction: float = Field(default=0.05, gt=0, description="of the reference mean")
+    references: dict[str, ReferenceConfig] = Field(default_factory=dict)
+
+
+class SpeedupGateConfig(GateConfigBase):
+    min_samples: int = Field(default=50, ge=1)
+    min_speedup: float = Field(default=1.0, gt=0)
+
+
+class LivenessGateConfig(GateConfigBase):
+    critical: bool = True
+    min_samples: int = Field(default=5, ge=1)
+    window_pairs: int | None = Field(default=50, ge=1)
+    max_consecutive_failures: int = Field(default=5, ge=1)
+    max_failure_rate: float = Field(default=0.5, gt=0, le=1)
+
+
+class SwitchPolicyConfig(_Strict):
+    """The switch's hysteresis, cooldown, latch and restore rules (gates/switch.py)."""
+
+    trip_k: int = Field(default=3, ge=1)
+    trip_m: int = Field(default=5, ge=1)
+    cooldown_seconds: float = Field(default=1800.0, ge=0)
+    latch_trips: int = Field(default=3, ge=1)
+    latch_window_seconds: float = Field(default=24 * 3600.0, gt=0)
+    auto_restore: bool = False
+    restore_passes: int = Field(default=3, ge=1, description="consecutive all-PASS evaluations")
+    evidence_max_age_seconds: float = Field(default=900.0, gt=0)
+
+    @model_validator(mode="after")
+    def _k_of_m(self) -> SwitchPolicyConfig:
+        if self.trip_k > self.trip_m:
+            raise ValueError(f"trip_k={self.trip_k} exceeds trip_m={self.trip_m}")
+        return self
+
+
+class GatesConfig(_Strict):
+    liveness: LivenessGateConfig = LivenessGateConfig()
+    error: ErrorGateConfig = ErrorGateConfig()
+    latency: LatencyGateConfig = LatencyGateConfig()
+    quality: QualityGateConfig = QualityGateConfig()
+    speedup: SpeedupGateConfig = SpeedupGateConfig()
+    drift: DriftGateConfig = DriftGateConfig()
+    policy: SwitchPolicyConfig = SwitchPolicyConfig()

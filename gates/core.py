@@ -1,0 +1,152 @@
+"""The vocabulary every gate speaks: states, modes and the `GateDecision` with its evidence.
+
+A decision is an immutable value: the gate's verdict on one window of pair records at
+one instant, with the numbers that justify it (n per arm, estimate, confidence bounds,
+threshold, window). Gates that check several statistics (latency per metric, quality per
+sub-check) keep each check as a component decision and lift the deciding one's evidence
+to the top level, so an operator sees both the verdict and every number behind it.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+class GateState(enum.StrEnum):
+    """PASS and FAIL are backed by a confidence bound; NODATA is never counted as PASS."""
+
+    PASS = "PASS"  # noqa: S105  (a gate state, not a password)
+    WARN = "WARN"
+    FAIL = "FAIL"
+    INCONCLUSIVE = "INCONCLUSIVE"
+    NODATA = "NODATA"
+
+
+class GateMode(enum.StrEnum):
+    """enforce: may trip the switch; warn: alerts only; dry_run: recorded only."""
+
+    ENFORCE = "enforce"
+    WARN = "warn"
+    DRY_RUN = "dry_run"
+
+
+@dataclass(frozen=True, slots=True)
+class GateDecision:
+    """One gate's verdict on one window, with the evidence behind it.
+
+    `estimate`, `lower` and `upper` are in the unit named by `statistic`; `lower` and
+    `upper` are one-sided bounds, each at the gate's `confidence` (None: the sample is too
+    small for a distribution-free bound to exist). `threshold` is the limit the bound was
+    compared with. `categories` names the prompt categories a per-category gate (drift)
+    flagged; `components` holds the individual checks of a multi-check gate.
+    """
+
+    name: str
+    state: GateState
+    mode: GateMode
+    critical: bool
+    evaluated_at: datetime
+    statistic: str = ""
+    n_baseline: int = 0
+    n_speculative: int = 0
+    estimate: float | None = None
+    lower: float | None = None
+    upper: float | None = None
+    threshold: float | None = None
+    confidence: float | None = None
+    window_start: datetime | None = None
+    window_end: datetime | None = None
+    detail: str = ""
+    categories: tuple[str, ...] = ()
+    components: tuple[GateDecision, ...] = ()
+
+    @property
+    def enforced(self) -> bool:
+        return self.mode is GateMode.ENFORCE
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (audit rows, `canaryd gates --json`); non-finite floats are None."""
+        return {
+            "name": self.name,
+            "state": self.state.value,
+            "mode": self.mode.value,
+            "critical": self.critical,
+            "evaluated_at": self.evaluated_at.isoformat(),
+            "statistic": self.statistic,
+            "n_baseline": self.n_baseline,
+            "n_speculative": self.n_speculative,
+            "estimate": _finite(self.estimate),
+            "lower": _finite(self.lower),
+            "upper": _finite(self.upper),
+            "threshold": _finite(self.threshold),
+            "confidence": self.confidence,
+            "window_start": self.window_start.isoformat() if self.window_start else None,
+            "window_end": self.window_end.isoformat() if self.window_end else None,
+            "detail": self.detail,
+            "categories": list(self.categories),
+            "components": [c.to_dict() for c in self.components],
+        }
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+# Severity when several checks are combined into one gate: the worst one decides.
+_SEVERITY = {
+    GateState.PASS: 0,
+    GateState.INCONCLUSIVE: 1,
+    GateState.NODATA: 1,
+    GateState.WARN: 2,
+    GateState.FAIL: 3,
+}
+
+
+def combine_states(states: Sequence[GateState]) -> GateState:
+    """FAIL if any FAIL, else WARN if any WARN; all NODATA (or none) is NODATA; a NODATA
+    or INCONCLUSIVE check next to passing ones makes the whole INCONCLUSIVE (never PASS);
+    PASS only when every check passed."""
+    if not states or all(s is GateState.NODATA for s in states):
+        return GateState.NODATA
+    worst = max(states, key=lambda s: _SEVERITY[s])
+    if worst is GateState.NODATA:
+        return GateState.INCONCLUSIVE
+    return worst
+
+
+def deciding(components: Sequence[GateDecision]) -> GateDecision:
+    """The component whose state is the combined state's cause: the first most severe."""
+    return max(components, key=lambda c: _SEVERITY[c.state])
+
+
+def bound_state(
+    *,
+    estimate: float,
+    lower: float | None,
+    upper: float | None,
+    threshold: float,
+    higher_is_worse: bool,
+) -> GateState:
+    """The state from a two-sided bound pair against one threshold.
+
+    higher_is_worse (a latency ratio, an error rate): FAIL when the lower bound is above
+    the threshold, PASS when the upper bound is at or below it, otherwise WARN when the
+    estimate is above and INCONCLUSIVE when it is not. Mirrored for lower-is-worse
+    statistics (speedup, score delta). A missing bound never supports PASS or FAIL.
+    """
+    if higher_is_worse:
+        if lower is not None and lower > threshold:
+            return GateState.FAIL
+        if upper is not None and upper <= threshold:
+            return GateState.PASS
+        return GateState.WARN if estimate > threshold else GateState.INCONCLUSIVE
+    if upper is not None and upper < threshold:
+        return GateState.FAIL
+    if lower is not None and lower >= threshold:
+        return GateState.PASS
+    return GateState.WARN if estimate < threshold else GateState.INCONCLUSIVE

@@ -1,0 +1,274 @@
+"""The switch policy: a pure state machine from gate evaluations and human commands to
+the rollback switch's state.
+
+Two modes, as production reads them: `auto` (speculative decoding on, gates decide) and
+`rolled_back` (speculative off). `control` says who holds the switch: `gates`, or
+`manual` after a human's rollback (gates never undo it; `auto` hands control back).
+Rules, applied by `step` — human events first, in order, then the gates:
+- trip: an enforce gate FAILs in `trip_k` of the last `trip_m` evaluations since the
+  last transition, or once if it is critical. warn and dry_run gates never trip.
+- cooldown: no automatic restore until `cooldown_seconds` after a trip.
+- latch: `latch_trips` automatic trips within `latch_window_seconds` latch the switch;
+  then only a human can restore.
+- restore: needs fresh PASS evidence — every enforce gate PASS (NODATA, INCONCLUSIVE and
+  WARN never count) in the latest evaluation, at most `evidence_max_age_seconds` old.
+  A human restore needs one such evaluation (or `force`, recorded as such); an automatic
+  restore (only with `auto_restore`) needs `restore_passes` consecutive ones since the trip.
+Only evaluations after the last transition count, so old failures never re-trip a
+restored switch and old passes never restore a tripped one. Every change is a
+`Transition` and bumps `generation`, which never decreases.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Literal
+
+from gates.config import SwitchPolicyConfig
+from gates.core import GateDecision, GateState
+
+
+class SwitchMode(enum.StrEnum):
+    AUTO = "auto"
+    ROLLED_BACK = "rolled_back"
+
+
+class Control(enum.StrEnum):
+    GATES = "gates"
+    MANUAL = "manual"
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchState:
+    mode: SwitchMode = SwitchMode.AUTO
+    control: Control = Control.GATES
+    generation: int = 0
+    since: datetime | None = None  # time of the last transition
+    actor: str = ""
+    reason: str = "initial state"
+    latched: bool = False
+    cooldown_until: datetime | None = None
+    recent_trips: tuple[datetime, ...] = ()  # automatic trips within the latch window
+
+    @property
+    def speculative_enabled(self) -> bool:
+        return self.mode is SwitchMode.AUTO
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """One run of all gates: when, and what each decided."""
+
+    at: datetime
+    decisions: tuple[GateDecision, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchEvent:
+    """A human command. `force` lets a restore through without fresh PASS evidence."""
+
+    action: Literal["rollback", "restore", "auto"]
+    user: str
+    reason: str
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    at: datetime
+    generation: int
+    previous: SwitchMode
+    target: SwitchMode
+    control: Control
+    actor: str  # "gate:<name>" or "user:<name>"
+    reason: str
+    evidence: tuple[GateDecision, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchOutcome:
+    state: SwitchState
+    transitions: tuple[Transition, ...] = ()
+    refused: tuple[str, ...] = ()  # human commands not carried out, with why
+
+
+def all_enforced_pass(decisions: Sequence[GateDecision]) -> bool:
+    """True when there is at least one enforce gate and every enforce gate PASSed."""
+    enforced = [d for d in decisions if d.enforced]
+    return bool(enforced) and all(d.state is GateState.PASS for d in enforced)
+
+
+class _Machine:
+    def __init__(self, state: SwitchState, policy: SwitchPolicyConfig, now: datetime) -> None:
+        self.state = state
+        self.policy = policy
+        self.now = now
+        self.transitions: list[Transition] = []
+        self.refused: list[str] = []
+
+    def move(
+        self,
+        mode: SwitchMode,
+        control: Control,
+        actor: str,
+        reason: str,
+        evidence: Sequence[GateDecision] = (),
+    ) -> None:
+        previous = self.state.mode
+        self.state = replace(
+            self.state,
+            mode=mode,
+            control=control,
+            generation=self.state.generation + 1,
+            since=self.now,
+            actor=actor,
+            reason=reason,
+        )
+        self.transitions.append(
+            Transition(
+                at=self.now,
+                generation=self.state.generation,
+                previous=previous,
+                target=mode,
+                control=control,
+                actor=actor,
+                reason=reason,
+                evidence=tuple(evidence),
+            )
+        )
+
+    def counted(self, history: Sequence[Evaluation]) -> list[Evaluation]:
+        since = self.state.since
+        return sorted(
+            (e for e in history if e.at <= self.now and (since is None or e.at > since)),
+            key=lambda e: e.at,
+        )
+
+    def fresh(self, evaluation: Evaluation) -> bool:
+        age = self.now - evaluation.at
+        return age <= timedelta(seconds=self.policy.evidence_max_age_seconds)
+
+    def human(self, event: SwitchEvent, history: Sequence[Evaluation]) -> None:
+        actor = f"user:{event.user}"
+        state = self.state
+        if event.action == "rollback":
+            if state.mode is SwitchMode.ROLLED_BACK and state.control is Control.MANUAL:
+                return
+            self.move(SwitchMode.ROLLED_BACK, Control.MANUAL, actor, event.reason)
+        elif event.action == "auto":
+            if state.control is Control.MANUAL:
+                self.move(state.mode, Control.GATES, actor, event.reason)
+        else:
+            self.restore(event, actor, history)
+
+    def restore(self, event: SwitchEvent, actor: str, history: Sequence[Evaluation]) -> None:
+        state = self.state
+        if state.mode is SwitchMode.AUTO and not state.latched:
+            return
+        latest = max((e for e in history if e.at <= self.now), key=lambda e: e.at, default=None)
+        evidence = latest.decisions if latest is not None else ()
+        ok = latest is not None and self.fresh(latest) and all_enforced_pass(latest.decisions)
+        if not ok and not event.force:
+            why = (
+                "no gate evaluation"
+                if latest is None
+                else "the latest evaluation is older than "
+                f"{self.policy.evidence_max_age_seconds:g}s"
+                if not self.fresh(latest)
+                else "not every enforce gate PASSed: "
+                + ", ".join(f"{d.name}={d.state.value}" for d in latest.decisions if d.enforced)
+            )
+            self.refused.append(f"restore by {actor} refused: {why} (use force to override)")
+            return
+        reason = event.reason if ok else f"FORCED without passing evidence: {event.reason}"
+        self.state = replace(state, latched=False, cooldown_until=None, recent_trips=())
+        self.move(SwitchMode.AUTO, Control.GATES, actor, reason, evidence)
+
+    def gates(self, history: Sequence[Evaluation]) -> None:
+        if self.state.control is not Control.GATES:
+            return
+        counted = self.counted(history)
+        if not counted:
+            return
+        if self.state.mode is SwitchMode.AUTO:
+            self.maybe_trip(counted)
+        else:
+            self.maybe_restore(counted)
+
+    def maybe_trip(self, counted: list[Evaluation]) -> None:
+        policy = self.policy
+        recent = counted[-policy.trip_m :]
+        latest = recent[-1]
+        tripped: list[tuple[str, str, GateDecision]] = []
+        for current in latest.decisions:
+            if not current.enforced:
+                continue
+            failures = [
+                d
+                for e in recent
+                for d in e.decisions
+                if d.name == current.name and d.enforced and d.state is GateState.FAIL
+            ]
+            if current.critical and current.state is GateState.FAIL:
+                tripped.append((current.name, "critical gate FAILed", current))
+            elif len(failures) >= policy.trip_k:
+                why = f"FAILed in {len(failures)} of the last {len(recent)} evaluations"
+                tripped.append((current.name, why, failures[-1]))
+        if not tripped:
+            return
+        horizon = timedelta(seconds=policy.latch_window_seconds)
+        kept = [t for t in self.state.recent_trips if self.now - t < horizon]
+        trips = (*kept, self.now)
+        latched = len(trips) >= policy.latch_trips
+        reason = "; ".join(f"{name} {why}: {d.detail}" for name, why, d in tripped)
+        if latched:
+            reason += f"; LATCHED after {len(trips)} automatic trips (only a human can restore)"
+        cooldown_until = self.now + timedelta(seconds=policy.cooldown_seconds)
+        self.state = replace(
+            self.state, latched=latched, cooldown_until=cooldown_until, recent_trips=trips
+        )
+        self.move(
+            SwitchMode.ROLLED_BACK,
+            Control.GATES,
+            f"gate:{tripped[0][0]}",
+            reason,
+            [d for _, _, d in tripped],
+        )
+
+    def maybe_restore(self, counted: list[Evaluation]) -> None:
+        policy, state = self.policy, self.state
+        if not policy.auto_restore or state.latched:
+            return
+        if state.cooldown_until is not None and self.now < state.cooldown_until:
+            return
+        recent = counted[-policy.restore_passes :]
+        if len(recent) < policy.restore_passes or not self.fresh(recent[-1]):
+            return
+        if not all(all_enforced_pass(e.decisions) for e in recent):
+            return
+        self.move(
+            SwitchMode.AUTO,
+            Control.GATES,
+            "gate:all",
+            f"every enforce gate PASSed in the last {len(recent)} evaluations (auto-restore)",
+            recent[-1].decisions,
+        )
+
+
+def step(
+    state: SwitchState,
+    history: Sequence[Evaluation],
+    policy: SwitchPolicyConfig,
+    *,
+    now: datetime,
+    events: Sequence[SwitchEvent] = (),
+) -> SwitchOutcome:
+    """The switch's next state at `now`: human `events` first, then the gates' evidence."""
+    machine = _Machine(state, policy, now)
+    for event in events:
+        machine.human(event, history)
+    machine.gates(history)
+    return SwitchOutcome(machine.state, tuple(machine.transitions), tuple(machine.refused))

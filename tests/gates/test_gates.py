@@ -1,0 +1,416 @@
+"""Each gate on hand-built windows: every state is reachable, NODATA below the minimum."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from canaryd.records import PairRecord
+from gates import (
+    GateMode,
+    GatesConfig,
+    GateState,
+    ReferenceStats,
+    drift_gate,
+    error_gate,
+    evaluate_all,
+    latency_gate,
+    liveness_gate,
+    pin_reference,
+    quality_gate,
+    speedup_gate,
+)
+from gates.config import (
+    DriftGateConfig,
+    ErrorGateConfig,
+    LatencyGateConfig,
+    LatencySLO,
+    LivenessGateConfig,
+    QualityGateConfig,
+    SpeedupGateConfig,
+)
+from tests.gates.conftest import at, record, result, scores
+
+
+def latency_records(n: int, factor: float) -> list[PairRecord]:
+    """Speculative e2e = factor × baseline e2e, baseline 1..2 s."""
+    out = []
+    for i in range(n):
+        base = 1.0 + (i % 100) / 100
+        out.append(
+            record(
+                i,
+                baseline=result(base, ttft=0.1, tpot=0.02),
+                speculative=result(base * factor, ttft=0.1, tpot=0.02),
+            )
+        )
+    return out
+
+
+FAST_LATENCY = LatencyGateConfig(metrics=("e2e",), min_samples=50, bootstrap_resamples=200)
+
+
+class TestConfig:
+    def test_unknown_key_is_rejected(self) -> None:
+        """A misspelt knob fails validation instead of being ignored."""
+        with pytest.raises(ValidationError):
+            GatesConfig.model_validate({"latency": {"max_ration": 1.5}})
+
+    def test_window_needs_a_limit(self) -> None:
+        """A gate with neither window_pairs nor window_seconds is rejected."""
+        with pytest.raises(ValidationError, match="window"):
+            ErrorGateConfig(window_pairs=None, window_seconds=None)
+
+    def test_k_of_m_must_fit(self) -> None:
+        """trip_k larger than trip_m can never trip and is rejected."""
+        with pytest.raises(ValidationError, match="trip_k"):
+            GatesConfig.model_validate({"policy": {"trip_k": 6, "trip_m": 5}})
+
+
+class TestLatencyGate:
+    def test_faster_speculative_passes(self) -> None:
+        """A speculative arm at half the baseline latency PASSes with the ratio as evidence."""
+        decision = latency_gate(latency_records(200, 0.5), FAST_LATENCY, now=at(200))
+        assert decision.state is GateState.PASS
+        assert decision.estimate == pytest.approx(0.5)
+        assert decision.n_baseline == decision.n_speculative == 200
+        assert decision.components[0].name == "latency.e2e.p99"
+
+    def test_clearly_slower_fails(self) -> None:
+        """A ratio of 1.5 with tight bounds is above 1.2: FAIL."""
+        decision = latency_gate(latency_records(200, 1.5), FAST_LATENCY, now=at(200))
+        assert decision.state is GateState.FAIL
+        assert decision.lower is not None and decision.lower > 1.2
+
+    def test_straddling_interval_warns_or_is_inconclusive(self) -> None:
+        """60 pairs of independent lognormal arms: the P99 interval is wide and straddles
+        1.2 — WARN with the estimate at 1.3, INCONCLUSIVE at 1.1, never PASS or FAIL."""
+        rng = np.random.default_rng(2)
+        base, spec = rng.lognormal(0, 0.4, 60), rng.lognormal(0, 0.4, 60)
+        spec = spec / (np.quantile(spec, 0.99) / np.quantile(base, 0.99))  # ratio exactly 1
+
+        def gate(ratio: float) -> GateState:
+            records = [
+                record(i, baseline=result(float(b)), speculative=result(float(s) * ratio))
+                for i, (b, s) in enumerate(zip(base, spec, strict=True))
+            ]
+            config = FAST_LATENCY.model_copy(update={"bootstrap_resamples": 200})
+            return latency_gate(records, config, now=at(60)).state
+
+        assert gate(1.3) is GateState.WARN
+        assert gate(1.1) is GateState.INCONCLUSIVE
+
+    def test_below_min_samples_is_nodata(self) -> None:
+        """Too few complete pairs: NODATA, never PASS."""
+        decision = latency_gate(latency_records(49, 0.5), FAST_LATENCY, now=at(49))
+        assert decision.state is GateState.NODATA
+
+    def test_failed_pairs_are_not_latency_samples(self) -> None:
+        """Pairs with a failed arm are left to the error gate."""
+        records = [*latency_records(49, 0.5), record(49, speculative=result(ok=False))]
+        assert latency_gate(records, FAST_LATENCY, now=at(50)).state is GateState.NODATA
+
+    def test_absolute_slo_fails_on_slow_speculative(self) -> None:
+        """An e2e P90 SLO of 0.5 s fails when every speculative e2e is at least 0.75 s."""
+        config = FAST_LATENCY.model_copy(
+            update={"slos": (LatencySLO(metric="e2e", quantile=0.9, max_seconds=0.5),)}
+        )
+        decision = latency_gate(latency_records(200, 0.75), config, now=at(200))
+        assert decision.state is GateState.FAIL
+        assert decision.components[-1].name == "latency.e2e.p90.slo"
+
+    def test_unreported_metric_is_left_out(self) -> None:
+        """An engine that reports no TTFT does not hold the gate at NODATA."""
+        records = [
+            record(i, baseline=result(1.0, ttft=None), speculative=result(0.5, ttft=None))
+            for i in range(100)
+        ]
+        config = LatencyGateConfig(min_samples=50, bootstrap_resamples=200)
+        decision = latency_gate(records, config, now=at(100))
+        assert decision.state is GateState.PASS
+        assert "ttft not reported" in decision.detail
+
+    def test_window_keeps_only_recent_pairs(self) -> None:
+        """Pairs older than window_seconds are not evidence: 60 old slow pairs are ignored."""
+        config = FAST_LATENCY.model_copy(update={"window_seconds": 1000.0})
+        old = latency_records(60, 3.0)
+        fresh = [record(1000 + i, baseline=result(1.0), speculative=result(0.5)) for i in range(60)]
+        decision = latency_gate([*old, *fresh], config, now=at(1060))
+        assert decision.state is GateState.PASS
+        assert decision.window_start == at(1000)
+
+
+class TestErrorGate:
+    def make(
+        self, n: int, spec_fail: set[int], base_fail: set[int] = frozenset()
+    ) -> list[PairRecord]:
+        return [
+            record(
+                i, baseline=result(ok=i not in base_fail), speculative=result(ok=i not in spec_fail)
+            )
+            for i in range(n)
+        ]
+
+    def test_clean_window_passes(self) -> None:
+        """No errors in 300 pairs: the upper bound is under the 2 % ceiling — PASS."""
+        assert (
+            error_gate(self.make(300, set()), ErrorGateConfig(), now=at(300)).state
+            is GateState.PASS
+        )
+
+    def test_speculative_only_errors_fail(self) -> None:
+        """10 speculative-only failures in 300 pairs: p = 0.5^10, excess 3.3 % — FAIL."""
+        decision = error_gate(
+            self.make(300, set(range(0, 300, 30))), ErrorGateConfig(), now=at(300)
+        )
+        assert decision.state is GateState.FAIL
+        paired = decision.components[0]
+        assert paired.estimate == pytest.approx(10 / 300)
+
+    def test_shared_errors_do_not_count_against_speculative(self) -> None:
+        """Errors on both arms of the same pairs are concordant: the paired check passes."""
+        both = set(range(0, 300, 100))
+        decision = error_gate(self.make(300, both, both), ErrorGateConfig(), now=at(300))
+        assert decision.components[0].state is GateState.PASS
+
+    def test_ceiling_alone_can_fail(self) -> None:
+        """Both arms failing 10 % of pairs: no excess, but the speculative rate is over the
+        ceiling — FAIL by the ceiling check."""
+        both = set(range(0, 300, 10))
+        decision = error_gate(self.make(300, both, both), ErrorGateConfig(), now=at(300))
+        assert decision.state is GateState.FAIL
+        assert decision.statistic == "speculative error rate"
+
+    def test_small_excess_warns_and_few_pairs_are_inconclusive(self) -> None:
+        """2 speculative-only failures in 100 pairs: excess 2 % but p = 0.25 — WARN; a clean
+        window too short to bound the rate under 2 % is INCONCLUSIVE."""
+        warn = error_gate(self.make(100, {3, 50}), ErrorGateConfig(), now=at(100))
+        assert warn.state is GateState.WARN
+        short = error_gate(self.make(100, set()), ErrorGateConfig(), now=at(100))
+        assert short.state is GateState.INCONCLUSIVE
+
+    def test_below_min_samples_is_nodata(self) -> None:
+        """99 pairs with min_samples 100: NODATA."""
+        assert (
+            error_gate(self.make(99, set()), ErrorGateConfig(), now=at(99)).state
+            is GateState.NODATA
+        )
+
+
+class TestQualityGate:
+    def test_identical_outputs_pass(self) -> None:
+        """300 identical greedy pairs: every check's bound is within tolerance — PASS."""
+        records = [record(i) for i in range(300)]
+        assert quality_gate(records, QualityGateConfig(), now=at(300)).state is GateState.PASS
+
+    def test_mismatches_above_tolerance_fail(self) -> None:
+        """15 mismatches in 300 greedy pairs (5 %): lower bound above 1 % — FAIL."""
+        records = [record(i, pair_scores=scores(exact=i % 20 != 0)) for i in range(300)]
+        decision = quality_gate(records, QualityGateConfig(), now=at(300))
+        assert decision.state is GateState.FAIL
+        assert decision.statistic == "greedy mismatch rate"
+
+    def test_mismatch_is_not_judged_when_sampling(self) -> None:
+        """At temperature 0.7 outputs may differ: the mismatch check is left out."""
+        records = [record(i, pair_scores=scores(exact=False), temperature=0.7) for i in range(300)]
+        decision = quality_gate(records, QualityGateConfig(), now=at(300))
+        assert decision.state is GateState.PASS
+        assert all(c.name != "quality.mismatch" for c in decision.components)
+
+    def test_score_inferiority_fails(self) -> None:
+        """A mean task-score delta of −0.1 is below the −0.02 margin: FAIL."""
+        records = [
+            record(i, pair_scores=scores(delta=-0.1 if i % 2 else -0.1 + 0.01), temperature=0.7)
+            for i in range(200)
+        ]
+        decision = quality_gate(records, QualityGateConfig(), now=at(200))
+        assert decision.state is GateState.FAIL
+        assert decision.components[0].estimate == pytest.approx(-0.095)
+
+    def test_speculative_only_loops_fail(self) -> None:
+        """Loops on the speculative arm only in 5 % of pairs: FAIL; shared loops do not count."""
+        records = [
+            record(i, pair_scores=scores(spec_loop=i % 20 == 0, base_loop=i % 40 == 0))
+            for i in range(400)
+        ]
+        decision = quality_gate(records, QualityGateConfig(), now=at(400))
+        loops = next(c for c in decision.components if c.name == "quality.loops")
+        assert loops.estimate == pytest.approx(10 / 400)
+        assert loops.state is GateState.FAIL
+
+    def test_below_min_samples_is_nodata(self) -> None:
+        """Fewer scored pairs than min_samples: NODATA."""
+        records = [record(i) for i in range(99)]
+        assert quality_gate(records, QualityGateConfig(), now=at(99)).state is GateState.NODATA
+
+
+class TestSpeedupGate:
+    def make(self, speedups: list[float]) -> list[PairRecord]:
+        return [
+            record(i, baseline=result(s), speculative=result(1.0)) for i, s in enumerate(speedups)
+        ]
+
+    def test_faster_passes_with_order_statistic_bounds(self) -> None:
+        """Speedups 1.5..2.5: median 2.0, bounds from order statistics, PASS."""
+        values = [1.5 + i / 100 for i in range(101)]
+        decision = speedup_gate(self.make(values), SpeedupGateConfig(), now=at(101))
+        assert decision.state is GateState.PASS
+        assert decision.estimate == pytest.approx(2.0)
+        assert decision.lower is not None and decision.lower < 2.0 < (decision.upper or 0)
+
+    def test_slower_fails(self) -> None:
+        """Speedups 0.5..0.9: even the upper bound is below 1.0 — FAIL."""
+        values = [0.5 + 0.4 * i / 100 for i in range(101)]
+        assert (
+            speedup_gate(self.make(values), SpeedupGateConfig(), now=at(101)).state
+            is GateState.FAIL
+        )
+
+    def test_around_one_is_warn_or_inconclusive(self) -> None:
+        """Median just below 1 with a straddling interval is WARN; just above, INCONCLUSIVE."""
+        below = [0.8 + 0.39 * i / 100 for i in range(101)]
+        above = [0.82 + 0.39 * i / 100 for i in range(101)]
+        assert (
+            speedup_gate(self.make(below), SpeedupGateConfig(), now=at(101)).state is GateState.WARN
+        )
+        assert (
+            speedup_gate(self.make(above), SpeedupGateConfig(), now=at(101)).state
+            is GateState.INCONCLUSIVE
+        )
+
+    def test_below_min_samples_is_nodata(self) -> None:
+        """49 pairs with min_samples 50: NODATA."""
+        assert (
+            speedup_gate(self.make([2.0] * 49), SpeedupGateConfig(), now=at(49)).state
+            is GateState.NODATA
+        )
+
+
+class TestLivenessGate:
+    def test_dead_speculative_arm_fails(self) -> None:
+        """Five speculative-only failures in a row: FAIL, and the gate is critical."""
+        records = [record(i) for i in range(10)]
+        records += [record(10 + i, speculative=result(ok=False)) for i in range(5)]
+        decision = liveness_gate(records, LivenessGateConfig(), now=at(15))
+        assert decision.state is GateState.FAIL
+        assert decision.critical
+
+    def test_short_streak_warns_and_healthy_passes(self) -> None:
+        """Two trailing failures: WARN; none: PASS."""
+        records = [record(i) for i in range(10)]
+        assert liveness_gate(records, LivenessGateConfig(), now=at(10)).state is GateState.PASS
+        records += [record(10 + i, speculative=result(ok=False)) for i in range(2)]
+        assert liveness_gate(records, LivenessGateConfig(), now=at(12)).state is GateState.WARN
+
+    def test_both_arms_failing_is_inconclusive(self) -> None:
+        """When the baseline fails too, nothing is learnt about the speculative arm."""
+        records = [
+            record(i, baseline=result(ok=False), speculative=result(ok=False)) for i in range(10)
+        ]
+        assert (
+            liveness_gate(records, LivenessGateConfig(), now=at(10)).state is GateState.INCONCLUSIVE
+        )
+
+    def test_stale_or_empty_window_is_nodata(self) -> None:
+        """No pair within the last six hours: NODATA, never PASS."""
+        records = [record(i) for i in range(10)]
+        later = at(10 + 6 * 360 + 1)
+        assert liveness_gate(records, LivenessGateConfig(), now=later).state is GateState.NODATA
+        assert liveness_gate([], LivenessGateConfig(), now=at(0)).state is GateState.NODATA
+
+
+def acceptance_records(category: str, lengths: list[float], start: int = 0) -> list[PairRecord]:
+    return [
+        record(
+            start + i,
+            category=category,
+            speculative=result(0.5, output_tokens=round(40 * v), verify_steps=40),
+        )
+        for i, v in enumerate(lengths)
+    ]
+
+
+class TestDriftGate:
+    REFERENCE: ClassVar[dict[str, ReferenceStats]] = {
+        "code": ReferenceStats(mean=2.75, sd=0.3),
+        "qa": ReferenceStats(2.75, 0.3),
+    }
+
+    def test_pin_reference_is_mean_and_sd_per_category(self) -> None:
+        """Pinning averages acceptance lengths per category; thin categories are left out."""
+        records = acceptance_records("code", [2.5, 3.0] * 50) + acceptance_records(
+            "qa", [2.0] * 5, 100
+        )
+        pinned = pin_reference(records)
+        assert set(pinned) == {"code"}
+        assert pinned["code"].mean == pytest.approx(2.75)
+        assert pinned["code"].sd == pytest.approx(0.25 * (100 / 99) ** 0.5)
+        assert pinned["code"].n == 100
+
+    def test_steady_categories_pass(self) -> None:
+        """Values around the reference: PASS."""
+        records = acceptance_records("code", [2.5, 3.0] * 20) + acceptance_records(
+            "qa", [2.75] * 40, 40
+        )
+        decision = drift_gate(records, DriftGateConfig(), now=at(80), references=self.REFERENCE)
+        assert decision.state is GateState.PASS
+        assert decision.categories == ()
+
+    def test_large_drop_in_one_category_fails_naming_it(self) -> None:
+        """code drops 30 % for its whole window: CUSUM alarm and drop ≥ 15 % — FAIL naming code."""
+        records = acceptance_records("code", [1.925] * 30) + acceptance_records(
+            "qa", [2.75] * 30, 30
+        )
+        decision = drift_gate(records, DriftGateConfig(), now=at(60), references=self.REFERENCE)
+        assert decision.state is GateState.FAIL
+        assert decision.categories == ("code",)
+        assert decision.estimate == pytest.approx(0.3, abs=0.01)
+
+    def test_small_sustained_drop_only_warns(self) -> None:
+        """A 10 % drop trips the CUSUM but not the 15 % relative threshold: WARN."""
+        records = acceptance_records("code", [2.475] * 40)
+        decision = drift_gate(records, DriftGateConfig(), now=at(40), references=self.REFERENCE)
+        assert decision.state is GateState.WARN
+        assert decision.categories == ("code",)
+
+    def test_no_reference_or_thin_category_is_nodata(self) -> None:
+        """Without a reference, or with too few pairs per category, there is nothing to judge."""
+        records = acceptance_records("code", [2.75] * 40)
+        assert drift_gate(records, DriftGateConfig(), now=at(40)).state is GateState.NODATA
+        thin = acceptance_records("code", [2.75] * 19)
+        assert (
+            drift_gate(thin, DriftGateConfig(), now=at(19), references=self.REFERENCE).state
+            is GateState.NODATA
+        )
+
+    def test_configured_reference_overrides_pinned(self) -> None:
+        """A configured reference of 2.0 makes a steady 2.0 window PASS despite a pinned 2.75."""
+        config = DriftGateConfig.model_validate({"references": {"code": {"mean": 2.0, "sd": 0.3}}})
+        records = acceptance_records("code", [2.0] * 30)
+        decision = drift_gate(records, config, now=at(30), references=self.REFERENCE)
+        assert decision.state is GateState.PASS
+
+
+class TestEvaluateAll:
+    def test_every_gate_once_in_fixed_order_with_modes(self) -> None:
+        """evaluate_all returns one decision per gate, carrying each gate's configured mode."""
+        config = GatesConfig.model_validate({"speedup": {"mode": "dry_run"}})
+        decisions = evaluate_all([record(i) for i in range(10)], config, now=at(10))
+        assert [d.name for d in decisions] == [
+            "liveness", "error", "latency", "quality", "speedup", "drift",
+        ]  # fmt: skip
+        assert decisions[4].mode is GateMode.DRY_RUN
+        assert decisions[0].state is GateState.PASS
+        assert all(d.state is GateState.NODATA for d in decisions[1:])
+
+    def test_decision_serialises_to_json_types(self) -> None:
+        """to_dict gives plain JSON types, components included."""
+        import json
+
+        decision = latency_gate(latency_records(100, 0.5), FAST_LATENCY, now=at(100))
+        payload = json.loads(json.dumps(decision.to_dict()))
+        assert payload["state"] == "PASS"
+        assert payload["components"][0]["name"] == "latency.e2e.p99"
