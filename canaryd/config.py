@@ -19,6 +19,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -32,6 +33,7 @@ from pydantic_settings import (
 from canaryd import paths
 from canaryd.errors import ConfigError
 from engine.config import EngineConfig, SpeculativeConfig, TransformersEngineConfig
+from gates import GatesConfig
 
 
 class _Section(BaseModel):
@@ -156,6 +158,75 @@ class LoggingConfig(_Section):
     )
 
 
+class _Retried(_Section):
+    """How an actuator retries: `retries` more attempts after the first, waiting
+    `backoff_s`, then twice that, and so on."""
+
+    timeout_s: float = Field(default=10.0, gt=0, description="per attempt")
+    retries: int = Field(default=2, ge=0, le=10, description="attempts after the first")
+    backoff_s: float = Field(default=1.0, ge=0, description="first wait; doubles each retry")
+
+
+class CommandHookConfig(_Retried):
+    """A command run after every switch change, with the state in CANARYD_SWITCH_* env."""
+
+    argv: list[str] = Field(min_length=1, description="program and arguments (no shell)")
+
+
+class WebhookConfig(_Retried):
+    """POST of the state object as JSON, signed with HMAC-SHA256 when a secret is set."""
+
+    url: str = Field(description="http(s) URL that receives the POST")
+    secret: SecretStr | None = Field(default=None, description="shared HMAC secret")
+    secret_env: str | None = Field(default=None, description="environment variable to read")
+    secret_file: Path | None = Field(default=None, description="file whose content is the secret")
+    retries: int = Field(default=3, ge=0, le=10, description="attempts after the first")
+    backoff_s: float = Field(default=0.5, ge=0, description="first wait; doubles each retry")
+
+    @model_validator(mode="after")
+    def _one_secret_source(self) -> WebhookConfig:
+        sources = [self.secret is not None, bool(self.secret_env), self.secret_file is not None]
+        if sum(sources) > 1:
+            raise ValueError("set at most one of secret, secret_env, secret_file")
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"url must start with http:// or https://, got {self.url!r}")
+        return self
+
+
+class AlertmanagerConfig(_Retried):
+    """Alerts pushed to Alertmanager's API v2 while the switch is rolled back."""
+
+    url: str = Field(description="Alertmanager root, e.g. http://127.0.0.1:9093")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="extra labels on the alert (e.g. env, cluster)"
+    )
+    resend_s: float = Field(
+        default=60.0, gt=0, description="re-push interval while rolled back (keeps it firing)"
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, url: str) -> str:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"must start with http:// or https://, got {url!r}")
+        return url.rstrip("/")
+
+
+class SwitchConfig(_Section):
+    """The rollback switch's mirror for production and its optional actuators."""
+
+    state_file: Path | None = Field(
+        default=None,
+        description="JSON file production reads; default $CANARYD_DATA_DIR/switch.json",
+    )
+    command: CommandHookConfig | None = None
+    webhook: WebhookConfig | None = None
+    alertmanager: AlertmanagerConfig | None = None
+
+    def resolved_state_file(self) -> Path:
+        return (self.state_file or paths.data_dir() / "switch.json").expanduser()
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="CANARYD_",
@@ -170,6 +241,8 @@ class Settings(BaseSettings):
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    gates: GatesConfig = Field(default_factory=GatesConfig)
+    switch: SwitchConfig = Field(default_factory=SwitchConfig)
 
     @classmethod
     def settings_customise_sources(

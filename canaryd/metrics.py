@@ -5,9 +5,11 @@ instances — two tests — never share series) and turns each finished `PairRec
 counter increments and histogram observations. Every label value comes from a bounded
 set: `arm` (baseline, speculative), `category` (the suites' categories, capped, the rest
 folded into `other`), `outcome`, `kind` (an `ErrorKind`, or a capped store error kind) and
-`position` (1 … 15, then `16+`). Figures an engine did not report are counted as
-"not reported", never observed as zeros. `metrics_reference()` renders the table that
-docs/metrics.md carries verbatim, from the same declarations that build the registry.
+`position` (1 … 15, then `16+`); for gates and the switch, `gate` (capped at 16), `state`
+(the five gate states), `target`, `actor_kind` and `actuator`. Figures an engine did not
+report are counted as "not reported", never observed as zeros. `metrics_reference()`
+renders the table that docs/metrics.md carries verbatim, from the same declarations that
+build the registry.
 """
 
 from __future__ import annotations
@@ -84,6 +86,10 @@ PAIR_OUTCOMES: Final[tuple[PairOutcome, ...]] = (
     "speculative_error",
     "both_error",
 )
+GATE_STATES: Final = ("PASS", "WARN", "FAIL", "INCONCLUSIVE", "NODATA")
+SWITCH_TARGETS: Final = ("auto", "rolled_back")
+ACTOR_KINDS: Final = ("gate", "user")
+ACTUATORS: Final = ("state_file", "command", "webhook", "alertmanager")
 MetricType = Literal["counter", "gauge", "histogram", "info"]
 
 
@@ -326,6 +332,52 @@ class CanarydMetrics:
             (),
             "canaryd_store_pending_pairs > 0",
         )
+        self.gate_state = self._gauge(
+            "canaryd_gate_state",
+            "1 for each gate's state in its latest evaluation, 0 for its other states "
+            "(PASS, WARN, FAIL, INCONCLUSIVE, NODATA).",
+            ("gate", "state"),
+            'canaryd_gate_state{state="FAIL"} == 1',
+        )
+        self.gate_evaluations = self._counter(
+            "canaryd_gate_evaluations_total",
+            "Gate evaluations, by gate and the state it decided.",
+            ("gate", "state"),
+            'sum by (gate) (increase(canaryd_gate_evaluations_total{state="FAIL"}[1h]))',
+        )
+        self.switch_rolled_back = self._gauge(
+            "canaryd_switch_rolled_back",
+            "1 while the rollback switch has speculative decoding disabled, else 0.",
+            (),
+            "canaryd_switch_rolled_back == 1",
+        )
+        self.switch_generation = self._gauge(
+            "canaryd_switch_generation",
+            "The switch state's generation; it only grows, by one per transition.",
+            (),
+            "changes(canaryd_switch_generation[1h])",
+        )
+        self.switch_latched = self._gauge(
+            "canaryd_switch_latched",
+            "1 when repeated automatic trips latched the switch (only a human can restore).",
+            (),
+            "canaryd_switch_latched == 1",
+        )
+        self.switch_transitions = self._counter(
+            "canaryd_switch_transitions_total",
+            "Switch transitions, by target mode (auto, rolled_back) and who made them "
+            "(gate, user).",
+            ("target", "actor_kind"),
+            'increase(canaryd_switch_transitions_total{target="rolled_back"}[1h])',
+        )
+        self.actuator_failures = self._counter(
+            "canaryd_actuator_failures_total",
+            "Failed attempts to apply the switch state, by actuator (state_file, command, "
+            "webhook, alertmanager); the state itself is kept and re-applied.",
+            ("actuator",),
+            "sum by (actuator) (increase(canaryd_actuator_failures_total[15m])) > 0",
+        )
+        self._gate_name = _BoundedLabel(16)
         build_doc = (
             "Versions of canaryd, Python, torch and transformers, and each arm's engine "
             "identity (baseline_*, speculative_*), as labels of one series of value 1."
@@ -349,6 +401,13 @@ class CanarydMetrics:
             self.engine_ready.labels(arm=arm).set(0)
         for cycle_outcome in ("ok", "failed"):
             self.cycles.labels(outcome=cycle_outcome)
+        for target in SWITCH_TARGETS:
+            for actor_kind in ACTOR_KINDS:
+                self.switch_transitions.labels(target=target, actor_kind=actor_kind)
+        for actuator in ACTUATORS:
+            self.actuator_failures.labels(actuator=actuator)
+        self.switch_rolled_back.set(0)
+        self.switch_latched.set(0)
 
     # -- declaration helpers: each metric is declared once, with its documentation --
 
@@ -481,6 +540,32 @@ class CanarydMetrics:
                 name = f"{prefix}_{_LABEL_NAME.sub('_', key).lower()}"
                 labels[name] = str(identity[key])
         self.build.info({k: v[:_BUILD_VALUE_MAX] for k, v in labels.items()})
+
+    def observe_gates(self, decisions: Iterable[tuple[str, str]]) -> None:
+        """One evaluation's `(gate name, state)` pairs: count each, and set the state
+        gauges (1 for the decided state, 0 for the gate's other states)."""
+        for name, state in decisions:
+            gate = self._gate_name(name)
+            self.gate_evaluations.labels(gate=gate, state=state).inc()
+            for candidate in GATE_STATES:
+                self.gate_state.labels(gate=gate, state=candidate).set(
+                    1 if candidate == state else 0
+                )
+
+    def set_switch(self, *, rolled_back: bool, generation: int, latched: bool) -> None:
+        """The switch as stored now."""
+        self.switch_rolled_back.set(1 if rolled_back else 0)
+        self.switch_generation.set(generation)
+        self.switch_latched.set(1 if latched else 0)
+
+    def switch_transition(self, target: str, actor_kind: str) -> None:
+        """A transition to `target` (auto, rolled_back) by a `gate` or a `user`."""
+        self.switch_transitions.labels(target=target, actor_kind=actor_kind).inc()
+
+    def actuator_failed(self, actuator: str) -> None:
+        """One failed attempt of `actuator` (state_file, command, webhook, alertmanager)."""
+        label = actuator if actuator in ACTUATORS else OTHER
+        self.actuator_failures.labels(actuator=label).inc()
 
     def render(self) -> bytes:
         """The registry in the Prometheus text exposition format (0.0.4)."""

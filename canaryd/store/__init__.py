@@ -20,10 +20,12 @@ from canaryd.store.sql import (
     schema_problem,
     upgrade,
 )
+from canaryd.store.switching import AuditEntry, SwitchRecord, decision_from_dict
 
 __all__ = [
     "EXPECTED_URL_FORMS",
     "RETENTION_BATCH_PAIRS",
+    "AuditEntry",
     "History",
     "PairFacts",
     "PairRollup",
@@ -31,7 +33,9 @@ __all__ = [
     "SqlStore",
     "Store",
     "StoredRun",
+    "SwitchRecord",
     "current_revision",
+    "decision_from_dict",
     "head_revision",
     "known_revisions",
     "mask_url",

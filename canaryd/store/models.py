@@ -274,3 +274,82 @@ class PairRollupRow(Base):
     acceptance_length_count: Mapped[int] = mapped_column(Integer)
     acceptance_length_sum: Mapped[float] = mapped_column(Double)
     acceptance_length_histogram: Mapped[list[int]] = mapped_column(json_column_type())
+
+
+class SwitchStateRow(Base):
+    """The rollback switch: one row (id 1), authoritative; the state file mirrors it.
+
+    Every change happens under a row lock (PostgreSQL `SELECT … FOR UPDATE`, SQLite
+    `BEGIN IMMEDIATE`), and `generation` only grows. `applied_generation` is the last
+    generation whose state file and hooks all succeeded; below `generation`, the daemon
+    re-applies. `recent_trips` is a JSON list of ISO times of automatic trips (latch).
+    """
+
+    __tablename__ = "switch_state"
+    __table_args__ = (
+        CheckConstraint("id = 1", name="singleton"),
+        CheckConstraint("mode IN ('auto', 'rolled_back')", name="mode"),
+        CheckConstraint("control IN ('gates', 'manual')", name="control"),
+        CheckConstraint("generation >= 0", name="generation"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    mode: Mapped[str] = mapped_column(String(16))
+    control: Mapped[str] = mapped_column(String(16))
+    generation: Mapped[int] = mapped_column(BigInteger)
+    since: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    actor: Mapped[str] = mapped_column(String(200))
+    reason: Mapped[str] = mapped_column(Text)
+    latched: Mapped[bool] = mapped_column(Boolean)
+    cooldown_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    recent_trips: Mapped[list[str]] = mapped_column(json_column_type())
+    applied_generation: Mapped[int | None] = mapped_column(BigInteger)
+    actuator_errors: Mapped[dict[str, str] | None] = mapped_column(json_column_type())
+    actuated_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class SwitchAuditRow(Base):
+    """One switch transition (`kind` transition) or a refused human command (`refused`):
+    who (`gate:<name>` or `user:<name>`), why, and the gate evidence as JSON."""
+
+    __tablename__ = "switch_audit"
+    __table_args__ = (CheckConstraint("kind IN ('transition', 'refused')", name="kind"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    generation: Mapped[int] = mapped_column(BigInteger)
+    previous: Mapped[str] = mapped_column(String(16))
+    target: Mapped[str] = mapped_column(String(16))
+    control: Mapped[str] = mapped_column(String(16))
+    actor: Mapped[str] = mapped_column(String(200))
+    reason: Mapped[str] = mapped_column(Text)
+    evidence: Mapped[list[dict[str, Any]]] = mapped_column(json_column_type())
+
+
+class GateDecisionRow(Base):
+    """One gate's decision in one evaluation; the rows sharing `evaluated_at` are one
+    `gates.Evaluation`. `decision` is `GateDecision.to_dict()`, evidence and components."""
+
+    __tablename__ = "gate_decisions"
+    __table_args__ = (Index(None, "gate", "evaluated_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    evaluated_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    gate: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))
+    mode: Mapped[str] = mapped_column(String(16))
+    critical: Mapped[bool] = mapped_column(Boolean)
+    decision: Mapped[dict[str, Any]] = mapped_column(json_column_type())
+
+
+class DriftReferenceRow(Base):
+    """A category's pinned healthy acceptance length (`gates.ReferenceStats`)."""
+
+    __tablename__ = "drift_references"
+
+    category: Mapped[str] = mapped_column(String(100), primary_key=True)
+    mean: Mapped[float] = mapped_column(Double)
+    sd: Mapped[float] = mapped_column(Double)
+    n: Mapped[int] = mapped_column(Integer)
+    pinned_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -16,7 +16,7 @@ import json
 import os
 import re
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
@@ -51,6 +51,8 @@ from canaryd.errors import DatabaseError
 from canaryd.paths import alembic_dir, default_database_url
 from canaryd.records import ARMS, Arm, Check, CheckKind, PairRecord, PairScores, Prompt, RunInfo
 from canaryd.store.models import (
+    DriftReferenceRow,
+    GateDecisionRow,
     GenerationRow,
     PairRollupRow,
     PairRow,
@@ -58,6 +60,8 @@ from canaryd.store.models import (
     PromptRow,
     RunRow,
     SuiteRow,
+    SwitchAuditRow,
+    SwitchStateRow,
 )
 from canaryd.store.rollup import (
     ACCEPTANCE_LENGTH_BOUNDS,
@@ -69,6 +73,7 @@ from canaryd.store.rollup import (
     PairRollup,
     rollups_by_hour,
 )
+from canaryd.store.switching import AuditEntry, SwitchRecord, decision_from_dict
 from engine.types import (
     AcceptanceSource,
     ErrorKind,
@@ -76,6 +81,14 @@ from engine.types import (
     Message,
     Role,
     SpeculativeStats,
+)
+from gates import (
+    Control,
+    Evaluation,
+    ReferenceStats,
+    SwitchMode,
+    SwitchOutcome,
+    SwitchState,
 )
 
 __all__ = [
@@ -104,6 +117,7 @@ POSTGRESQL_CONNECT_TIMEOUT_S = 10  # `?connect_timeout=` overrides
 # Pairs rolled up per retention transaction: a months-long backlog never holds one giant
 # transaction (or SQLite's single write lock) while the daemon wants to save a pair.
 RETENTION_BATCH_PAIRS = 1000
+SQLITE_IMMEDIATE = "canaryd_sqlite_immediate"  # execution option read by _sqlite_on_begin
 _SUPPORTED_DRIVERS = {
     "sqlite": "sqlite",
     "sqlite+pysqlite": "sqlite+pysqlite",
@@ -249,7 +263,10 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _sqlite_on_begin(connection: Connection) -> None:
-    connection.exec_driver_sql("BEGIN")
+    # `sqlite_immediate` (the switch's read-modify-write) takes the write lock at BEGIN,
+    # so a second writer waits for the busy timeout instead of reading a stale row.
+    immediate = connection.get_execution_options().get(SQLITE_IMMEDIATE, False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def make_engine(url: str, *, create: bool = False) -> Engine:
@@ -1050,3 +1067,259 @@ class SqlStore:
         """The start of the most recent rolled-up hour; None when there are no roll-ups."""
         with self._translating("reading the latest roll-up"), self._sessions() as session:
             return session.scalars(select(func.max(PairRollupRow.hour_start))).one()
+
+    # --- the rollback switch, its audit trail, gate decisions ---------------------------
+
+    def switch(self) -> SwitchRecord:
+        """The stored switch; the initial state (auto, generation 0) if never changed."""
+        with self._translating("reading the switch"), self._sessions() as session:
+            row = session.get(SwitchStateRow, 1)
+            return _switch_record(row)
+
+    @contextmanager
+    def _switch_locked(self, action: str) -> Iterator[tuple[Session, SwitchStateRow]]:
+        """A transaction holding the switch row's lock (created if missing): SQLite
+        `BEGIN IMMEDIATE`, PostgreSQL `SELECT … FOR UPDATE`. CLI and daemon serialise here."""
+        with self._translating(action), self._engine.connect() as connection:
+            connection.execution_options(**{SQLITE_IMMEDIATE: True})
+            with Session(bind=connection) as session, session.begin():
+                session.execute(
+                    self._insert_ignoring_duplicates(SwitchStateRow, _initial_row(), ["id"])
+                )
+                row = session.scalars(
+                    select(SwitchStateRow).where(SwitchStateRow.id == 1).with_for_update()
+                ).one()
+                yield session, row
+
+    def change_switch(
+        self,
+        decide: Callable[[SwitchState, list[Evaluation]], SwitchOutcome],
+        *,
+        now: datetime,
+        history: int,
+        actor: str = "",
+    ) -> SwitchOutcome:
+        """Read-modify-write of the switch under its row lock, in one transaction.
+
+        `decide` gets the stored state and the last `history` evaluations (oldest first)
+        and returns the policy's outcome; its state is stored, each transition becomes a
+        `transition` audit row and each refusal a `refused` row by `actor` (with the
+        latest evaluation as evidence). A generation below the stored one is refused.
+        """
+        _aware(now, "switch change time")
+        with self._switch_locked("changing the switch") as (session, row):
+            current = _switch_record(row).state
+            evaluations = self._evaluations(session, history)
+            outcome = decide(current, evaluations)
+            new = outcome.state
+            if new.generation < current.generation:
+                raise RuntimeError(
+                    f"switch generation would go back from {current.generation} to {new.generation}"
+                )
+            if new != current:
+                session.execute(
+                    update(SwitchStateRow)
+                    .where(SwitchStateRow.id == 1)
+                    .values(_state_values(new))
+                    .execution_options(synchronize_session=False)
+                )
+            for transition in outcome.transitions:
+                session.add(
+                    SwitchAuditRow(
+                        at=transition.at,
+                        kind="transition",
+                        generation=transition.generation,
+                        previous=transition.previous.value,
+                        target=transition.target.value,
+                        control=transition.control.value,
+                        actor=transition.actor,
+                        reason=transition.reason,
+                        evidence=[d.to_dict() for d in transition.evidence],
+                    )
+                )
+            latest = evaluations[-1].decisions if evaluations else ()
+            for refusal in outcome.refused:
+                session.add(
+                    SwitchAuditRow(
+                        at=now,
+                        kind="refused",
+                        generation=new.generation,
+                        previous=new.mode.value,
+                        target=new.mode.value,
+                        control=new.control.value,
+                        actor=actor,
+                        reason=refusal,
+                        evidence=[d.to_dict() for d in latest],
+                    )
+                )
+            return outcome
+
+    def record_actuation(self, generation: int, errors: Mapping[str, str], at: datetime) -> bool:
+        """Remember how applying `generation` went (no errors: applied). Ignored, and
+        False returned, when the switch has moved past `generation` meanwhile."""
+        _aware(at, "actuation time")
+        with self._switch_locked("recording the switch's actuation") as (session, row):
+            if row.generation != generation:
+                return False
+            values: dict[str, Any] = {"actuator_errors": dict(errors), "actuated_at": at}
+            if not errors:
+                values["applied_generation"] = generation
+            session.execute(
+                update(SwitchStateRow)
+                .where(SwitchStateRow.id == 1)
+                .values(values)
+                .execution_options(synchronize_session=False)
+            )
+            return True
+
+    def audit(self, *, since: datetime | None = None, limit: int | None = None) -> list[AuditEntry]:
+        """Audit rows at or after `since`, oldest first; with `limit`, the most recent."""
+        query = select(SwitchAuditRow)
+        if since is not None:
+            query = query.where(SwitchAuditRow.at >= _aware(since, "since"))
+        query = query.order_by(SwitchAuditRow.at.desc(), SwitchAuditRow.id.desc())
+        if limit is not None:
+            query = query.limit(limit)
+        with self._translating("reading the audit trail"), self._sessions() as session:
+            return [_audit_entry(row) for row in reversed(session.scalars(query).all())]
+
+    def save_evaluation(self, evaluation: Evaluation) -> None:
+        """Store one evaluation: a row per gate decision, all at `evaluation.at`."""
+        _aware(evaluation.at, "evaluation time")
+        with self._transaction("saving gate decisions") as session:
+            session.add_all(
+                GateDecisionRow(
+                    evaluated_at=evaluation.at,
+                    gate=d.name,
+                    state=d.state.value,
+                    mode=d.mode.value,
+                    critical=d.critical,
+                    decision=d.to_dict(),
+                )
+                for d in evaluation.decisions
+            )
+
+    def _evaluations(self, session: Session, limit: int) -> list[Evaluation]:
+        if limit < 1:
+            return []
+        times = list(
+            session.scalars(
+                select(GateDecisionRow.evaluated_at)
+                .distinct()
+                .order_by(GateDecisionRow.evaluated_at.desc())
+                .limit(limit)
+            )
+        )
+        if not times:
+            return []
+        rows = session.scalars(
+            select(GateDecisionRow)
+            .where(GateDecisionRow.evaluated_at >= min(times))
+            .order_by(GateDecisionRow.evaluated_at, GateDecisionRow.id)
+        )
+        grouped: dict[datetime, list[Any]] = {}
+        for row in rows:
+            grouped.setdefault(row.evaluated_at, []).append(decision_from_dict(row.decision))
+        return [Evaluation(at, tuple(decisions)) for at, decisions in grouped.items()]
+
+    def evaluations(self, limit: int) -> list[Evaluation]:
+        """The last `limit` evaluations, oldest first."""
+        with self._translating("reading gate decisions"), self._sessions() as session:
+            return self._evaluations(session, limit)
+
+    def latest_evaluation(self) -> Evaluation | None:
+        found = self.evaluations(1)
+        return found[0] if found else None
+
+    def prune_gate_decisions(self, before: datetime) -> int:
+        """Delete gate decisions evaluated before `before`; returns how many."""
+        with self._transaction("pruning gate decisions") as session:
+            result = session.execute(
+                delete(GateDecisionRow).where(
+                    GateDecisionRow.evaluated_at < _aware(before, "before")
+                )
+            )
+            return int(getattr(result, "rowcount", 0))
+
+    def drift_references(self) -> dict[str, ReferenceStats]:
+        """The pinned acceptance-length reference of each category."""
+        with self._translating("reading drift references"), self._sessions() as session:
+            return {
+                row.category: ReferenceStats(mean=row.mean, sd=row.sd, n=row.n)
+                for row in session.scalars(select(DriftReferenceRow))
+            }
+
+    def pin_drift_references(self, references: Mapping[str, ReferenceStats], at: datetime) -> None:
+        """Pin references for categories that have none; an existing pin is kept."""
+        _aware(at, "pin time")
+        with self._transaction("pinning drift references") as session:
+            for category, stats in sorted(references.items()):
+                values = {
+                    "category": category,
+                    "mean": stats.mean,
+                    "sd": stats.sd,
+                    "n": stats.n,
+                    "pinned_at": at,
+                }
+                session.execute(
+                    self._insert_ignoring_duplicates(DriftReferenceRow, values, ["category"])
+                )
+
+    def unpin_drift_references(self) -> int:
+        """Forget every pinned reference (they are pinned again from healthy pairs)."""
+        with self._transaction("unpinning drift references") as session:
+            return int(getattr(session.execute(delete(DriftReferenceRow)), "rowcount", 0))
+
+
+def _initial_row() -> dict[str, Any]:
+    return {"id": 1, **_state_values(SwitchState())}
+
+
+def _state_values(state: SwitchState) -> dict[str, Any]:
+    return {
+        "mode": state.mode.value,
+        "control": state.control.value,
+        "generation": state.generation,
+        "since": state.since,
+        "actor": state.actor,
+        "reason": state.reason,
+        "latched": state.latched,
+        "cooldown_until": state.cooldown_until,
+        "recent_trips": [t.isoformat() for t in state.recent_trips],
+    }
+
+
+def _switch_record(row: SwitchStateRow | None) -> SwitchRecord:
+    if row is None:
+        return SwitchRecord(SwitchState())
+    state = SwitchState(
+        mode=SwitchMode(row.mode),
+        control=Control(row.control),
+        generation=row.generation,
+        since=row.since,
+        actor=row.actor,
+        reason=row.reason,
+        latched=row.latched,
+        cooldown_until=row.cooldown_until,
+        recent_trips=tuple(datetime.fromisoformat(t) for t in row.recent_trips),
+    )
+    return SwitchRecord(
+        state=state,
+        applied_generation=row.applied_generation,
+        actuator_errors=dict(row.actuator_errors or {}),
+        actuated_at=row.actuated_at,
+    )
+
+
+def _audit_entry(row: SwitchAuditRow) -> AuditEntry:
+    return AuditEntry(
+        at=row.at,
+        kind=row.kind,
+        generation=row.generation,
+        previous=row.previous,
+        target=row.target,
+        control=row.control,
+        actor=row.actor,
+        reason=row.reason,
+        evidence=list(row.evidence),
+    )

@@ -27,6 +27,10 @@ TABLES = {
     "generations",
     "pair_scores",
     "pair_rollups",
+    "switch_state",
+    "switch_audit",
+    "gate_decisions",
+    "drift_references",
     "alembic_version",
 }
 

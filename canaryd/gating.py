@@ -1,0 +1,153 @@
+"""The daemon's gate job: read the window, run the gates, step the switch policy, apply.
+
+`SwitchGates` implements the daemon's `GateHook`. On each `evaluate(now)` it reads from
+the store the pairs that cover the longest configured gate window, pins drift references
+for categories that have none yet (from the window, only while speculative decoding is
+on), runs `gates.evaluate_all`, stores the decisions (one evaluation), exports the gate
+metrics, and lets `SwitchService` step the policy under the switch's row lock and apply
+the outcome. The first call (or `start()`) re-applies the last stored state, so a
+restarted daemon rewrites the state file and re-runs hooks whose last attempt failed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import structlog
+
+from canaryd.config import Settings
+from canaryd.metrics import CanarydMetrics
+from canaryd.store import SqlStore
+from canaryd.switch import SwitchChange, SwitchService
+from gates import Evaluation, GatesConfig, SwitchMode, evaluate_all, pin_reference
+from gates.drift import DEFAULT_PIN_MIN_SAMPLES
+
+__all__ = ["PRUNE_EVERY", "SwitchGates", "window_bounds"]
+
+log = structlog.get_logger(__name__)
+
+PRUNE_EVERY = timedelta(hours=1)  # how often old gate decisions are deleted
+
+
+def window_bounds(config: GatesConfig) -> tuple[float | None, int | None]:
+    """The longest window any gate reads: (seconds, pairs); None means unbounded."""
+    sections = (
+        config.liveness,
+        config.error,
+        config.latency,
+        config.quality,
+        config.speedup,
+        config.drift,
+    )
+    seconds = [s.window_seconds for s in sections]
+    pairs = [s.window_pairs for s in sections]
+    longest_s = None if None in seconds else max(s for s in seconds if s is not None)
+    longest_n = None if None in pairs else max(p for p in pairs if p is not None)
+    return longest_s, longest_n
+
+
+class SwitchGates:
+    """The `GateHook` that gates and flips the rollback switch.
+
+    `settings` is the daemon's `Settings` or a callable returning the current ones (so a
+    SIGHUP reload's gate thresholds apply; the database URL and state file are bound at
+    first use). `store` is opened from `storage.url` on first use when not given, and
+    closed by `close()` only if it was opened here.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | Callable[[], Settings],
+        *,
+        metrics: CanarydMetrics | None = None,
+        store: SqlStore | None = None,
+    ) -> None:
+        self._settings = settings
+        self.metrics = metrics
+        self._store = store
+        self._owns_store = store is None
+        self._service: SwitchService | None = None
+        self._lock = threading.Lock()  # one evaluation at a time
+        self._pruned_at: datetime | None = None
+        self.last_change: SwitchChange | None = None
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings() if callable(self._settings) else self._settings
+
+    @property
+    def service(self) -> SwitchService:
+        """The switch service (opening the store and re-applying the state on first use)."""
+        if self._service is None:
+            settings = self.settings
+            if self._store is None:
+                self._store = SqlStore.open(settings.storage.resolved_url())
+            service = SwitchService(
+                self._store, settings.switch, settings.gates.policy, metrics=self.metrics
+            )
+            report = service.ensure_applied()
+            record = service.record()
+            service.export_metrics(record.state)
+            log.info(
+                "switch.started",
+                mode=record.state.mode.value,
+                generation=record.state.generation,
+                state_file=str(service.state_file),
+                reapplied=report is not None,
+                failures=report.failures if report else {},
+            )
+            self._service = service
+        return self._service
+
+    def start(self) -> None:
+        """Open the store and re-apply the last state now instead of at the first run."""
+        with self._lock:
+            _ = self.service
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None and self._owns_store:
+                self._store.close()
+            self._store = None
+            self._service = None
+
+    def evaluate(self, now: datetime) -> None:
+        with self._lock:
+            self._evaluate(now)
+
+    def _evaluate(self, now: datetime) -> None:
+        service = self.service
+        store = service.store
+        config = self.settings.gates
+        service.policy = config.policy
+        seconds, pairs = window_bounds(config)
+        since = now - timedelta(seconds=seconds) if seconds is not None else None
+        records = store.pairs(since=since, until=now + timedelta(microseconds=1), limit=pairs)
+        references = store.drift_references()
+        if service.record().state.mode is SwitchMode.AUTO:
+            missing = {r.prompt.category for r in records} - set(references)
+            if missing:
+                pinned = pin_reference(
+                    [r for r in records if r.prompt.category in missing],
+                    min_samples=DEFAULT_PIN_MIN_SAMPLES,
+                )
+                if pinned:
+                    store.pin_drift_references(pinned, now)
+                    log.info("gates.references_pinned", categories=sorted(pinned))
+                    references = store.drift_references()
+        decisions = evaluate_all(records, config, now=now, references=references)
+        store.save_evaluation(Evaluation(now, tuple(decisions)))
+        if self.metrics is not None:
+            self.metrics.observe_gates((d.name, d.state.value) for d in decisions)
+        log.info(
+            "gates.evaluated",
+            pairs=len(records),
+            states={d.name: d.state.value for d in decisions},
+        )
+        self.last_change = service.step_gates(now)
+        if self._pruned_at is None or now - self._pruned_at >= PRUNE_EVERY:
+            keep = timedelta(days=self.settings.storage.raw_retention_days)
+            store.prune_gate_decisions(now - keep)
+            self._pruned_at = now
