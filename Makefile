@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: venv model demo test lint typecheck unit services clean
+.PHONY: venv model demo test lint typecheck unit services llamacpp clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ demo: model
 services:
 	bash .ci/services.sh
 
+# llama-cpp-python[server] in its own venv (.venv-llamacpp): the real OpenAI-compatible
+# peer of tests/integration/test_llamacpp_server.py. Built from source once; the wheel is
+# cached under ~/.cache/canaryd/wheels.
+llamacpp:
+	PYTHON=$(PYTHON) bash .ci/llamacpp.sh
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -35,7 +41,7 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-test: model services lint typecheck
+test: model services llamacpp lint typecheck
 	CANARYD_TEST_PG_URL="$$(cat $(VENV)/pg_url 2>/dev/null)" $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 unit: venv

@@ -6,9 +6,18 @@ turns one into a running `Engine`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SecretStr,
+    Tag,
+    model_validator,
+)
 
 
 class _Strict(BaseModel):
@@ -72,6 +81,67 @@ class FakeEngineConfig(_Strict):
     tail_factor: float = Field(default=1.0, gt=0, description="how slow a tail request is")
 
 
+class HTTPTimeouts(_Strict):
+    """Seconds. `read` bounds the gap between two streamed chunks (a stalled server);
+    `total` bounds the whole request, retries included (a request's own `timeout_s`
+    lowers it further)."""
+
+    connect: float = Field(default=5.0, gt=0)
+    read: float = Field(default=60.0, gt=0)
+    total: float = Field(default=300.0, gt=0)
+
+
+class OpenAIEngineConfig(_Strict):
+    """A remote OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp) as one arm."""
+
+    kind: Literal["openai"] = "openai"
+    base_url: str = Field(description="server root, e.g. http://127.0.0.1:8000 (no /v1)")
+    api: Literal["chat", "completions"] = "chat"
+    model: str = Field(default="default", description="the `model` field sent to the server")
+    speculative: bool = Field(
+        default=False, description="this arm is the speculative deployment: read acceptance"
+    )
+    server_kind: Literal["vllm", "sglang", "tgi", "llamacpp", "generic"] = Field(
+        default="generic", description="selects how acceptance is read"
+    )
+    metrics_url: str | None = Field(
+        default=None,
+        description="window aggregates: vLLM/TGI Prometheus /metrics, SGLang /server_info",
+    )
+    num_draft_tokens: int | None = Field(
+        default=None, ge=1, description="k, for servers that do not report drafted tokens (TGI)"
+    )
+    api_key: SecretStr | None = None
+    api_key_env: str | None = Field(default=None, description="environment variable to read")
+    api_key_file: Path | None = Field(default=None, description="file whose content is the key")
+    timeouts: HTTPTimeouts = Field(default_factory=HTTPTimeouts)
+    max_retries: int = Field(
+        default=2,
+        ge=0,
+        le=10,
+        description="only connection failures and 429/503 answered before any token",
+    )
+    tls_verify: bool = True
+    ca_bundle: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+    max_concurrency: int = Field(default=4, ge=1, le=1024, description="in-flight requests")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="merged into every request body"
+    )
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> OpenAIEngineConfig:
+        sources = [self.api_key is not None, bool(self.api_key_env), self.api_key_file is not None]
+        if sum(sources) > 1:
+            raise ValueError("set at most one of api_key, api_key_env, api_key_file")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+        if self.client_key is not None and self.client_cert is None:
+            raise ValueError("client_key needs client_cert")
+        return self
+
+
 def _engine_kind(value: Any) -> str:
     """An arm without `kind` is the in-process transformers engine."""
     kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
@@ -80,6 +150,7 @@ def _engine_kind(value: Any) -> str:
 
 EngineConfig = Annotated[
     Annotated[TransformersEngineConfig, Tag("transformers")]
-    | Annotated[FakeEngineConfig, Tag("fake")],
+    | Annotated[FakeEngineConfig, Tag("fake")]
+    | Annotated[OpenAIEngineConfig, Tag("openai")],
     Discriminator(_engine_kind),
 ]

@@ -5,7 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.base import Engine
-from engine.config import EngineConfig, FakeEngineConfig, TransformersEngineConfig
+from engine.config import (
+    EngineConfig,
+    FakeEngineConfig,
+    OpenAIEngineConfig,
+    TransformersEngineConfig,
+)
 from engine.errors import EngineConfigError
 
 
@@ -18,4 +23,8 @@ def build_engine(config: EngineConfig, *, models_dir: Path | None = None) -> Eng
         from engine.fake import FakeEngine
 
         return FakeEngine(config)
+    if isinstance(config, OpenAIEngineConfig):
+        from engine.http import OpenAIEngine
+
+        return OpenAIEngine(config)
     raise EngineConfigError("kind", f"unknown engine kind {getattr(config, 'kind', None)!r}")

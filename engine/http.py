@@ -1,0 +1,503 @@
+"""The HTTP engine: one arm served by a remote OpenAI-compatible server.
+
+`OpenAIEngine` streams `/v1/chat/completions` or `/v1/completions` (server-sent events,
+`stream_options.include_usage`) and measures TTFT at the first content chunk, TPOT over
+the rest, and end-to-end around the whole call, retries included. Every failure becomes a
+`GenerationResult` with its `ErrorKind` — refused or cut connections `connection`,
+connect/read/total timeouts `timeout`, HTTP errors `http` with the status, malformed
+chunks `invalid` — and nothing is raised.
+
+Why async under a sync facade: the Engine protocol is synchronous (the pair runner calls
+arms one after the other), but shutdown must cancel requests that are in flight and a
+per-arm concurrency limit must hold across the daemon's threads. An asyncio loop on one
+background thread owns an `httpx.AsyncClient` and an `asyncio.Semaphore`; `generate`
+submits a coroutine and waits for it; `close` cancels every pending task (their callers
+get a `connection` result saying the engine closed) and closes the client.
+
+Retries (`max_retries`) happen only where the server cannot have started the request:
+a refused connection or connect timeout (nothing was sent), and 429/503 answered before
+any token was streamed (the server said it did not take the work; Retry-After honoured).
+A request that streamed anything, or failed with any other status, is never retried:
+it may have run, and a retried latency would not be the latency of one request.
+
+Acceptance (speculative arms only) is read per `server_kind` by `engine.acceptance`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import math
+import os
+import ssl
+import threading
+import time
+import zlib
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import structlog
+
+from engine import acceptance
+from engine.config import OpenAIEngineConfig
+from engine.errors import EngineConfigError
+from engine.types import (
+    AcceptanceSource,
+    ErrorKind,
+    GenerationRequest,
+    GenerationResult,
+    SpeculativeStats,
+)
+
+__all__ = ["OpenAIEngine"]
+
+log = structlog.get_logger(__name__)
+
+_RETRY_STATUSES = frozenset({429, 503})
+_BACKOFF_S = 0.2  # first retry delay; doubles each attempt
+_MAX_RETRY_AFTER_S = 10.0
+_DETAIL_CHARS = 300
+
+
+class _Failure(Exception):  # noqa: N818  (a result in flight, not an error condition)
+    """Carries a failed result out of the streaming code to `_generate`."""
+
+    def __init__(self, error: ErrorKind, detail: str, http_status: int | None = None) -> None:
+        super().__init__(detail)
+        self.error, self.detail, self.http_status = error, detail, http_status
+
+
+@dataclass(slots=True)
+class _Stream:
+    """What one streamed response carried, filled chunk by chunk."""
+
+    parts: list[str] = field(default_factory=list)
+    ttft_s: float | None = None
+    content_chunks: int = 0
+    data_lines: int = 0
+    finish_reason: str | None = None
+    done: bool = False
+    usage: dict[str, Any] | None = None
+    timings: dict[str, Any] | None = None  # llama.cpp
+    meta_info: dict[str, Any] | None = None  # SGLang
+
+
+class OpenAIEngine:
+    def __init__(self, config: OpenAIEngineConfig) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._tasks: set[asyncio.Task[GenerationResult]] = set()
+        self._closed = False
+
+    @property
+    def speculative(self) -> bool:
+        return self.config.speculative
+
+    @property
+    def identity(self) -> dict[str, str]:
+        return {
+            "kind": "openai",
+            "mode": "speculative" if self.speculative else "baseline",
+            "server_kind": self.config.server_kind,
+            "api": self.config.api,
+            "model": self.config.model,
+            "base_url": self.config.base_url,
+        }
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def _api_key(self) -> str | None:
+        cfg = self.config
+        if cfg.api_key is not None:
+            return cfg.api_key.get_secret_value()
+        if cfg.api_key_env:
+            value = os.environ.get(cfg.api_key_env)
+            if not value:
+                raise EngineConfigError("api_key_env", f"{cfg.api_key_env!r} is not set")
+            return value.strip()
+        if cfg.api_key_file is not None:
+            try:
+                return cfg.api_key_file.read_text().strip()
+            except OSError as exc:
+                raise EngineConfigError("api_key_file", f"cannot read: {exc}") from exc
+        return None
+
+    def _tls(self) -> ssl.SSLContext | bool:
+        cfg = self.config
+        if not cfg.tls_verify:
+            return False
+        try:
+            context = ssl.create_default_context(
+                cafile=str(cfg.ca_bundle) if cfg.ca_bundle else None
+            )
+            if cfg.client_cert is not None:
+                context.load_cert_chain(
+                    str(cfg.client_cert), str(cfg.client_key) if cfg.client_key else None
+                )
+        except (OSError, ssl.SSLError) as exc:
+            raise EngineConfigError("tls", f"cannot load certificates: {exc}") from exc
+        return context
+
+    def load(self) -> None:
+        """Start the event loop thread and the HTTP client. Idempotent; sends nothing."""
+        with self._lock:
+            if self._closed:
+                raise EngineConfigError("lifecycle", "engine is closed")
+            if self._loop is not None:
+                return
+            cfg = self.config
+            headers = {"Accept": "text/event-stream"}
+            key = self._api_key()
+            if key:
+                headers["Authorization"] = f"Bearer {key}"
+            timeout = httpx.Timeout(
+                connect=cfg.timeouts.connect,
+                read=cfg.timeouts.read,
+                write=cfg.timeouts.read,
+                pool=cfg.timeouts.total,
+            )
+            verify = self._tls()
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(ready.set)
+                loop.run_forever()
+
+            thread = threading.Thread(target=run, name="canaryd-openai-engine", daemon=True)
+            thread.start()
+            ready.wait()
+
+            async def make() -> None:
+                self._client = httpx.AsyncClient(
+                    base_url=cfg.base_url.rstrip("/"),
+                    headers=headers,
+                    timeout=timeout,
+                    verify=verify,
+                    limits=httpx.Limits(max_connections=cfg.max_concurrency + 1),
+                )
+                self._slots = asyncio.Semaphore(cfg.max_concurrency)
+
+            asyncio.run_coroutine_threadsafe(make(), loop).result()
+            self._loop, self._thread = loop, thread
+
+    def close(self) -> None:
+        """Cancel requests in flight (their callers get a `connection` result), close the
+        client and stop the loop thread. Idempotent."""
+        with self._lock:
+            self._closed = True
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+
+        async def shutdown() -> None:
+            tasks = list(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._client is not None:
+                await self._client.aclose()
+            await asyncio.get_running_loop().shutdown_asyncgens()
+
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=10)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=10)
+            loop.close()
+
+    def count_tokens(self, text: str) -> list[int]:
+        """A remote arm has no local tokenizer: word ids (the unit scoring falls back to
+        when results carry no token ids, as HTTP results do not)."""
+        return [zlib.crc32(word.encode()) for word in text.split()]
+
+    # -- generation -----------------------------------------------------------------
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        started = time.perf_counter()
+        try:
+            self.load()
+        except EngineConfigError as exc:
+            return GenerationResult.failed(ErrorKind.CONNECTION, str(exc), 0.0)
+        loop = self._loop
+        if loop is None:
+            return GenerationResult.failed(ErrorKind.CONNECTION, "engine is closed", 0.0)
+        future = self._submit(loop, self._generate(request))
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            return GenerationResult.failed(
+                ErrorKind.CONNECTION,
+                "cancelled: the engine was closed while the request was in flight",
+                time.perf_counter() - started,
+            )
+
+    def _submit(
+        self, loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, GenerationResult]
+    ) -> concurrent.futures.Future[GenerationResult]:
+        async def tracked() -> GenerationResult:
+            task = asyncio.current_task()
+            assert task is not None
+            self._tasks.add(task)
+            try:
+                return await coroutine
+            finally:
+                self._tasks.discard(task)
+
+        return asyncio.run_coroutine_threadsafe(tracked(), loop)
+
+    def _body(self, request: GenerationRequest) -> dict[str, Any]:
+        cfg, sampling = self.config, request.sampling
+        body: dict[str, Any] = {
+            "model": cfg.model,
+            "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "seed": sampling.seed,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if cfg.api == "chat":
+            body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]
+        else:
+            # The completions API takes raw text: the server's chat template is bypassed.
+            body["prompt"] = "\n\n".join(m.content for m in request.messages)
+        body.update(cfg.extra_body)
+        return body
+
+    async def _generate(self, request: GenerationRequest) -> GenerationResult:
+        assert self._slots is not None
+        cfg = self.config
+        limit = min(cfg.timeouts.total, request.timeout_s or math.inf)
+        window = self.speculative and cfg.server_kind in ("vllm", "tgi") and cfg.metrics_url
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(limit), self._slots:
+                before = await self._scrape() if window else None
+                started = time.perf_counter()  # queueing for a slot is not the server's latency
+                stream = await self._stream_with_retries(request, started)
+                e2e = time.perf_counter() - started
+                after = await self._scrape() if self.speculative and cfg.metrics_url else None
+        except TimeoutError:
+            return GenerationResult.failed(
+                ErrorKind.TIMEOUT,
+                f"no complete answer within {limit:g} s",
+                time.perf_counter() - started,
+            )
+        except _Failure as failure:
+            return GenerationResult.failed(
+                failure.error,
+                failure.detail,
+                time.perf_counter() - started,
+                http_status=failure.http_status,
+            )
+        return self._result(stream, e2e, before, after)
+
+    async def _stream_with_retries(self, request: GenerationRequest, started: float) -> _Stream:
+        assert self._client is not None
+        cfg = self.config
+        path = "/v1/chat/completions" if cfg.api == "chat" else "/v1/completions"
+        body = self._body(request)
+        attempt = 0
+        while True:
+            delay = _BACKOFF_S * 2**attempt
+            try:
+                async with self._client.stream("POST", path, json=body) as response:
+                    if response.status_code >= 400:
+                        text = (await response.aread()).decode(errors="replace")
+                        if response.status_code in _RETRY_STATUSES and attempt < cfg.max_retries:
+                            delay = _retry_after(response.headers.get("retry-after"), delay)
+                            log.info("openai.retry", status=response.status_code, delay_s=delay)
+                        else:
+                            raise _Failure(
+                                ErrorKind.HTTP,
+                                f"HTTP {response.status_code}: {text[:_DETAIL_CHARS]}",
+                                response.status_code,
+                            )
+                    else:
+                        return await self._consume(response, started)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                if attempt >= cfg.max_retries:
+                    kind = (
+                        ErrorKind.TIMEOUT
+                        if isinstance(exc, httpx.ConnectTimeout)
+                        else ErrorKind.CONNECTION
+                    )
+                    raise _Failure(kind, f"{type(exc).__name__}: {exc}") from exc
+                log.info("openai.retry", error=type(exc).__name__, delay_s=delay)
+            except httpx.TimeoutException as exc:
+                raise _Failure(ErrorKind.TIMEOUT, f"{type(exc).__name__}: {exc}") from exc
+            except httpx.HTTPError as exc:  # cut stream, reset, protocol error
+                raise _Failure(ErrorKind.CONNECTION, f"{type(exc).__name__}: {exc}") from exc
+            attempt += 1
+            await asyncio.sleep(delay)
+
+    async def _consume(self, response: httpx.Response, started: float) -> _Stream:
+        """Read the event stream to `[DONE]`; raise `_Failure` on anything malformed."""
+        chat = self.config.api == "chat"
+        stream = _Stream()
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue  # blank separators, `event:`/`id:` fields, `:` keep-alive comments
+            data = line[5:].strip()
+            stream.data_lines += 1
+            if data == "[DONE]":
+                stream.done = True
+                break
+            try:
+                chunk = json.loads(data)
+            except ValueError as exc:
+                raise _Failure(ErrorKind.INVALID, f"malformed chunk: {data[:120]!r}") from exc
+            if not isinstance(chunk, dict):
+                raise _Failure(ErrorKind.INVALID, f"chunk is not an object: {data[:120]!r}")
+            self._read_chunk(chunk, stream, chat, started)
+        if stream.data_lines == 0:
+            raise _Failure(
+                ErrorKind.INVALID,
+                "no server-sent events in the response "
+                f"(content-type {response.headers.get('content-type')!r})",
+            )
+        if not stream.done and stream.finish_reason is None:
+            raise _Failure(
+                ErrorKind.CONNECTION,
+                f"stream ended before [DONE] after {stream.data_lines} events",
+            )
+        return stream
+
+    @staticmethod
+    def _read_chunk(chunk: dict[str, Any], stream: _Stream, chat: bool, started: float) -> None:
+        if "error" in chunk:  # vLLM and others report failures inside a 200 stream
+            error = chunk["error"]
+            code = error.get("code") if isinstance(error, dict) else None
+            status = code if isinstance(code, int) else 500
+            raise _Failure(
+                ErrorKind.HTTP, f"error event: {json.dumps(error)[:_DETAIL_CHARS]}", status
+            )
+        for key in ("usage", "timings", "meta_info"):
+            value = chunk.get(key)
+            if isinstance(value, dict):
+                setattr(stream, key, value)
+        choices = chunk.get("choices")
+        if choices is None and stream.usage is None and stream.timings is None:
+            raise _Failure(ErrorKind.INVALID, f"chunk without choices: {json.dumps(chunk)[:120]}")
+        if not isinstance(choices, list | None):
+            raise _Failure(ErrorKind.INVALID, "choices is not a list")
+        for choice in choices or ():
+            if not isinstance(choice, dict):
+                raise _Failure(ErrorKind.INVALID, "choice is not an object")
+            if choice.get("index", 0) != 0:
+                continue
+            if chat:
+                delta = choice.get("delta") or {}
+                piece = delta.get("content") if isinstance(delta, dict) else None
+            else:
+                piece = choice.get("text")
+            if piece is not None and not isinstance(piece, str):
+                raise _Failure(ErrorKind.INVALID, f"content is {type(piece).__name__}, not text")
+            if piece:
+                if stream.ttft_s is None:
+                    stream.ttft_s = time.perf_counter() - started
+                stream.parts.append(piece)
+                stream.content_chunks += 1
+            if isinstance(choice.get("meta_info"), dict):
+                stream.meta_info = choice["meta_info"]
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str):
+                stream.finish_reason = reason
+
+    # -- acceptance -----------------------------------------------------------------
+
+    async def _scrape(self) -> acceptance.Scrape | None:
+        """One read of `metrics_url`; None (acceptance not reported) if it fails."""
+        assert self._client is not None
+        cfg = self.config
+        if not cfg.metrics_url:
+            return None
+        try:
+            response = await self._client.get(cfg.metrics_url, headers={"Accept": "*/*"})
+            response.raise_for_status()
+            if cfg.server_kind == "vllm":
+                return acceptance.Scrape(acceptance.vllm_counters(response.text))
+            if cfg.server_kind == "tgi":
+                return acceptance.Scrape(acceptance.tgi_counters(response.text))
+            if cfg.server_kind == "sglang":
+                return acceptance.Scrape({}, acceptance.sglang_avg_accept_length(response.json()))
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning("openai.metrics_unreadable", url=cfg.metrics_url, error=str(exc))
+        return None
+
+    def _acceptance(
+        self,
+        stream: _Stream,
+        output_tokens: int,
+        before: acceptance.Scrape | None,
+        after: acceptance.Scrape | None,
+    ) -> SpeculativeStats | None:
+        cfg = self.config
+        if not self.speculative:
+            return None
+        if cfg.server_kind == "llamacpp" and stream.timings is not None:
+            return acceptance.llamacpp_stats(stream.timings, output_tokens)
+        if cfg.server_kind == "sglang":
+            if stream.meta_info is not None:
+                exact = acceptance.sglang_stats(stream.meta_info, output_tokens)
+                if exact is not None:
+                    return exact
+            if after is not None and after.accept_length is not None:
+                return acceptance.stats_from_accept_length(after.accept_length, output_tokens)
+        if before is None or after is None:
+            return None
+        if cfg.server_kind == "vllm":
+            return acceptance.vllm_window_stats(before.counters, after.counters)
+        if cfg.server_kind == "tgi":
+            return acceptance.tgi_window_stats(
+                before.counters, after.counters, cfg.num_draft_tokens
+            )
+        return None
+
+    def _result(
+        self,
+        stream: _Stream,
+        e2e: float,
+        before: acceptance.Scrape | None,
+        after: acceptance.Scrape | None,
+    ) -> GenerationResult:
+        usage = stream.usage or {}
+        completion = usage.get("completion_tokens")
+        # Without usage, one content chunk is one token on vLLM, SGLang, TGI and llama.cpp.
+        output_tokens = completion if isinstance(completion, int) else stream.content_chunks
+        prompt = usage.get("prompt_tokens")
+        ttft = stream.ttft_s
+        tpot = (
+            (e2e - ttft) / (output_tokens - 1) if ttft is not None and output_tokens > 1 else None
+        )
+        stats = self._acceptance(stream, output_tokens, before, after)
+        return GenerationResult(
+            text="".join(stream.parts),
+            token_ids=(),
+            finish_reason=stream.finish_reason or "stop",
+            prompt_tokens=prompt if isinstance(prompt, int) else 0,
+            output_tokens=output_tokens,
+            ttft_s=ttft,
+            tpot_s=tpot,
+            e2e_s=e2e,
+            speculative=stats,
+            acceptance_source=stats.source if stats else AcceptanceSource.NOT_REPORTED,
+        )
+
+
+def _retry_after(header: str | None, default: float) -> float:
+    """Seconds from a Retry-After header (delta-seconds form), capped; else `default`."""
+    try:
+        return min(max(float(header), 0.0), _MAX_RETRY_AFTER_S) if header else default
+    except ValueError:
+        return default
