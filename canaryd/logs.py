@@ -1,32 +1,111 @@
-"""structlog set-up: JSON lines when not on a terminal (systemd/journald), a readable
-console renderer on a TTY. Logs go to stderr so that stdout stays machine-readable."""
+"""structlog set-up: JSON lines under systemd/journald or when stderr is not a terminal, a
+readable console renderer on a TTY. Logs go to stderr so that stdout stays machine-readable.
+
+`configure_logging` honours `LoggingConfig` (level, format, include_text). Prompt and
+output text may be sensitive: the keys in `TEXT_KEYS` are removed from every event unless
+`include_text` is set, so a stray `log.info(..., prompt_text=...)` cannot leak them. The
+standard library's loggers (APScheduler, SQLAlchemy) are rendered the same way.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
 
+from canaryd.config import LoggingConfig
 
-def configure_logging(*, json: bool | None = None, level: str = "INFO") -> None:
-    use_json = (not sys.stderr.isatty()) if json is None else json
+TEXT_KEYS = frozenset({"prompt_text", "baseline_text", "speculative_text"})
+
+
+def under_journald() -> bool:
+    """True when stderr is connected to the systemd journal (systemd sets JOURNAL_STREAM)."""
+    stream = os.environ.get("JOURNAL_STREAM", "")
+    if not stream:
+        return False
+    try:
+        stat = os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError):
+        return False
+    return stream == f"{stat.st_dev}:{stat.st_ino}"
+
+
+def _use_json(fmt: str) -> bool:
+    if fmt == "json":
+        return True
+    if fmt == "console":
+        return False
+    return under_journald() or not sys.stderr.isatty()
+
+
+def _drop_text(
+    _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    for key in TEXT_KEYS & event_dict.keys():
+        del event_dict[key]
+    return event_dict
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever `sys.stderr` is at the time (as `logging.lastResort` does), so a
+    test's replaced and then closed stderr is never written to afterwards."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)  # StreamHandler.__init__ would pin today's stream
+
+    @property  # read-only: always the current stderr
+    def stream(self) -> Any:
+        return sys.stderr
+
+
+def configure_logging(
+    config: LoggingConfig | None = None, *, json: bool | None = None, level: str | None = None
+) -> None:
+    """Configure structlog and the stdlib root logger; keywords override `config`."""
+    config = config or LoggingConfig()
+    use_json = _use_json(config.format) if json is None else json
+    level_name = (level or config.level).upper()
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if use_json
         else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
+    shared: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    if not config.include_text:
+        shared.append(_drop_text)
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
+        processors=[*shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
+            logging.getLevelNamesMapping()[level_name]
         ),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
+    handler = _StderrHandler()
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+            ],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    # Third-party INFO (APScheduler's "Added job", SQLAlchemy) is noise for an operator.
+    root.setLevel(max(logging.WARNING, logging.getLevelNamesMapping()[level_name]))
+    # APScheduler warns on every run an overrunning cycle coalesces away; the daemon
+    # reports an overrun itself (`cycle.overrun`), once per cycle.
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from canaryd.cli import db, models, once, prompts
+from canaryd.cli import audit, bench, db, gates, models, once, prompts, report, run, status, switch
 
 app = typer.Typer(
     name="canaryd",
@@ -17,6 +17,13 @@ app.add_typer(models.app, name="models")
 app.add_typer(prompts.app, name="prompts")
 app.add_typer(db.app, name="db")
 app.command("once")(once.once)
+app.command("status")(status.status)
+app.command("run")(run.run)
+app.command("bench")(bench.bench)
+app.command("report")(report.report)
+app.add_typer(switch.app, name="switch")
+app.command("gates")(gates.gates)
+app.command("audit")(audit.audit)
 
 
 def main() -> None:

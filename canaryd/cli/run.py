@@ -1,0 +1,54 @@
+"""`canaryd run`: the soak daemon in the foreground until SIGTERM or SIGINT (SIGHUP reloads)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from canaryd.cli.common import handle_errors
+from canaryd.config import config_path, load_settings
+from canaryd.logs import configure_logging
+
+
+@handle_errors
+def run(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="TOML config file (default: $CANARYD_CONFIG, else built-in defaults)",
+        ),
+    ] = None,
+) -> None:
+    """Run the soak daemon: pairs on a schedule, /metrics, /healthz and /readyz."""
+    path = config_path(config)
+    settings = load_settings(path)
+    configure_logging(settings.logging)
+    # Imported here: the daemon pulls in SQLAlchemy, Prometheus and APScheduler, which
+    # `canaryd --help` and a config error should not wait for.
+    from canaryd.daemon import Daemon, serve_until_signalled
+
+    daemon = Daemon(settings, config_path=path, manage_logging=True)
+    try:
+        daemon.start()
+    except KeyboardInterrupt:  # Ctrl-C during the warm-up: start() has undone itself
+        raise typer.Exit(130) from None
+    print(
+        f"canaryd: serving /metrics, /healthz and /readyz on http://{daemon.address} "
+        f"(SIGTERM or Ctrl-C stops, SIGHUP reloads the config)",
+        file=sys.stderr,
+        flush=True,
+    )
+    code = serve_until_signalled(daemon)
+    if daemon.abandoned:
+        # A generation still runs in a worker thread and cannot be interrupted; the
+        # interpreter would join it at exit. Its pair is dropped whole: leave now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise typer.Exit(code)

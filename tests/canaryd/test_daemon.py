@@ -1,0 +1,369 @@
+"""The daemon in-process on fake engines, a real SQLite file and real HTTP on loopback:
+cycles run and are stored, probes tell the truth, the database can go away and come back
+without losing a pair, shutdown drops an unfinished pair whole, and reloads are atomic."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from canaryd.config import Settings, load_settings
+from canaryd.config_docs import config_reference
+from canaryd.daemon import CYCLE_JOB, Daemon, PendingPairs
+from canaryd.errors import DatabaseError
+from canaryd.records import PairRecord, Prompt
+from canaryd.store import SqlStore
+from engine.types import ErrorKind, GenerationResult
+
+REPO = Path(__file__).resolve().parents[2]
+
+FAKE_ARMS = """
+[arms.baseline]
+kind = "fake"
+[arms.speculative]
+kind = "fake"
+speculative = true
+"""
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
+    """Poll `predicate` until it returns something truthy, or fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    pytest.fail(f"timed out after {timeout} s waiting for {what or predicate}")
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CANARYD_DATA_DIR", str(tmp_path / "data"))
+    for name in ("CANARYD_CONFIG", "CANARYD_STORAGE__URL", "CANARYD_SERVER__LISTEN"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def write_config(
+    tmp_path: Path, extra: str = "", *, arms: str = FAKE_ARMS, storage: str = "", server: str = ""
+) -> Path:
+    """A config on fake arms, a SQLite file whose writers give up after 0.2 s, any port."""
+    path = tmp_path / "canaryd.toml"
+    path.write_text(
+        arms
+        + f"""
+[storage]
+url = "sqlite:///{tmp_path / "canaryd.db"}?timeout=0.2"
+{storage}
+[server]
+listen = "127.0.0.1:0"
+{server}
+"""
+        + extra
+    )
+    return path
+
+
+def fast_schedule(**overrides: float) -> str:
+    values = {"pair_interval_s": 0.05, "jitter_s": 0, "heartbeat_interval_s": 0.1}
+    values.update(overrides)
+    return "[schedule]\n" + "\n".join(f"{key} = {value}" for key, value in values.items()) + "\n"
+
+
+@pytest.fixture
+def make_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
+    started: list[Daemon] = []
+
+    def make(extra: str = "", *, start: bool = True, **sections: str) -> Daemon:
+        path = write_config(tmp_path, extra, **sections)
+        daemon = Daemon(load_settings(path), config_path=path)
+        if start:
+            daemon.start()
+            started.append(daemon)
+        return daemon
+
+    yield make
+    for daemon in started:
+        daemon.stop()
+
+
+def get(daemon: Daemon, path: str) -> httpx.Response:
+    return httpx.get(f"http://{daemon.address}{path}", timeout=5)
+
+
+def stored_pairs(daemon: Daemon) -> int:
+    with SqlStore.open(daemon.settings.storage.resolved_url()) as store:
+        return len(store.pairs())
+
+
+def sample(daemon: Daemon, name: str, **labels: str) -> float:
+    return daemon.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def pairs_run(daemon: Daemon) -> float:
+    """Every pair the daemon ran, by the pairs counter (all categories and outcomes)."""
+    total = 0.0
+    for family in daemon.metrics.registry.collect():
+        if family.name == "canaryd_pairs":
+            total += sum(s.value for s in family.samples if s.name == "canaryd_pairs_total")
+    return total
+
+
+def record(n: int) -> PairRecord:
+    """A minimal pair record numbered `n` (its content does not matter to the buffer)."""
+    result = GenerationResult.failed(ErrorKind.INTERNAL, "x", 0.0)
+    return PairRecord(
+        pair_id=str(n),
+        run_id="r",
+        prompt=Prompt(id="p", category="qa", messages=(), max_tokens=4),
+        started_at=datetime.now(UTC),
+        arm_order=("baseline", "speculative"),
+        baseline=result,
+        speculative=result,
+        scores=None,
+    )
+
+
+class TestPendingPairs:
+    def test_keeps_order_and_drops_only_the_oldest_when_full(self) -> None:
+        """A full buffer drops its oldest pair, counts it, and keeps the rest in order."""
+        pending = PendingPairs(2)
+        assert pending.add(record(1)) is None
+        assert pending.add(record(2)) is None
+        dropped = pending.add(record(3))
+        assert dropped is not None and dropped.pair_id == "1"
+        assert pending.dropped == 1
+        assert pending.oldest().pair_id == "2"
+        pending.remove_oldest()
+        assert pending.oldest().pair_id == "3"
+
+    def test_resize_drops_the_oldest_beyond_the_new_capacity(self) -> None:
+        """Shrinking the buffer drops the oldest pairs and counts them."""
+        pending = PendingPairs(5)
+        for n in range(4):
+            pending.add(record(n))
+        assert [r.pair_id for r in pending.resize(2)] == ["0", "1"]
+        assert len(pending) == 2 and pending.dropped == 2
+
+
+class TestDaemonCycles:
+    def test_cycles_store_pairs_move_metrics_and_report_healthy(
+        self, make_daemon: Callable[..., Daemon]
+    ) -> None:
+        """Cycles run on the schedule; pairs are stored, counted in /metrics, probes are 200."""
+        daemon = make_daemon(fast_schedule())
+        wait_for(lambda: stored_pairs(daemon) >= 3, what="3 stored pairs")
+        body = get(daemon, "/metrics").text
+        assert "canaryd_pairs_total{" in body
+        assert pairs_run(daemon) >= 3
+        assert sample(daemon, "canaryd_cycles_total", outcome="ok") >= 3
+        assert sample(daemon, "canaryd_engine_ready", arm="speculative") == 1
+        wait_for(lambda: daemon.last_heartbeat, what="a heartbeat")
+        assert sample(daemon, "canaryd_heartbeat_timestamp_seconds") > 0
+        health = get(daemon, "/healthz")
+        assert health.status_code == 200, health.text
+        assert health.json()["scheduler"] == "running"
+        ready = get(daemon, "/readyz")
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["database"] == "reachable"
+
+    def test_run_row_is_created_at_start_and_finished_at_stop(
+        self, make_daemon: Callable[..., Daemon]
+    ) -> None:
+        """The daemon records one `daemon` run while it runs and marks it finished on stop."""
+        daemon = make_daemon(fast_schedule())
+        url, run_id = daemon.settings.storage.resolved_url(), daemon.run_id
+        with SqlStore.open(url) as store:
+            (run,) = store.runs()
+            assert run.info.kind == "daemon" and run.finished_at is None
+        daemon.stop()
+        with SqlStore.open(url) as store:
+            (run,) = store.runs()
+            assert run.info.run_id == run_id and run.finished_at is not None
+
+    def test_healthz_goes_unhealthy_when_cycles_stop(
+        self, make_daemon: Callable[..., Daemon]
+    ) -> None:
+        """With the cycle job paused, /healthz turns 503 once the last cycle is too old."""
+        daemon = make_daemon(fast_schedule(), server="max_cycle_age_s = 0.5")
+        wait_for(lambda: daemon.cycles >= 1, what="a cycle")
+        assert get(daemon, "/healthz").status_code == 200
+        daemon.scheduler.pause_job(CYCLE_JOB)
+        response = wait_for(
+            lambda: (r := get(daemon, "/healthz")).status_code == 503 and r, what="a 503"
+        )
+        problems = " ".join(response.json()["problems"])
+        assert "last cycle finished" in problems and "0.5 s limit" in problems
+        assert response.json()["scheduler"] == "running"
+
+    def test_startup_refuses_a_newer_schema_and_releases_what_it_opened(
+        self, tmp_path: Path, make_daemon: Callable[..., Daemon]
+    ) -> None:
+        """A database at an unknown revision is refused with what to do; nothing stays open."""
+        connection = sqlite3.connect(tmp_path / "canaryd.db")
+        connection.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)")
+        connection.execute("INSERT INTO alembic_version VALUES ('ffffffffffff')")
+        connection.commit()
+        connection.close()
+        daemon = make_daemon(start=False)
+        with pytest.raises(DatabaseError, match="newer than this canaryd"):
+            daemon.start()
+        assert not daemon.running
+
+
+class TestDatabaseAway:
+    def test_pairs_are_buffered_while_locked_and_saved_when_back(
+        self, tmp_path: Path, make_daemon: Callable[..., Daemon]
+    ) -> None:
+        """A locked database buffers pairs and fails /readyz; unlocked, every pair is saved."""
+        daemon = make_daemon(fast_schedule(pair_interval_s=0.1))
+        wait_for(lambda: stored_pairs(daemon) >= 1, what="a stored pair")
+        lock = sqlite3.connect(tmp_path / "canaryd.db", isolation_level=None)
+        lock.execute("BEGIN EXCLUSIVE")  # every other writer now gets "database is locked"
+        try:
+            wait_for(lambda: len(daemon.pending) >= 3, what="3 buffered pairs")
+            ready = get(daemon, "/readyz")
+            assert ready.status_code == 503
+            assert ready.json()["database"] == "unreachable"
+            assert "database unreachable" in " ".join(ready.json()["problems"])
+            assert sample(daemon, "canaryd_store_pending_pairs") >= 1
+            assert sample(daemon, "canaryd_store_errors_total", kind="save_pair") >= 1
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        wait_for(lambda: len(daemon.pending) == 0, what="the buffer to drain")
+        wait_for(lambda: get(daemon, "/readyz").status_code == 200, what="ready again")
+        daemon.stop()
+        assert stored_pairs(daemon) == pairs_run(daemon)  # nothing lost
+        assert daemon.pending.dropped == 0
+
+    def test_a_full_buffer_drops_the_oldest_and_counts_it(
+        self, tmp_path: Path, make_daemon: Callable[..., Daemon]
+    ) -> None:
+        """With room for 2 pairs, a longer outage loses the oldest ones, counted and logged."""
+        daemon = make_daemon(fast_schedule(), storage="buffer_pairs = 2")
+        wait_for(lambda: daemon.cycles >= 1, what="a cycle")
+        lock = sqlite3.connect(tmp_path / "canaryd.db", isolation_level=None)
+        lock.execute("BEGIN EXCLUSIVE")
+        try:
+            wait_for(lambda: daemon.pending.dropped >= 2, what="2 dropped pairs")
+            assert len(daemon.pending) == 2
+            assert sample(daemon, "canaryd_store_errors_total", kind="pair_dropped") >= 2
+            assert get(daemon, "/readyz").json()["lost_pairs"] >= 2
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+
+
+class TestShutdown:
+    def test_a_pair_still_generating_at_the_timeout_is_dropped_whole(
+        self, make_daemon: Callable[..., Daemon]
+    ) -> None:
+        """stop() returns after the shutdown timeout; the unfinished pair is never stored."""
+        slow = FAKE_ARMS.replace('kind = "fake"', 'kind = "fake"\nrealtime = true\nttft_s = 1.5')
+        daemon = make_daemon(fast_schedule(shutdown_timeout_s=0.3), arms=slow)
+        url = daemon.settings.storage.resolved_url()
+        time.sleep(0.3)  # the first cycle starts at once and is now generating
+        started = time.monotonic()
+        daemon.stop()
+        assert time.monotonic() - started < 2.0
+        assert daemon.abandoned
+        time.sleep(3.2)  # let the abandoned generation finish: it must not be saved
+        with SqlStore.open(url) as store:
+            assert store.pairs() == []
+            (run,) = store.runs()
+            assert run.finished_at is not None
+
+    def test_stop_is_idempotent(self, make_daemon: Callable[..., Daemon]) -> None:
+        """A second stop() does nothing."""
+        daemon = make_daemon(fast_schedule())
+        daemon.stop()
+        daemon.stop()
+        assert not daemon.running
+
+
+class TestReload:
+    def test_changed_prompts_take_effect_under_a_new_run_with_the_same_engines(
+        self, tmp_path: Path, make_daemon: Callable[..., Daemon]
+    ) -> None:
+        """A valid reload swaps the config in, starts a new run and keeps unchanged engines."""
+        daemon = make_daemon(fast_schedule(pair_interval_s=1000))
+        old_run, old_engines = daemon.run_id, dict(daemon.engines)
+        write_config(tmp_path, fast_schedule() + '[prompts]\ncategories = ["math"]\n')
+        assert daemon.reload()
+        assert daemon.run_id != old_run
+        assert daemon.engines == old_engines
+        daemon.run_cycle()
+        with SqlStore.open(daemon.settings.storage.resolved_url()) as store:
+            pairs = store.pairs(run_id=daemon.run_id)
+            assert pairs and {p.prompt.category for p in pairs} == {"math"}
+            finished = {r.info.run_id: r.finished_at for r in store.runs()}
+            assert finished[old_run] is not None
+
+    def test_a_changed_arm_is_rebuilt_and_the_other_kept(
+        self, tmp_path: Path, make_daemon: Callable[..., Daemon]
+    ) -> None:
+        """Only the arm whose engine config changed gets a new engine."""
+        daemon = make_daemon(fast_schedule(pair_interval_s=1000))
+        before = dict(daemon.engines)
+        write_config(
+            tmp_path,
+            fast_schedule(pair_interval_s=1000),
+            arms=FAKE_ARMS.replace("speculative = true", "speculative = true\nseed = 7"),
+        )
+        assert daemon.reload()
+        assert daemon.engines["baseline"] is before["baseline"]
+        assert daemon.engines["speculative"] is not before["speculative"]
+
+    def test_a_broken_file_keeps_the_running_config(
+        self, tmp_path: Path, make_daemon: Callable[..., Daemon]
+    ) -> None:
+        """An invalid file or an unknown category is refused and nothing changes."""
+        daemon = make_daemon(fast_schedule(pair_interval_s=1000))
+        settings, run_id = daemon.settings, daemon.run_id
+        (tmp_path / "canaryd.toml").write_text("[schedule\n")
+        assert not daemon.reload()
+        write_config(tmp_path, '[prompts]\ncategories = ["no_such_category"]\n')
+        assert not daemon.reload()
+        assert daemon.settings is settings and daemon.run_id == run_id
+
+    def test_restart_only_keys_keep_their_running_values(
+        self, tmp_path: Path, make_daemon: Callable[..., Daemon]
+    ) -> None:
+        """A reload cannot move the store or the listen address; those stay as started."""
+        daemon = make_daemon(fast_schedule(pair_interval_s=1000))
+        url = daemon.settings.storage.url
+        path = write_config(tmp_path, fast_schedule(pair_interval_s=999))
+        path.write_text(path.read_text().replace("canaryd.db", "other.db"))
+        assert daemon.reload()
+        assert daemon.settings.storage.url == url
+        assert daemon.settings.schedule.pair_interval_s == 999
+
+
+class TestConfigReference:
+    def test_docs_carry_the_generated_reference_verbatim(self) -> None:
+        """docs/configuration.md contains `config_reference()` exactly (regenerate it if not)."""
+        docs = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+        assert config_reference() in docs
+
+    def test_every_settings_section_is_documented(self) -> None:
+        """Each section of Settings has a table in the reference."""
+        reference = config_reference()
+        for section in Settings.model_fields:
+            assert f"`{section}." in reference
+
+    def test_the_annotated_example_is_a_valid_config(self) -> None:
+        """docs/canaryd.example.toml loads, and it names every section."""
+        path = REPO / "docs" / "canaryd.example.toml"
+        settings = load_settings(path)
+        text = path.read_text(encoding="utf-8")
+        for section in Settings.model_fields:
+            assert f"[{section}" in text
+        assert settings.schedule.pair_interval_s > 0
