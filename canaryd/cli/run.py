@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from canaryd.cli.common import handle_errors
-from canaryd.config import config_path, load_settings
+from canaryd.config import Settings, config_path, load_settings
 from canaryd.logs import configure_logging
 
 
@@ -32,19 +32,36 @@ def run(
     # Imported here: the daemon pulls in SQLAlchemy, Prometheus and APScheduler, which
     # `canaryd --help` and a config error should not wait for.
     from canaryd.daemon import Daemon, serve_until_signalled
+    from canaryd.gating import SwitchGates
+    from canaryd.metrics import CanarydMetrics
 
-    daemon = Daemon(settings, config_path=path, manage_logging=True)
+    metrics = CanarydMetrics()
+    daemon: Daemon | None = None
+
+    def current_settings() -> Settings:  # follows SIGHUP reloads
+        return daemon.settings if daemon is not None else settings
+
+    gates = SwitchGates(current_settings, metrics=metrics)
+    daemon = Daemon(settings, config_path=path, gates=gates, metrics=metrics, manage_logging=True)
     try:
         daemon.start()
     except KeyboardInterrupt:  # Ctrl-C during the warm-up: start() has undone itself
         raise typer.Exit(130) from None
+    try:
+        gates.start()  # the schema exists now: re-apply the last switch state
+    except Exception:
+        daemon.stop()
+        raise
     print(
         f"canaryd: serving /metrics, /healthz and /readyz on http://{daemon.address} "
         f"(SIGTERM or Ctrl-C stops, SIGHUP reloads the config)",
         file=sys.stderr,
         flush=True,
     )
-    code = serve_until_signalled(daemon)
+    try:
+        code = serve_until_signalled(daemon)
+    finally:
+        gates.close()
     if daemon.abandoned:
         # A generation still runs in a worker thread and cannot be interrupted; the
         # interpreter would join it at exit. Its pair is dropped whole: leave now.
