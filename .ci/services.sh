@@ -28,6 +28,17 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2
             "(not root); Prometheus integration tests will be skipped" >&2
     fi
 fi
+# Debian's Chromium: the report test opens canaryd's HTML report headless.
+if ! command -v chromium >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends chromium >/dev/null
+        echo "services: installed $(chromium --version 2>/dev/null | head -n1)"
+    else
+        echo "services: chromium not found and cannot apt-get install it (not root);" \
+            "the report browser test will be skipped" >&2
+    fi
+fi
 if ! command -v pg_ctlcluster >/dev/null 2>&1; then
     echo "services: pg_ctlcluster not found; PostgreSQL store tests will be skipped" >&2
     exit 0

@@ -36,7 +36,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from canaryd import paths
+from canaryd import paths, sdnotify
 from canaryd.cli.once import resolve_prompts, software_versions
 from canaryd.config import Settings, load_settings
 from canaryd.errors import CanarydError, DatabaseError, EngineError
@@ -827,9 +827,12 @@ def serve_until_signalled(daemon: Daemon, *, poll_s: float = 0.5) -> int:
                 continue
             if signum == signal.SIGHUP:
                 log.info("signal.received", signal="SIGHUP")
+                sdnotify.reloading()
                 daemon.reload()
+                sdnotify.ready("configuration reloaded")
                 continue
             log.info("signal.received", signal=signal.Signals(signum).name)
             break
+        sdnotify.stopping()
         daemon.stop()
     return 0

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from canaryd import sdnotify
 from canaryd.cli.common import handle_errors
 from canaryd.config import Settings, config_path, load_settings
 from canaryd.logs import configure_logging
@@ -52,6 +53,23 @@ def run(
     except Exception:
         daemon.stop()
         raise
+    # systemd (Type=notify): READY only now — engines warmed up, database checked, run
+    # row written; the watchdog is fed by the scheduler's heartbeat job, so a wedged
+    # scheduler ends in a watchdog restart. Both are no-ops outside systemd.
+    sdnotify.ready(f"serving on {daemon.address}")
+
+    def feed_watchdog(_now: float) -> None:
+        sdnotify.watchdog()
+
+    daemon.heartbeat_hooks.append(feed_watchdog)
+    watchdog_s = sdnotify.watchdog_interval_s()
+    if watchdog_s is not None and settings.schedule.heartbeat_interval_s > watchdog_s / 2:
+        print(
+            f"canaryd: warning: schedule.heartbeat_interval_s "
+            f"({settings.schedule.heartbeat_interval_s} s) is more than half of systemd's "
+            f"WatchdogSec ({watchdog_s} s): a slow heartbeat may trigger a restart",
+            file=sys.stderr,
+        )
     print(
         f"canaryd: serving /metrics, /healthz and /readyz on http://{daemon.address} "
         f"(SIGTERM or Ctrl-C stops, SIGHUP reloads the config)",

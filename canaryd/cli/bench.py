@@ -1,0 +1,200 @@
+"""`canaryd bench`: warm up, climb the concurrency ladder, store the run, write results.json."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from canaryd import paths
+from canaryd.bench import (
+    DEFAULT_CONCURRENCY,
+    Bench,
+    BenchParams,
+    BenchPlan,
+    BenchProgress,
+    bench_results,
+    default_requests,
+    store_bench,
+)
+from canaryd.cli.common import fail, handle_errors
+from canaryd.cli.once import configured_suites, resolve_prompts, software_versions
+from canaryd.config import load_settings
+from canaryd.logs import configure_logging
+from canaryd.records import RunInfo
+from canaryd.report import bench_markdown
+from canaryd.resources import ResourceMonitor
+from canaryd.sampling import StratifiedSampler
+from canaryd.store import SqlStore
+from engine.registry import build_engine
+
+
+def parse_concurrency(text: str) -> tuple[int, ...]:
+    """`1,4,16` → (1, 4, 16); every level a positive integer, listed once."""
+    try:
+        levels = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers") from None
+    if not levels or any(level < 1 for level in levels) or len(set(levels)) != len(levels):
+        raise typer.BadParameter(f"{text!r}: levels must be distinct integers ≥ 1")
+    return levels
+
+
+class _RichProgress(BenchProgress):
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._task: TaskID | None = None
+
+    def phase(self, description: str, total: int | None) -> None:
+        if self._task is not None:
+            self._progress.remove_task(self._task)
+        self._task = self._progress.add_task(description, total=total)
+
+    def advance(self) -> None:
+        if self._task is not None:
+            self._progress.advance(self._task)
+
+
+@handle_errors
+def bench(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="TOML config file (default: $CANARYD_CONFIG, else built-in defaults)",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        str,
+        typer.Option(help="comma-separated concurrency ladder"),
+    ] = ",".join(map(str, DEFAULT_CONCURRENCY)),
+    duration: Annotated[
+        float | None,
+        typer.Option(
+            "--duration",
+            min=0.001,
+            help="seconds per level for the first arm; the other arm then sends the same requests",
+        ),
+    ] = None,
+    requests: Annotated[
+        int | None,
+        typer.Option(
+            "--requests", "-n", min=1, help="requests per level and arm (default 2×top level)"
+        ),
+    ] = None,
+    warmup: Annotated[
+        int, typer.Option(min=0, help="warm-up requests per arm, excluded from figures")
+    ] = 2,
+    out: Annotated[Path, typer.Option("--out", help="directory for results.json")] = Path(
+        "bench-results"
+    ),
+    as_json: Annotated[bool, typer.Option("--json", help="print results.json on stdout")] = False,
+) -> None:
+    """Run the seeds' evaluation: warm-up, concurrency ladder, acceptance, consistency."""
+    configure_logging(level="WARNING")
+    levels = parse_concurrency(concurrency)
+    if duration is not None and requests is not None:
+        raise fail("give --duration or --requests, not both")
+    plan = BenchPlan(
+        concurrency=levels,
+        requests=None if duration is not None else (requests or default_requests(levels)),
+        duration_s=duration,
+        warmup=warmup,
+    )
+    settings = load_settings(config)
+    suites = configured_suites(settings)
+    prompts = resolve_prompts(settings, None, suites)
+    sampler = StratifiedSampler(
+        prompts,
+        seed=settings.prompts.seed,
+        weights={
+            c: w
+            for c, w in settings.prompts.category_weights.items()
+            if c in {p.category for p in prompts}
+        },
+    )
+    # The same prompts, in the same order, at every level and on both arms.
+    sequence = sampler.take(plan.requests or len(prompts))
+    store = SqlStore.open(settings.storage.resolved_url(), create=True)
+    err = Console(stderr=True)
+    try:
+        for suite in suites:
+            store.record_suite(suite.name, suite.sha256, str(suite.path))
+        baseline = build_engine(settings.arms.baseline, models_dir=paths.models_dir())
+        speculative = build_engine(settings.arms.speculative, models_dir=paths.models_dir())
+        with err.status("loading and warming up engines…", spinner="dots"):
+            baseline.load()
+            speculative.load()
+        started_at = datetime.now(UTC)
+        with Progress(
+            TextColumn("{task.description:<22}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            disable=not err.is_terminal,
+        ) as progress:
+            runner = Bench(
+                baseline,
+                speculative,
+                prompts=sequence,
+                plan=plan,
+                params=BenchParams(
+                    temperature=settings.prompts.temperature,
+                    top_p=settings.prompts.top_p,
+                    max_tokens=settings.prompts.max_tokens,
+                    timeout_s=settings.prompts.timeout_s,
+                    seed=settings.prompts.seed,
+                ),
+                progress=_RichProgress(progress),
+            )
+            runner.run_warmup()
+            records, level_records = [], []
+            with ResourceMonitor() as monitor:
+                for level in plan.concurrency:
+                    level_record, level_pairs = runner.run_level(level)
+                    level_records.append(level_record)
+                    records.extend(level_pairs)
+        run = RunInfo(
+            run_id=runner.run_id,
+            kind="bench",
+            started_at=started_at,
+            config=settings.snapshot()
+            | {"bench": runner.section(level_records, monitor.summary())},
+            config_hash=settings.config_hash(),
+            baseline_identity=baseline.identity,
+            speculative_identity=speculative.identity,
+            software=software_versions(),
+        )
+        store_bench(store, run, records, datetime.now(UTC))
+        stored = next(r for r in store.runs(limit=None) if r.info.run_id == run.run_id)
+        stored_pairs = store.pairs(run_id=run.run_id)
+        results = bench_results(stored, stored_pairs)
+    finally:
+        store.close()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.json"
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    if as_json:
+        json.dump(results, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    sys.stdout.write(bench_markdown(stored, stored_pairs))
+    sys.stdout.write(
+        f"\nrun {results['run_id']} stored; results in {path}; "
+        f"`canaryd report --run {results['run_id']}` draws it\n"
+    )
