@@ -22,8 +22,11 @@ venv: $(STAMP)
 model: venv
 	$(BIN)/canaryd models pull
 
+# One pair per prompt category now (the table), then the daemon in the foreground:
+# a pair every 10 s, /metrics on 127.0.0.1:9466, Ctrl-C to stop.
 demo: model
-	$(BIN)/canaryd once --pairs 12
+	$(BIN)/canaryd once --pairs 9
+	CANARYD_SCHEDULE__PAIR_INTERVAL_S=10 $(BIN)/canaryd run
 
 services:
 	bash .ci/services.sh

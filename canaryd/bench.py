@@ -144,8 +144,9 @@ class AcceptanceFigures:
     acceptance_length_mean: float | None  # output tokens / verify steps
     acceptance_length_p50: float | None
     acceptance_length_p90: float | None
-    acceptance_rate: float | None  # accepted / drafted, pooled
-    accepted_per_position: tuple[int, ...]  # pooled counts, position 1..k
+    acceptance_rate: float | None  # accepted / drafted, pooled where drafted is reported
+    # pooled counts, position 1..k, over requests that report both per-position figures
+    accepted_per_position: tuple[int, ...]
     drafted_per_position: tuple[int, ...]
     acceptance_rate_per_position: tuple[float | None, ...]  # accepted_i / drafted_i
 
@@ -172,8 +173,11 @@ def _pooled(columns: Iterable[Sequence[int]]) -> tuple[int, ...]:
 def acceptance_figures(pairs: Sequence[PairRecord]) -> AcceptanceFigures:
     lengths = acceptance_lengths(pairs)
     stats = [s for p in pairs if p.complete and (s := p.speculative.speculative) is not None]
-    accepted = _pooled(s.accepted_per_position for s in stats)
-    drafted = _pooled(s.drafted_per_position for s in stats)
+    # Not reported is not zero: a rate pools only requests that report its denominator.
+    by_position = [s for s in stats if s.accepted_per_position and s.drafted_per_position]
+    rated = [s for s in stats if s.draft_tokens is not None]
+    accepted = _pooled(s.accepted_per_position for s in by_position)
+    drafted = _pooled(s.drafted_per_position for s in by_position)
     per_position = tuple(
         rate(a, drafted[i]) if i < len(drafted) else None for i, a in enumerate(accepted)
     )
@@ -183,7 +187,7 @@ def acceptance_figures(pairs: Sequence[PairRecord]) -> AcceptanceFigures:
         acceptance_length_p50=quantile(lengths, 0.5),
         acceptance_length_p90=quantile(lengths, 0.9),
         acceptance_rate=rate(
-            sum(s.accepted_tokens for s in stats), sum(s.draft_tokens for s in stats)
+            sum(s.accepted_tokens for s in rated), sum(s.draft_tokens or 0 for s in rated)
         ),
         accepted_per_position=accepted,
         drafted_per_position=drafted,

@@ -7,6 +7,8 @@ on), runs `gates.evaluate_all`, stores the decisions (one evaluation), exports t
 metrics, and lets `SwitchService` step the policy under the switch's row lock and apply
 the outcome. The first call (or `start()`) re-applies the last stored state, so a
 restarted daemon rewrites the state file and re-runs hooks whose last attempt failed.
+At start and on every run, an emergency rollback the CLI wrote to the state file while
+the database was down (`pending_sync`) is adopted into the database, never reverted.
 """
 
 from __future__ import annotations
@@ -122,6 +124,8 @@ class SwitchGates:
         store = service.store
         config = self.settings.gates
         service.policy = config.policy
+        # Before the drift pins, which read the mode: a pending emergency rollback counts.
+        service.adopt_pending()
         seconds, pairs = window_bounds(config)
         since = now - timedelta(seconds=seconds) if seconds is not None else None
         records = store.pairs(since=since, until=now + timedelta(microseconds=1), limit=pairs)

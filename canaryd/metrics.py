@@ -217,17 +217,28 @@ class CanarydMetrics:
         )
         self.accepted_tokens = self._counter(
             "canaryd_speculative_accepted_tokens_total",
-            "Drafted tokens the target model accepted.",
+            "Drafted tokens the target model accepted (also from engines that do not "
+            "report how many they drafted).",
             ("category",),
-            "sum by (category) (rate(canaryd_speculative_accepted_tokens_total[1h]))"
+            "sum by (category) (increase(canaryd_speculative_accepted_tokens_total[1h]))",
+        )
+        # Some servers report accepted tokens and steps but not drafted tokens; their
+        # accepted tokens must stay out of the acceptance rate's numerator, as their
+        # (unknown) drafted tokens are out of its denominator.
+        self.accepted_of_drafted_tokens = self._counter(
+            "canaryd_speculative_accepted_of_drafted_tokens_total",
+            "Accepted tokens of generations whose engine also reported drafted tokens: the "
+            "numerator of the acceptance rate.",
+            ("category",),
+            "sum by (category) (rate(canaryd_speculative_accepted_of_drafted_tokens_total[1h]))"
             " / sum by (category) (rate(canaryd_speculative_draft_tokens_total[1h]))",
         )
         self.draft_tokens = self._counter(
             "canaryd_speculative_draft_tokens_total",
-            "Tokens the draft proposed for verification.",
+            "Tokens the draft proposed for verification; only from engines that report it "
+            "(not counted as zero otherwise).",
             ("category",),
-            "sum(rate(canaryd_speculative_draft_tokens_total[1h]))"
-            " / sum(rate(canaryd_speculative_verify_steps_total[1h]))",
+            "sum by (category) (increase(canaryd_speculative_draft_tokens_total[1h]))",
         )
         self.verify_steps = self._counter(
             "canaryd_speculative_verify_steps_total",
@@ -480,14 +491,17 @@ class CanarydMetrics:
             self.acceptance_not_reported.labels(category=category).inc()
             return
         self.accepted_tokens.labels(category=category).inc(stats.accepted_tokens)
-        self.draft_tokens.labels(category=category).inc(stats.draft_tokens)
+        if stats.draft_tokens is not None:
+            self.draft_tokens.labels(category=category).inc(stats.draft_tokens)
+            self.accepted_of_drafted_tokens.labels(category=category).inc(stats.accepted_tokens)
         self.verify_steps.labels(category=category).inc(stats.verify_steps)
         length = result.acceptance_length
         if length is not None:
             self.acceptance_length.labels(category=category).observe(length)
-        # Accepted without drafted per position would make a rate with no denominator:
-        # count positions only when the engine reports both.
-        if stats.drafted_per_position:
+        # Accepted without drafted per position would make a rate with no denominator,
+        # and drafted without accepted would count unreported acceptances as zeros: count
+        # positions only when the engine reports both (an empty tuple is "not reported").
+        if stats.drafted_per_position and stats.accepted_per_position:
             for index, drafted in enumerate(stats.drafted_per_position):
                 accepted = (
                     stats.accepted_per_position[index]

@@ -14,6 +14,11 @@ from canaryd.summary import CategorySummary
 from engine.types import GenerationResult
 
 
+def _positions(counts: tuple[int, ...]) -> list[int] | None:
+    """Per-position counts; an engine that does not report them gives an empty tuple."""
+    return list(counts) if counts else None
+
+
 def arm_json(result: GenerationResult, *, speculative: bool) -> dict[str, Any]:
     data: dict[str, Any] = {
         "ttft_s": result.ttft_s,
@@ -35,8 +40,9 @@ def arm_json(result: GenerationResult, *, speculative: bool) -> dict[str, Any]:
             "verify_steps": stats.verify_steps if stats else None,
             "draft_tokens": stats.draft_tokens if stats else None,
             "accepted_tokens": stats.accepted_tokens if stats else None,
-            "accepted_per_position": list(stats.accepted_per_position) if stats else None,
-            "drafted_per_position": list(stats.drafted_per_position) if stats else None,
+            # Not reported (None, or an empty per-position tuple) is null, never 0 or [].
+            "accepted_per_position": _positions(stats.accepted_per_position if stats else ()),
+            "drafted_per_position": _positions(stats.drafted_per_position if stats else ()),
             "acceptance_length": result.acceptance_length,
             "acceptance_rate": stats.acceptance_rate if stats else None,
         }

@@ -24,7 +24,8 @@ class CategorySummary:
     acceptance_length_mean: float | None  # output tokens / verify steps, speculative arm
     acceptance_length_p50: float | None
     acceptance_length_p90: float | None
-    acceptance_rate: float | None  # accepted / drafted tokens, pooled
+    # accepted / drafted tokens, pooled over pairs that report drafted tokens
+    acceptance_rate: float | None
     exact_match_rate: float | None
     quality_delta_mean: float | None  # speculative - baseline task score
     baseline_e2e_p50_s: float | None
@@ -43,16 +44,15 @@ class CategorySummary:
 def summarise_group(records: Sequence[PairRecord]) -> CategorySummary:
     complete = [r for r in records if r.complete]
     lengths = [x for r in complete if (x := r.speculative.acceptance_length) is not None]
-    drafted = sum(
-        r.speculative.speculative.draft_tokens
+    # Pooled over the pairs that report drafted tokens only: accepted tokens of a pair
+    # without a drafted count would inflate the rate against a denominator it is not in.
+    rated = [
+        stats
         for r in complete
-        if r.speculative.speculative is not None
-    )
-    accepted = sum(
-        r.speculative.speculative.accepted_tokens
-        for r in complete
-        if r.speculative.speculative is not None
-    )
+        if (stats := r.speculative.speculative) is not None and stats.draft_tokens is not None
+    ]
+    drafted = sum(stats.draft_tokens or 0 for stats in rated)
+    accepted = sum(stats.accepted_tokens for stats in rated)
     scored = [r.scores for r in complete if r.scores is not None]
     deltas = [s.task_score_delta for s in scored if s.task_score_delta is not None]
     base_ok = [r.baseline for r in records if r.baseline.ok]

@@ -7,6 +7,12 @@ retried with exponential back-off. A failed actuator is counted, logged and reco
 the row (`canaryd switch status` shows it); it never changes or reverts the state, and
 `SwitchService.ensure_applied()` (the daemon at start and on every gate run) re-applies a
 generation whose last application failed. CLI and daemon both go through this service.
+
+The one exception to "database first" is the kill switch while the database is down:
+`emergency_rollback` writes a rolled-back state file by itself, marked `pending_sync`, and
+runs the hooks. Until the database holds it, no writer may replace that file with an older
+or different state; the service adopts it into the database as a transition (under the
+row lock, before anything else) as soon as it sees it.
 """
 
 from __future__ import annotations
@@ -34,27 +40,35 @@ from canaryd.errors import CanarydError
 from canaryd.metrics import CanarydMetrics
 from canaryd.store import SqlStore, SwitchRecord
 from gates import (
+    Control,
     Evaluation,
     SwitchEvent,
     SwitchMode,
     SwitchOutcome,
     SwitchPolicyConfig,
     SwitchState,
+    Transition,
     step,
 )
 
 __all__ = [
     "ALERT_NAME",
+    "EMERGENCY_REASON_PREFIX",
+    "PENDING_SYNC",
     "STATE_FILE_ACTUATOR",
+    "SYNCED_NOTE",
     "Actuator",
     "ActuatorError",
     "AlertmanagerActuator",
     "ApplyReport",
     "CommandActuator",
+    "EmergencyRollback",
     "SwitchChange",
     "SwitchService",
     "WebhookActuator",
+    "adoptable_state",
     "build_actuators",
+    "emergency_rollback",
     "read_state_file",
     "sign",
     "state_object",
@@ -67,6 +81,9 @@ ALERT_NAME = "CanarydSpeculativeRolledBack"
 STATE_FILE_ACTUATOR = "state_file"
 SIGNATURE_HEADER = "X-Canaryd-Signature"
 _OUTPUT_TAIL = 300  # characters of a failed command's output kept in the error
+PENDING_SYNC = "pending_sync"  # state-file field: written while the database was down
+EMERGENCY_REASON_PREFIX = "EMERGENCY (database unreachable): "
+SYNCED_NOTE = "synced from state file after database outage"
 
 
 class ActuatorError(CanarydError, RuntimeError):
@@ -104,9 +121,7 @@ def read_state_file(path: Path) -> dict[str, Any] | None:
 
 
 def _file_generation(path: Path) -> int:
-    data = read_state_file(path)
-    value = data.get("generation") if data else None
-    return value if isinstance(value, int) else -1
+    return _generation(read_state_file(path))
 
 
 @contextlib.contextmanager
@@ -120,32 +135,63 @@ def _file_lock(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+def _generation(data: dict[str, Any] | None) -> int:
+    value = data.get("generation") if data else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1
+
+
+def _is_pending(data: dict[str, Any] | None) -> bool:
+    return data is not None and data.get(PENDING_SYNC) is True
+
+
+def _without_pending(data: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in data.items() if key != PENDING_SYNC}
+
+
+def _replace_file(path: Path, state: dict[str, Any]) -> None:
+    """The atomic write itself; the caller holds the lock."""
+    body = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), 0o644)  # readable by production's user
+            handle.write(body)
+            handle.flush()
+            os.fsync(handle.fileno())
+        Path(temp).replace(path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
 def write_state_file(path: Path, state: dict[str, Any]) -> bool:
     """Atomically replace `path` with `state` as JSON: a temp file in the same directory,
     fsync, rename, fsync of the directory. Writers serialise on a lock file beside it and
-    never replace a higher generation (a slow writer cannot move production backwards);
-    returns False when it skipped for that reason."""
+    never replace a higher generation (a slow writer cannot move production backwards),
+    nor a `pending_sync` emergency file with anything but a higher generation or the same
+    state without the mark (its adoption); returns False when it skipped for that reason."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
+    generation = int(state["generation"])
     with _file_lock(path):
-        if _file_generation(path) > int(state["generation"]):
+        on_disk = read_state_file(path)
+        if _generation(on_disk) > generation:
             return False
-        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                os.fchmod(handle.fileno(), 0o644)  # readable by production's user
-                handle.write(body)
-                handle.flush()
-                os.fsync(handle.fileno())
-            Path(temp).replace(path)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        if (
+            on_disk is not None
+            and _is_pending(on_disk)
+            and not _is_pending(state)
+            and _generation(on_disk) == generation
+            and _without_pending(on_disk) != state
+        ):
+            # A writer that decided before the emergency file appeared lands on the same
+            # generation; the operator's rollback wins until the database adopts it.
+            return False
+        _replace_file(path, state)
     return True
 
 
@@ -326,22 +372,184 @@ class AlertmanagerActuator:
         return last is None or now - last >= timedelta(seconds=self.config.resend_s)
 
 
+def _actuator_factories(
+    config: SwitchConfig, clock: Callable[[], datetime]
+) -> list[Callable[[], Actuator]]:
+    factories: list[Callable[[], Actuator]] = []
+    if (command := config.command) is not None:
+        factories.append(lambda: CommandActuator(command))
+    if (webhook := config.webhook) is not None:
+        factories.append(lambda: WebhookActuator(webhook))
+    if (alertmanager := config.alertmanager) is not None:
+        factories.append(lambda: AlertmanagerActuator(alertmanager, clock))
+    return factories
+
+
 def build_actuators(
     config: SwitchConfig, clock: Callable[[], datetime] | None = None
 ) -> list[Actuator]:
     """The configured hooks, in the order they run: command, webhook, Alertmanager."""
-    actuators: list[Actuator] = []
-    if config.command is not None:
-        actuators.append(CommandActuator(config.command))
-    if config.webhook is not None:
-        actuators.append(WebhookActuator(config.webhook))
-    if config.alertmanager is not None:
-        actuators.append(AlertmanagerActuator(config.alertmanager, clock or _utcnow))
-    return actuators
+    return [make() for make in _actuator_factories(config, clock or _utcnow)]
 
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def _run_actuator(
+    actuator: Actuator,
+    state: dict[str, Any],
+    *,
+    metrics: CanarydMetrics | None,
+    sleep: Callable[[float], None],
+) -> str | None:
+    """Apply `state` through one actuator with its retries; the last error, or None."""
+    delay = actuator.backoff_s
+    error = ""
+    for attempt in range(actuator.retries + 1):
+        if attempt:
+            sleep(delay)
+            delay *= 2
+        try:
+            actuator.apply(state)
+        except ActuatorError as exc:
+            error = exc.reason
+        except Exception as exc:  # a hook bug must not stop the others
+            error = f"{type(exc).__name__}: {exc}"
+        else:
+            return None
+        if metrics is not None:
+            metrics.actuator_failed(actuator.name)
+        log.error(
+            "switch.actuator_failed",
+            actuator=actuator.name,
+            attempt=attempt + 1,
+            of=actuator.retries + 1,
+            generation=state["generation"],
+            error=error,
+        )
+    return error
+
+
+# --- the kill switch without the database ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EmergencyRollback:
+    """What `emergency_rollback` did: the object for the state file and the hooks, why
+    the file could not be written (None: it was), and the hooks' failures by name."""
+
+    state: dict[str, Any]
+    file_error: str | None = None
+    failures: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def written(self) -> bool:
+        return self.file_error is None
+
+
+def _emergency_object(
+    previous: dict[str, Any] | None, user: str, reason: str, now: datetime
+) -> dict[str, Any]:
+    latched = previous.get("latched") if previous else False
+    state = SwitchState(
+        mode=SwitchMode.ROLLED_BACK,
+        control=Control.MANUAL,
+        generation=max(_generation(previous), 0) + 1,
+        since=now,
+        actor=f"user:{user}",
+        reason=EMERGENCY_REASON_PREFIX + reason,
+        latched=latched is True,  # a rollback keeps the latch, as the policy does
+    )
+    return {**state_object(state), PENDING_SYNC: True}
+
+
+def emergency_rollback(
+    config: SwitchConfig,
+    user: str,
+    reason: str,
+    *,
+    now: datetime | None = None,
+    metrics: CanarydMetrics | None = None,
+    actuators: Sequence[Actuator] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> EmergencyRollback:
+    """The kill switch while the database is unreachable: write a manual rollback marked
+    `pending_sync` to the state file (same lock, same atomic write, one generation above
+    the file's), then run the hooks. Production reads the file; the database adopts it
+    when it is back (`SwitchService.adopt_pending`). Never raises for the file or a hook:
+    the result says what failed."""
+    path = config.resolved_state_file()
+    now = now or _utcnow()
+    obj = _emergency_object(read_state_file(path), user, reason, now)
+    file_error: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _file_lock(path):
+            # Decided again under the lock: a concurrent writer may have moved the file.
+            obj = _emergency_object(read_state_file(path), user, reason, now)
+            _replace_file(path, obj)
+    except OSError as exc:
+        file_error = f"cannot write {str(path)!r}: {exc}"
+        if metrics is not None:
+            metrics.actuator_failed(STATE_FILE_ACTUATOR)
+        log.error("switch.state_file_failed", path=str(path), error=str(exc))
+    log.warning(
+        "switch.emergency_rollback",
+        generation=obj["generation"],
+        actor=obj["actor"],
+        reason=obj["reason"],
+        state_file=str(path),
+        written=file_error is None,
+    )
+    failures: dict[str, str] = {}
+    if actuators is None:
+        built: list[Actuator] = []
+        for make in _actuator_factories(config, _utcnow):
+            try:
+                built.append(make())
+            except ActuatorError as exc:  # one hook's bad secret must not stop the others
+                failures[exc.actuator] = exc.reason
+        actuators = built
+    for actuator in actuators:
+        error = _run_actuator(actuator, obj, metrics=metrics, sleep=sleep)
+        if error is not None:
+            failures[actuator.name] = error
+    return EmergencyRollback(obj, file_error, failures)
+
+
+def adoptable_state(on_disk: dict[str, Any] | None, stored: SwitchState) -> SwitchState | None:
+    """The state to adopt into the database from a `pending_sync` state file: the file's
+    mode, control, actor, reason, time and latch at its generation, or one above the
+    stored one when the database reached that generation with another state meanwhile.
+    None when the file is not pending, is older than the database, is already adopted,
+    or cannot be read as a state."""
+    if on_disk is None or not _is_pending(on_disk):
+        return None
+    generation = _generation(on_disk)
+    if generation < stored.generation:
+        return None  # the database moved on after adopting it; the file is stale
+    if generation == stored.generation and _without_pending(on_disk) == state_object(stored):
+        return None  # adopted; only the file's rewrite is missing
+    try:
+        raw_since = on_disk.get("since")
+        since = datetime.fromisoformat(raw_since) if isinstance(raw_since, str) else None
+        if since is not None and since.tzinfo is None:
+            since = since.replace(tzinfo=UTC)
+        adopted = replace(
+            stored,
+            mode=SwitchMode(on_disk["mode"]),
+            control=Control(on_disk["control"]),
+            generation=max(generation, stored.generation + 1),
+            since=since,
+            actor=str(on_disk["actor"]),
+            reason=str(on_disk["reason"]),
+            latched=on_disk.get("latched", stored.latched) is True,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        log.error("switch.pending_file_unreadable", error=f"{type(exc).__name__}: {exc}")
+        return None
+    return adopted
 
 
 # --- the service ----------------------------------------------------------------------
@@ -367,6 +575,7 @@ class SwitchChange:
 
     outcome: SwitchOutcome
     report: ApplyReport | None
+    adopted: Transition | None = None  # a pending emergency rollback it synced first
 
     @property
     def state(self) -> SwitchState:
@@ -411,23 +620,82 @@ class SwitchService:
     def record(self) -> SwitchRecord:
         return self.store.switch()
 
+    def _adopt(self, state: SwitchState, now: datetime) -> tuple[SwitchState, Transition | None]:
+        """`state`, or the pending state file's state and the transition adopting it."""
+        adopted = adoptable_state(read_state_file(self.state_file), state)
+        if adopted is None:
+            return state, None
+        since = adopted.since.isoformat() if adopted.since else "an unknown time"
+        transition = Transition(
+            at=now,
+            generation=adopted.generation,
+            previous=state.mode,
+            target=adopted.mode,
+            control=adopted.control,
+            actor=adopted.actor,
+            reason=f"{adopted.reason} ({SYNCED_NOTE}; written to the state file at {since})",
+        )
+        return adopted, transition
+
     def _change(
         self, events: Sequence[SwitchEvent], now: datetime, actor: str = ""
     ) -> SwitchChange:
-        floor = _file_generation(self.state_file)
+        adoption: Transition | None = None
 
         def decide(state: SwitchState, history: list[Evaluation]) -> SwitchOutcome:
-            # A state file from an earlier database (or written while it was away) may
-            # carry a higher generation: continue above it so the file never goes back.
-            start = state
-            if floor > state.generation:
-                start = replace(state, generation=floor)
+            nonlocal adoption
+            # Under the row lock: an emergency rollback written while the database was
+            # down is adopted first, so neither a command nor the gates can revert it.
+            start, adoption = self._adopt(state, now)
+            # A state file from an earlier database may carry a higher generation:
+            # continue above it so the file never goes back.
+            floor = _file_generation(self.state_file)
+            if adoption is None and floor > start.generation:
+                start = replace(start, generation=floor)
             outcome = step(start, history, self.policy, now=now, events=events)
-            if not outcome.transitions:
+            transitions = (
+                outcome.transitions if adoption is None else (adoption, *outcome.transitions)
+            )
+            if not transitions:
                 return SwitchOutcome(state, (), outcome.refused)
-            return outcome
+            return SwitchOutcome(outcome.state, transitions, outcome.refused)
 
         outcome = self.store.change_switch(decide, now=now, history=self._history(), actor=actor)
+        self._log(outcome, adoption)
+        report = self.apply(outcome.state) if outcome.transitions else self.ensure_applied()
+        self.export_metrics(outcome.state)
+        return SwitchChange(outcome, report, adoption)
+
+    def adopt_pending(self) -> SwitchChange | None:
+        """Adopt a `pending_sync` state file (an emergency rollback written while the
+        database was down) into the database as a transition at its generation, then
+        apply it (the file is rewritten without the mark); None when there is none."""
+        if not _is_pending(read_state_file(self.state_file)):
+            return None  # the common case costs one file read, no database lock
+        now = self.clock()
+        adoption: Transition | None = None
+
+        def decide(state: SwitchState, history: list[Evaluation]) -> SwitchOutcome:
+            nonlocal adoption
+            adopted, adoption = self._adopt(state, now)
+            return SwitchOutcome(adopted, () if adoption is None else (adoption,))
+
+        outcome = self.store.change_switch(decide, now=now, history=0)
+        if adoption is None:
+            return None
+        self._log(outcome, adoption)
+        report = self.apply(outcome.state)
+        self.export_metrics(outcome.state)
+        return SwitchChange(outcome, report, adoption)
+
+    def _log(self, outcome: SwitchOutcome, adoption: Transition | None) -> None:
+        if adoption is not None:
+            log.warning(
+                "switch.adopted_state_file",
+                generation=adoption.generation,
+                actor=adoption.actor,
+                path=str(self.state_file),
+            )
         for transition in outcome.transitions:
             log.warning(
                 "switch.transition",
@@ -444,9 +712,6 @@ class SwitchService:
                 )
         for refusal in outcome.refused:
             log.warning("switch.refused", reason=refusal)
-        report = self.apply(outcome.state) if outcome.transitions else self.ensure_applied()
-        self.export_metrics(outcome.state)
-        return SwitchChange(outcome, report)
 
     def command(self, event: SwitchEvent) -> SwitchChange:
         """A human's rollback, restore or auto, as the policy allows it, then applied."""
@@ -465,31 +730,7 @@ class SwitchService:
             )
 
     def _attempt(self, actuator: Actuator, state: dict[str, Any]) -> str | None:
-        delay = actuator.backoff_s
-        error = ""
-        for attempt in range(actuator.retries + 1):
-            if attempt:
-                self.sleep(delay)
-                delay *= 2
-            try:
-                actuator.apply(state)
-            except ActuatorError as exc:
-                error = exc.reason
-            except Exception as exc:  # a hook bug must not stop the others
-                error = f"{type(exc).__name__}: {exc}"
-            else:
-                return None
-            if self.metrics is not None:
-                self.metrics.actuator_failed(actuator.name)
-            log.error(
-                "switch.actuator_failed",
-                actuator=actuator.name,
-                attempt=attempt + 1,
-                of=actuator.retries + 1,
-                generation=state["generation"],
-                error=error,
-            )
-        return error
+        return _run_actuator(actuator, state, metrics=self.metrics, sleep=self.sleep)
 
     def apply(self, state: SwitchState, *, hooks: bool = True) -> ApplyReport:
         """Mirror `state` to the state file, then run the hooks; record the result on the
@@ -515,7 +756,11 @@ class SwitchService:
     def ensure_applied(self) -> ApplyReport | None:
         """Re-apply the stored state when its last application failed or the state file
         does not show it (a restart, a CLI whose hook failed, a file deleted by hand);
-        None when nothing was needed. Alertmanager is re-pushed while rolled back."""
+        None when nothing was needed. Alertmanager is re-pushed while rolled back. A
+        pending emergency rollback in the state file is adopted first, never overwritten."""
+        adopted = self.adopt_pending()
+        if adopted is not None:
+            return adopted.report
         record = self.store.switch()
         state = record.state
         on_disk = read_state_file(self.state_file)

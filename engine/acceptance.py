@@ -12,7 +12,9 @@ Each server reports acceptance its own way, so each reader follows one upstream 
 - TGI: the `tgi_request_skipped_tokens` distribution (one observation per decode step:
   tokens emitted beyond the first), differenced around a window (`window_aggregate`).
 
-A reader that finds nothing returns `None` — "not reported" — never a zero-filled figure.
+A reader that finds nothing returns `None` — "not reported" — never a zero-filled figure;
+likewise a reader that finds steps and accepted tokens but no drafted count returns
+`draft_tokens=None`, and per-position figures it does not find stay empty.
 Prometheus text goes through prometheus_client's own parser. A counter that went down
 between two scrapes means the server restarted: its new value is the delta.
 """
@@ -110,7 +112,8 @@ def vllm_window_stats(before: Counters, after: Counters) -> SpeculativeStats | N
     )
     return SpeculativeStats(
         verify_steps=drafts,
-        draft_tokens=int(change.get("draft_tokens", 0)),
+        # A vLLM that exports drafts but not draft tokens has not reported them.
+        draft_tokens=int(change["draft_tokens"]) if "draft_tokens" in change else None,
         accepted_tokens=int(change.get("accepted_tokens", 0)),
         accepted_per_position=per_position,
         source=AcceptanceSource.WINDOW_AGGREGATE,
@@ -139,7 +142,8 @@ def tgi_window_stats(
     before: Counters, after: Counters, num_draft_tokens: int | None
 ) -> SpeculativeStats | None:
     """Acceptance over a TGI window. TGI does not export how many tokens it drafted:
-    `draft_tokens` is steps × k when k is configured, else 0 (and the rate is None)."""
+    `draft_tokens` is steps × k when k is configured (TGI drafts a fixed k per step), else
+    None: not reported (and so is the rate)."""
     if "steps" not in after:
         return None
     change = deltas(before, after)
@@ -148,7 +152,7 @@ def tgi_window_stats(
         return None
     return SpeculativeStats(
         verify_steps=steps,
-        draft_tokens=steps * num_draft_tokens if num_draft_tokens else 0,
+        draft_tokens=steps * num_draft_tokens if num_draft_tokens else None,
         accepted_tokens=int(change.get("accepted_tokens", 0)),
         accepted_per_position=(),
         source=AcceptanceSource.WINDOW_AGGREGATE,
@@ -215,7 +219,7 @@ def sglang_stats(meta_info: Mapping[str, Any], output_tokens: int) -> Speculativ
         per_position = tuple(sum(histogram[i + 1 :]) for i in range(len(histogram) - 1))
     return SpeculativeStats(
         verify_steps=steps,
-        draft_tokens=drafted or 0,
+        draft_tokens=drafted,  # None: this SGLang did not report what it proposed
         accepted_tokens=max(accepted, 0),
         accepted_per_position=per_position,
         source=AcceptanceSource.PER_REQUEST,
@@ -242,13 +246,14 @@ def sglang_avg_accept_length(server_info: Any) -> float | None:
 
 def stats_from_accept_length(accept_length: float, output_tokens: int) -> SpeculativeStats | None:
     """Steps and accepted tokens implied by a server-wide average acceptance length for a
-    request of `output_tokens`: a window figure, never exact for this request."""
+    request of `output_tokens`: a window figure, never exact for this request. The
+    average says nothing about how many tokens were drafted: `draft_tokens` is None."""
     if accept_length < 1.0 or output_tokens <= 0:
         return None
     steps = max(1, round(output_tokens / accept_length))
     return SpeculativeStats(
         verify_steps=steps,
-        draft_tokens=0,
+        draft_tokens=None,
         accepted_tokens=max(output_tokens - steps, 0),
         accepted_per_position=(),
         source=AcceptanceSource.WINDOW_AGGREGATE,

@@ -77,10 +77,13 @@ class SpeculativeStats:
     ``output_tokens / verify_steps`` lies in 1 … k+1.
     `accepted_per_position[i]` counts steps whose draft token at position i+1 was
     accepted; it sums to `accepted_tokens`.
+    `draft_tokens` is None when the engine reports accepted tokens and verify steps but
+    not how many it drafted (then `acceptance_rate` is None too); per-position figures
+    the engine does not report are empty tuples, never zeros.
     """
 
     verify_steps: int
-    draft_tokens: int
+    draft_tokens: int | None
     accepted_tokens: int
     accepted_per_position: tuple[int, ...]
     drafted_per_position: tuple[int, ...] = ()
@@ -88,6 +91,7 @@ class SpeculativeStats:
 
     @property
     def acceptance_rate(self) -> float | None:
+        """Accepted / drafted tokens; None when drafted tokens are not reported (or zero)."""
         return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
 
 

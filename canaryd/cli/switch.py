@@ -5,6 +5,10 @@ creates it if needed), changes the switch under the same row lock as the daemon,
 the state file and runs the configured hooks. Exit codes: 0 done (or nothing to do);
 1 the state was recorded but the state file or a hook failed (the daemon re-applies it),
 or a restore was refused; 2 a configuration or database problem.
+
+The kill switch outlives the database: when it is unreachable, `rollback` writes the state
+file alone (marked `pending_sync`), runs the hooks and exits 0; the next command or gate
+run that reaches the database adopts it. `restore` and `auto` refuse without the database.
 """
 
 from __future__ import annotations
@@ -19,8 +23,16 @@ import typer
 
 from canaryd.cli.common import fail, handle_errors
 from canaryd.config import Settings, load_settings
-from canaryd.store import EXPECTED_URL_FORMS, SqlStore, resolve_database_url
-from canaryd.switch import SwitchChange, SwitchService, read_state_file, state_object
+from canaryd.errors import DatabaseError
+from canaryd.store import EXPECTED_URL_FORMS, SqlStore, mask_url, resolve_database_url
+from canaryd.switch import (
+    PENDING_SYNC,
+    SwitchChange,
+    SwitchService,
+    emergency_rollback,
+    read_state_file,
+    state_object,
+)
 from gates import Evaluation, SwitchEvent
 
 app = typer.Typer(
@@ -67,8 +79,21 @@ def evidence_lines(evaluation: Evaluation | None, now: datetime) -> list[str]:
     return lines
 
 
+def _adopted_line(change: SwitchChange) -> str | None:
+    adopted = change.adopted
+    if adopted is None:
+        return None
+    return (
+        f"synced the state file's emergency {adopted.target.value} (generation "
+        f"{adopted.generation}, by {adopted.actor}) into the database"
+    )
+
+
 def _report(change: SwitchChange, service: SwitchService, verb: str) -> int:
     state = change.state
+    adopted = _adopted_line(change)
+    if adopted is not None:
+        typer.echo(adopted)
     if change.outcome.transitions:
         typer.echo(
             f"switch {verb}: mode={state.mode.value} speculative_enabled="
@@ -96,6 +121,70 @@ def _report(change: SwitchChange, service: SwitchService, verb: str) -> int:
     return 0
 
 
+def _open(url: str, *, create: bool) -> SqlStore:
+    try:
+        return SqlStore.open(url, create=create)
+    except OSError as exc:  # e.g. the SQLite file's directory cannot be created
+        raise DatabaseError(f"cannot open the database {mask_url(url)!r}: {exc}") from exc
+
+
+def _through_database(
+    action: Literal["rollback", "restore", "auto"],
+    reason: str,
+    settings: Settings,
+    url: str,
+    *,
+    force: bool,
+    create: bool,
+) -> int:
+    # `create`: the kill switch must work on a box where the daemon never ran.
+    with _open(url, create=create) as store:
+        service = SwitchService(store, settings.switch, settings.gates.policy)
+        now = datetime.now(UTC)
+        if action == "restore":
+            for line in evidence_lines(store.latest_evaluation(), now):
+                typer.echo(line)
+        change = service.command(SwitchEvent(action, user(), reason, force=force))
+        for refusal in change.outcome.refused:
+            raise fail(refusal, 1)
+        return _report(
+            change,
+            service,
+            {"rollback": "rolled back", "restore": "restored", "auto": "handed to the gates"}[
+                action
+            ],
+        )
+
+
+def _emergency(settings: Settings, reason: str, error: DatabaseError) -> int:
+    """The kill switch with the database down: the state file alone, then the hooks."""
+    typer.echo(f"canaryd: warning: the database is unreachable: {error}", err=True)
+    result = emergency_rollback(settings.switch, user(), reason)
+    for actuator, failure in result.failures.items():
+        typer.echo(f"canaryd: warning: {actuator}: {failure}", err=True)
+    path = settings.switch.resolved_state_file()
+    if not result.written:
+        hooks = "" if result.failures else " (the configured hooks, if any, were run)"
+        raise fail(
+            f"the database is unreachable and the state file could not be written either: "
+            f"{result.file_error}; speculative decoding is NOT rolled back through the state "
+            f"file{hooks} - flip production by hand",
+            2,
+        )
+    state = result.state
+    typer.echo(
+        f"switch rolled back IN THE STATE FILE ONLY (database unreachable): "
+        f"mode={state['mode']} speculative_enabled=false generation={state['generation']} "
+        f"actor={state['actor']}"
+    )
+    typer.echo(f"state file: {path} ({PENDING_SYNC}: true)")
+    typer.echo(
+        "to be synced: the daemon's next gate run or the next `canaryd switch` command "
+        "records it in the database once the database is reachable again"
+    )
+    return 0
+
+
 def _command(
     action: Literal["rollback", "restore", "auto"],
     reason: str,
@@ -106,23 +195,17 @@ def _command(
     create: bool = False,
 ) -> None:
     settings, resolved = settings_and_url(config, url)
-    # `create`: the kill switch must work on a box where the daemon never ran.
-    with SqlStore.open(resolved, create=create) as store:
-        service = SwitchService(store, settings.switch, settings.gates.policy)
-        now = datetime.now(UTC)
-        if action == "restore":
-            for line in evidence_lines(store.latest_evaluation(), now):
-                typer.echo(line)
-        change = service.command(SwitchEvent(action, user(), reason, force=force))
-        for refusal in change.outcome.refused:
-            raise fail(refusal, 1)
-        code = _report(
-            change,
-            service,
-            {"rollback": "rolled back", "restore": "restored", "auto": "handed to the gates"}[
-                action
-            ],
-        )
+    try:
+        code = _through_database(action, reason, settings, resolved, force=force, create=create)
+    except DatabaseError as exc:
+        if action != "rollback":
+            # Re-enabling (or handing control back) must go through the authoritative store.
+            raise fail(
+                f"switch {action} refused: the database is unreachable and only a rollback "
+                f"works without it ({exc})",
+                2,
+            ) from None
+        code = _emergency(settings, reason, exc)
     if code:
         raise typer.Exit(code)
 
@@ -138,7 +221,14 @@ def status(
 ) -> None:
     """The switch as stored: mode, reason, actor, generation; state file and hooks."""
     settings, resolved = settings_and_url(config, url)
+    path = settings.switch.resolved_state_file()
     with SqlStore.open(resolved) as store:
+        on_disk = read_state_file(path)
+        if on_disk is not None and on_disk.get(PENDING_SYNC) is True:
+            change = SwitchService(store, settings.switch, settings.gates.policy).adopt_pending()
+            adopted = _adopted_line(change) if change is not None else None
+            if adopted is not None:
+                typer.echo(adopted, err=True)  # stderr: keeps `--json` parseable
         record = store.switch()
     obj = state_object(record.state)
     if json_output:
@@ -156,7 +246,6 @@ def status(
     typer.echo(f"generation: {state.generation}")
     if state.cooldown_until is not None:
         typer.echo(f"cooldown until: {state.cooldown_until.isoformat()}")
-    path = settings.switch.resolved_state_file()
     on_disk = read_state_file(path)
     if on_disk == obj:
         typer.echo(f"state file: {path} (in sync)")
@@ -173,7 +262,8 @@ def status(
 @app.command()
 @handle_errors
 def rollback(reason: ReasonOption, url: UrlOption = None, config: ConfigOption = None) -> None:
-    """Kill switch: disable speculative decoding now; gates cannot undo it."""
+    """Kill switch: disable speculative decoding now; gates cannot undo it. With the
+    database unreachable, writes the state file alone (synced into the database later)."""
     _command("rollback", reason, config, url, create=True)
 
 

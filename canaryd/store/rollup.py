@@ -283,6 +283,11 @@ class PairRollup:
     Pair-level and acceptance figures count complete pairs only (both arms succeeded), as
     `canaryd once`'s summary does: `speculative_reported` of them carried acceptance stats,
     `scored_pairs` of them have scores, of which `exact_matches` matched exactly.
+    `draft_tokens` sums only the pairs whose engine reported drafted tokens (a pair that
+    did not adds nothing, not a zero count), while `accepted_tokens` sums every reported
+    pair: accepted ÷ drafted over a roll-up is the acceptance rate only where every pair
+    reported drafted tokens. Per-position counts sum the pairs that report both drafted
+    and accepted per position, so their ratio is always a rate.
     """
 
     hour_start: datetime
@@ -323,6 +328,9 @@ class PairRollup:
         speedup = facts.speedup
         length = facts.acceptance_length
         reported = facts.verify_steps is not None
+        # Per position, an empty or missing tuple is "not reported"; only a pair that
+        # reports both sides may add to either, or a ratio would pool a zero it never saw.
+        by_position = bool(facts.accepted_per_position) and bool(facts.drafted_per_position)
         delta = facts.task_score_delta
         return replace(
             rollup,
@@ -336,10 +344,10 @@ class PairRollup:
             speedup_histogram=histogram(() if speedup is None else (speedup,), SPEEDUP_BOUNDS),
             speculative_reported=int(reported),
             verify_steps=facts.verify_steps or 0,
-            draft_tokens=facts.draft_tokens or 0,
+            draft_tokens=facts.draft_tokens or 0,  # None: not reported, adds nothing
             accepted_tokens=facts.accepted_tokens or 0,
-            accepted_per_position=facts.accepted_per_position or (),
-            drafted_per_position=facts.drafted_per_position or (),
+            accepted_per_position=(facts.accepted_per_position or ()) if by_position else (),
+            drafted_per_position=(facts.drafted_per_position or ()) if by_position else (),
             acceptance_length_count=int(length is not None),
             acceptance_length_sum=length or 0.0,
             acceptance_length_histogram=histogram(

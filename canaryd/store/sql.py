@@ -500,7 +500,7 @@ def _generation_from_row(row: GenerationRow) -> GenerationResult:
     if row.verify_steps is not None:
         stats = SpeculativeStats(
             verify_steps=row.verify_steps,
-            draft_tokens=cast(int, row.draft_tokens),
+            draft_tokens=row.draft_tokens,  # NULL: the engine did not report it
             accepted_tokens=cast(int, row.accepted_tokens),
             accepted_per_position=tuple(row.accepted_per_position or ()),
             drafted_per_position=tuple(row.drafted_per_position or ()),

@@ -153,6 +153,27 @@ class TestAcceptanceFigures:
         assert f.drafted_per_position == (9, 9)
         assert f.acceptance_rate_per_position == pytest.approx((8 / 9, 3 / 9))
 
+    def test_unreported_drafted_figures_stay_out_of_the_rates(self) -> None:
+        """A request without drafted tokens (None) or per-position figures (empty) adds to
+        neither rate: 6 ÷ 8 overall and 4 ÷ 4, 2 ÷ 4 per position, from `a` alone."""
+        a = SpeculativeStats(
+            verify_steps=4, draft_tokens=8, accepted_tokens=6,
+            accepted_per_position=(4, 2), drafted_per_position=(4, 4),
+        )  # fmt: skip
+        b = SpeculativeStats(
+            verify_steps=5, draft_tokens=None, accepted_tokens=5, accepted_per_position=(4, 1)
+        )
+        pairs = [
+            pair(result(10, 1.0), result(10, 1.0, stats=a), 0),
+            pair(result(10, 1.0), result(10, 1.0, stats=b), 1),
+        ]
+        f = acceptance_figures(pairs)
+        assert f.pairs == 2
+        assert f.acceptance_rate == pytest.approx(6 / 8)
+        assert f.accepted_per_position == (4, 2)
+        assert f.drafted_per_position == (4, 4)
+        assert f.acceptance_rate_per_position == pytest.approx((1.0, 0.5))
+
 
 class TestDriveArm:
     def request(self, index: int) -> GenerationRequest:

@@ -3,6 +3,7 @@ histogram values, in a registry of their own, with bounded labels and documented
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from canaryd.records import ARMS, PairRecord, Prompt
 from canaryd.runner import PairRunner
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
-from engine.types import Message
+from engine.types import Message, SpeculativeStats
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -133,11 +134,14 @@ class TestObservePair:
         stats = [r.speculative.speculative for r in records]
         assert all(s is not None for s in stats)
         accepted = sum(s.accepted_tokens for s in stats if s)
-        drafted = sum(s.draft_tokens for s in stats if s)
+        drafted = sum(s.draft_tokens or 0 for s in stats if s)
         steps = sum(s.verify_steps for s in stats if s)
         c = {"category": "code"}
         assert value(metrics, "canaryd_speculative_accepted_tokens_total", **c) == accepted
         assert value(metrics, "canaryd_speculative_draft_tokens_total", **c) == drafted
+        assert value(metrics, "canaryd_speculative_accepted_of_drafted_tokens_total", **c) == (
+            accepted
+        )
         assert value(metrics, "canaryd_speculative_verify_steps_total", **c) == steps
         lengths = [r.speculative.acceptance_length for r in records]
         assert value(metrics, "canaryd_speculative_acceptance_length_count", **c) == 8
@@ -239,7 +243,12 @@ class TestAcceptanceNotReported:
         c = {"category": "qa"}
         assert value(metrics, "canaryd_speculative_acceptance_not_reported_total", **c) == 4
         assert value(metrics, "canaryd_speculative_acceptance_length_count", **c) is None
-        for name in ("accepted_tokens", "draft_tokens", "verify_steps"):
+        for name in (
+            "accepted_tokens",
+            "accepted_of_drafted_tokens",
+            "draft_tokens",
+            "verify_steps",
+        ):
             assert value(metrics, f"canaryd_speculative_{name}_total", **c) is None
         assert not series(metrics, "canaryd_speculative_position_accepted")
         assert not series(metrics, "canaryd_speculative_acceptance_length")
@@ -377,3 +386,52 @@ class TestReference:
             "docs/metrics.md is stale: paste the output of "
             "`python -c 'from canaryd.metrics import metrics_reference as m; print(m())'`"
         )
+
+
+def with_stats(record: PairRecord, stats: SpeculativeStats) -> PairRecord:
+    return replace(record, speculative=replace(record.speculative, speculative=stats))
+
+
+class TestDraftedNotReported:
+    def test_unreported_drafted_count_does_not_move_the_drafted_counter(
+        self, metrics: CanarydMetrics
+    ) -> None:
+        """Stats with draft_tokens None count steps and accepted tokens, but neither the
+        drafted counter nor the acceptance rate's numerator moves, and no position is
+        counted from empty per-position tuples."""
+        [reported, unreported] = run_pairs([prompt("qa", 0), prompt("qa", 1)])
+        reported = with_stats(
+            reported, SpeculativeStats(verify_steps=4, draft_tokens=12, accepted_tokens=6,
+                                       accepted_per_position=(3, 2, 1),
+                                       drafted_per_position=(4, 4, 4))
+        )  # fmt: skip
+        unreported = with_stats(
+            unreported, SpeculativeStats(verify_steps=5, draft_tokens=None, accepted_tokens=7,
+                                         accepted_per_position=())
+        )  # fmt: skip
+        c = {"category": "qa"}
+        metrics.observe_pair(reported)
+        before = value(metrics, "canaryd_speculative_draft_tokens_total", **c)
+        metrics.observe_pair(unreported)
+        assert before == 12
+        assert value(metrics, "canaryd_speculative_draft_tokens_total", **c) == 12
+        assert value(metrics, "canaryd_speculative_accepted_of_drafted_tokens_total", **c) == 6
+        assert value(metrics, "canaryd_speculative_accepted_tokens_total", **c) == 13
+        assert value(metrics, "canaryd_speculative_verify_steps_total", **c) == 9
+        assert value(metrics, "canaryd_speculative_acceptance_not_reported_total", **c) is None
+        assert value(metrics, "canaryd_speculative_position_drafted_total", position="1") == 4
+        assert value(metrics, "canaryd_speculative_position_accepted_total", position="1") == 3
+
+    def test_drafted_positions_without_accepted_positions_are_not_counted(
+        self, metrics: CanarydMetrics
+    ) -> None:
+        """Drafted per position without accepted per position is not a run of zero
+        acceptances: neither per-position counter moves."""
+        [record] = run_pairs([prompt("qa", 0)])
+        record = with_stats(
+            record, SpeculativeStats(verify_steps=4, draft_tokens=12, accepted_tokens=6,
+                                     accepted_per_position=(), drafted_per_position=(4, 4, 4))
+        )  # fmt: skip
+        metrics.observe_pair(record)
+        assert not series(metrics, "canaryd_speculative_position_drafted")
+        assert not series(metrics, "canaryd_speculative_position_accepted")

@@ -1,6 +1,7 @@
 """The rollback switch's service and actuators on real databases, files, processes and
 HTTP servers on loopback: state file, generations under concurrent writers, hooks,
-failures that never revert the state, and re-application after a restart."""
+failures that never revert the state, re-application after a restart, and the kill switch
+while the database is down (the emergency file and its adoption by the database)."""
 
 from __future__ import annotations
 
@@ -10,23 +11,45 @@ import json
 import sys
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from canaryd.config import CommandHookConfig, SwitchConfig, WebhookConfig
+from canaryd.config import CommandHookConfig, Settings, SwitchConfig, WebhookConfig
+from canaryd.gating import SwitchGates
 from canaryd.metrics import CanarydMetrics
 from canaryd.store import SqlStore
-from canaryd.switch import SwitchService, WebhookActuator, read_state_file, write_state_file
-from gates import SwitchEvent, SwitchMode, SwitchPolicyConfig
+from canaryd.switch import (
+    EMERGENCY_REASON_PREFIX,
+    SYNCED_NOTE,
+    SwitchService,
+    WebhookActuator,
+    emergency_rollback,
+    read_state_file,
+    state_object,
+    write_state_file,
+)
+from gates import (
+    Control,
+    Evaluation,
+    GateDecision,
+    GateMode,
+    GateState,
+    SwitchEvent,
+    SwitchMode,
+    SwitchPolicyConfig,
+)
 
 POLICY = SwitchPolicyConfig()
 
 
-def service(store: SqlStore, tmp_path: Path, **config: object) -> SwitchService:
+def service(
+    store: SqlStore, tmp_path: Path, policy: SwitchPolicyConfig = POLICY, **config: object
+) -> SwitchService:
     switch = SwitchConfig(state_file=tmp_path / "state" / "switch.json", **config)  # type: ignore[arg-type]
-    return SwitchService(store, switch, POLICY, metrics=CanarydMetrics(), sleep=lambda _s: None)
+    return SwitchService(store, switch, policy, metrics=CanarydMetrics(), sleep=lambda _s: None)
 
 
 def rollback(reason: str = "p99 regression", user: str = "alice") -> SwitchEvent:
@@ -220,3 +243,241 @@ class TestActuatorFailure:
         assert read_state_file(tmp_path / "state" / "switch.json")["generation"] == 1  # type: ignore[index]
         assert store.switch().applied
         assert service(store, tmp_path, command=fixed).ensure_applied() is None
+
+
+# --- the kill switch while the database is down -----------------------------------------
+
+
+def emergency(tmp_path: Path, reason: str = "db down", **config: object) -> dict[str, object]:
+    """Write the emergency file as `canaryd switch rollback` does with the database down."""
+    switch = SwitchConfig(state_file=tmp_path / "state" / "switch.json", **config)  # type: ignore[arg-type]
+    result = emergency_rollback(switch, "alice", reason, sleep=lambda _s: None)
+    assert result.written, result.file_error
+    return result.state
+
+
+def liveness(state: GateState, at: datetime) -> Evaluation:
+    """One evaluation with only the critical, enforced liveness gate."""
+    decision = GateDecision("liveness", state, GateMode.ENFORCE, True, at, detail=state.value)
+    return Evaluation(at, (decision,))
+
+
+class TestEmergencyRollback:
+    def test_writes_a_pending_manual_rollback_above_the_file(self, tmp_path: Path) -> None:
+        """The emergency file is a manual rollback one generation above the old file,
+        with the EMERGENCY reason, the user as actor and `pending_sync`."""
+        path = tmp_path / "state" / "switch.json"
+        write_state_file(path, {"generation": 4, "mode": "auto", "latched": True})
+        written = emergency(tmp_path, "INC-9")
+        on_disk = read_state_file(path)
+        assert on_disk == written
+        assert on_disk is not None
+        assert on_disk["mode"] == "rolled_back" and on_disk["speculative_enabled"] is False
+        assert on_disk["control"] == "manual" and on_disk["actor"] == "user:alice"
+        assert on_disk["reason"] == EMERGENCY_REASON_PREFIX + "INC-9"
+        assert on_disk["generation"] == 5 and on_disk["pending_sync"] is True
+        assert on_disk["latched"] is True and on_disk["since"]
+        assert not list((tmp_path / "state").glob(".switch.json.*.tmp"))
+
+    def test_runs_the_hooks_with_the_emergency_state(self, tmp_path: Path) -> None:
+        """The command hook sees the rollback and the pending_sync mark in its environment."""
+        out = tmp_path / "env.json"
+        script = (
+            "import json, os, sys; json.dump({k: v for k, v in os.environ.items() "
+            "if k.startswith('CANARYD_SWITCH_')}, open(sys.argv[1], 'w'))"
+        )
+        emergency(
+            tmp_path, command=CommandHookConfig(argv=[sys.executable, "-c", script, str(out)])
+        )
+        env = json.loads(out.read_text())
+        assert env["CANARYD_SWITCH_SPECULATIVE_ENABLED"] == "false"
+        assert env["CANARYD_SWITCH_PENDING_SYNC"] == "true"
+        assert env["CANARYD_SWITCH_GENERATION"] == "1"
+
+    def test_an_unwritable_file_is_reported_and_the_hooks_still_run(self, tmp_path: Path) -> None:
+        """A state file under a regular file cannot be written: the result says so and the
+        hooks run anyway (they may be the only way left to stop production)."""
+        blocker = tmp_path / "not-a-directory"
+        blocker.write_text("")
+        marker = tmp_path / "ran"
+        hook = CommandHookConfig(argv=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
+        switch = SwitchConfig(state_file=blocker / "switch.json", command=hook)
+        result = emergency_rollback(switch, "alice", "db down")
+        assert not result.written and "cannot write" in (result.file_error or "")
+        assert marker.exists() and result.failures == {}
+
+    def test_concurrent_emergency_writers_serialise_on_the_lock(self, tmp_path: Path) -> None:
+        """Eight threads writing emergency rollbacks at once yield generations 1..8 in
+        turn: the last file holds generation 8 and no temp file is left behind."""
+        errors: list[BaseException] = []
+        seen: list[int] = []
+
+        def worker(index: int) -> None:
+            try:
+                seen.append(int(emergency(tmp_path, f"r{index}")["generation"]))  # type: ignore[call-overload]
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert sorted(seen) == list(range(1, 9))
+        assert read_state_file(tmp_path / "state" / "switch.json")["generation"] == 8  # type: ignore[index]
+        assert not list((tmp_path / "state").glob(".switch.json.*.tmp"))
+
+    def test_a_pending_file_is_only_replaced_by_its_adoption_or_a_higher_generation(
+        self, tmp_path: Path
+    ) -> None:
+        """A writer that decided before the emergency file appeared and lands on the same
+        generation is refused; the same state without the mark, or a higher one, is not."""
+        path = tmp_path / "state" / "switch.json"
+        written = emergency(tmp_path)
+        other = {**written, "mode": "auto", "speculative_enabled": True}
+        del other["pending_sync"]
+        assert not write_state_file(path, other)
+        adopted = {k: v for k, v in written.items() if k != "pending_sync"}
+        assert write_state_file(path, adopted)
+        assert read_state_file(path) == adopted
+
+
+class TestAdoption:
+    def test_restart_adopts_a_pending_file_into_the_database(
+        self, store: SqlStore, tmp_path: Path
+    ) -> None:
+        """A service start finds the emergency file above the database: the database takes
+        its state at its generation with an audit row, and the file loses the mark."""
+        written = emergency(tmp_path, "INC-7")
+        assert written["generation"] == 1
+        report = service(store, tmp_path).ensure_applied()
+        assert report is not None and report.ok
+        record = store.switch()
+        state = record.state
+        assert state.mode is SwitchMode.ROLLED_BACK and state.control is Control.MANUAL
+        assert state.generation == 1 and state.actor == "user:alice"
+        assert state.reason == EMERGENCY_REASON_PREFIX + "INC-7"
+        assert record.applied
+        (entry,) = store.audit()
+        assert entry.kind == "transition" and entry.generation == 1
+        assert entry.actor == "user:alice" and SYNCED_NOTE in entry.reason
+        on_disk = read_state_file(tmp_path / "state" / "switch.json")
+        assert on_disk is not None and "pending_sync" not in on_disk
+        assert on_disk == state_object(state)
+        assert service(store, tmp_path).ensure_applied() is None
+
+    def test_the_generation_continues_after_adoption(self, store: SqlStore, tmp_path: Path) -> None:
+        """After an earlier database history, the emergency generation is adopted as is
+        and the next command continues above it."""
+        svc = service(store, tmp_path)
+        svc.command(rollback())
+        svc.command(SwitchEvent("restore", "bob", "fixed", force=True))
+        assert emergency(tmp_path)["generation"] == 3
+        change = svc.command(SwitchEvent("restore", "bob", "db back", force=True))
+        assert change.adopted is not None and change.adopted.generation == 3
+        assert change.state.generation == 4 and change.state.mode is SwitchMode.AUTO
+        assert [e.generation for e in store.audit() if e.kind == "transition"] == [1, 2, 3, 4]
+        on_disk = read_state_file(tmp_path / "state" / "switch.json")
+        assert on_disk is not None and on_disk["generation"] == 4 and "pending_sync" not in on_disk
+
+    def test_a_gate_run_never_reverts_a_pending_emergency_rollback(
+        self, store: SqlStore, tmp_path: Path
+    ) -> None:
+        """With auto-restore and fresh passing evidence, the gate run adopts the emergency
+        rollback (manual) instead of restoring over it."""
+        policy = SwitchPolicyConfig(auto_restore=True, restore_passes=1, cooldown_seconds=0)
+        svc = service(store, tmp_path, policy)
+        start = datetime.now(UTC) - timedelta(minutes=5)
+        store.save_evaluation(liveness(GateState.FAIL, start))
+        assert svc.step_gates(start).state.mode is SwitchMode.ROLLED_BACK
+        assert emergency(tmp_path)["generation"] == 2
+        later = start + timedelta(minutes=2)
+        store.save_evaluation(liveness(GateState.PASS, later))
+        change = svc.step_gates(later)
+        state = store.switch().state
+        assert change.adopted is not None
+        assert state.mode is SwitchMode.ROLLED_BACK and state.control is Control.MANUAL
+        assert state.generation == 2
+        on_disk = read_state_file(tmp_path / "state" / "switch.json")
+        assert on_disk is not None and on_disk["speculative_enabled"] is False
+        assert on_disk["generation"] == 2 and "pending_sync" not in on_disk
+
+    def test_a_database_that_reached_the_same_generation_adopts_above_it(
+        self, store: SqlStore, tmp_path: Path
+    ) -> None:
+        """When the database moved to the emergency's generation with another state (a
+        writer racing the outage), the rollback is adopted one generation above."""
+        path = tmp_path / "state" / "switch.json"
+        emergency(tmp_path)  # generation 1, while the database (still at 0) was away
+        racing = service(store, tmp_path / "elsewhere")  # decided without seeing the file
+        racing.command(rollback(user="bob"))  # the database reaches generation 1 itself
+        assert store.switch().state.generation == 1
+        assert store.switch().state.actor == "user:bob"
+        report = service(store, tmp_path).ensure_applied()
+        assert report is not None and report.ok
+        state = store.switch().state
+        assert state.generation == 2 and state.actor == "user:alice"
+        assert read_state_file(path) == state_object(state)
+
+    def test_a_stale_pending_file_below_the_database_is_replaced(
+        self, store: SqlStore, tmp_path: Path
+    ) -> None:
+        """A pending file older than the database is not adopted; today's rewrite applies."""
+        svc = service(store, tmp_path)
+        svc.command(rollback())
+        svc.command(SwitchEvent("restore", "bob", "fixed", force=True))
+        path = tmp_path / "state" / "switch.json"
+        path.write_text(json.dumps({"generation": 1, "mode": "rolled_back", "pending_sync": True}))
+        assert svc.adopt_pending() is None
+        svc.ensure_applied()
+        assert read_state_file(path) == state_object(store.switch().state)
+        assert store.switch().state.generation == 2
+
+    def test_a_higher_file_without_the_mark_is_not_adopted(
+        self, store: SqlStore, tmp_path: Path
+    ) -> None:
+        """A newer file without pending_sync keeps today's behaviour: nothing is adopted."""
+        path = tmp_path / "state" / "switch.json"
+        write_state_file(path, {"generation": 7, "mode": "rolled_back"})
+        assert service(store, tmp_path).adopt_pending() is None
+        assert store.switch().state.generation == 0 and store.audit() == []
+
+
+class TestSwitchGatesAdoption:
+    def test_start_adopts_and_the_first_gate_run_keeps_it(
+        self, store: SqlStore, database_url: str, tmp_path: Path
+    ) -> None:
+        """`SwitchGates.start()` adopts a pending emergency rollback; a gate run after it
+        leaves the rollback and its generation alone."""
+        emergency(tmp_path, "INC-8")
+        settings = Settings(
+            storage={"url": database_url},  # type: ignore[arg-type]
+            switch={"state_file": str(tmp_path / "state" / "switch.json")},  # type: ignore[arg-type]
+        )
+        hook = SwitchGates(settings, metrics=CanarydMetrics(), store=store)
+        hook.start()
+        state = store.switch().state
+        assert state.mode is SwitchMode.ROLLED_BACK and state.generation == 1
+        assert [SYNCED_NOTE in e.reason for e in store.audit()] == [True]
+        hook.evaluate(datetime.now(UTC))
+        assert store.switch().state == state
+        on_disk = read_state_file(tmp_path / "state" / "switch.json")
+        assert on_disk == state_object(state)
+
+    def test_a_gate_run_adopts_a_file_written_while_the_daemon_ran(
+        self, store: SqlStore, database_url: str, tmp_path: Path
+    ) -> None:
+        """An emergency file written after start is adopted by the next gate run."""
+        settings = Settings(
+            storage={"url": database_url},  # type: ignore[arg-type]
+            switch={"state_file": str(tmp_path / "state" / "switch.json")},  # type: ignore[arg-type]
+        )
+        hook = SwitchGates(settings, store=store)
+        hook.start()
+        written = emergency(tmp_path)
+        hook.evaluate(datetime.now(UTC))
+        state = store.switch().state
+        assert state.generation == written["generation"] and state.control is Control.MANUAL
+        on_disk = read_state_file(tmp_path / "state" / "switch.json")
+        assert on_disk is not None and "pending_sync" not in on_disk

@@ -83,6 +83,16 @@ class TestVLLM:
         assert (stats.verify_steps, stats.draft_tokens, stats.accepted_tokens) == (20, 60, 30)
         assert stats.accepted_per_position == (15, 10, 5)
 
+    def test_window_without_draft_token_counter(self) -> None:
+        """Drafts and accepted tokens without a draft-token counter: drafted tokens are
+        None (not reported), never 0."""
+        before = {"drafts": 10.0, "accepted_tokens": 12.0}
+        after = {"drafts": 30.0, "accepted_tokens": 40.0}
+        stats = acceptance.vllm_window_stats(before, after)
+        assert stats is not None
+        assert (stats.verify_steps, stats.draft_tokens, stats.accepted_tokens) == (20, None, 28)
+        assert stats.acceptance_rate is None
+
     def test_idle_window_is_not_reported(self) -> None:
         """No drafts in the window: not reported, not a zero acceptance."""
         counters = acceptance.vllm_counters(_text("vllm_metrics_before.txt"))
@@ -116,6 +126,17 @@ class TestTGI:
         after = acceptance.tgi_counters(_text("tgi_metrics_after.txt"))
         stats = acceptance.tgi_window_stats(before, after, num_draft_tokens=None)
         assert stats is not None and stats.acceptance_rate is None
+
+    def test_without_k_drafted_tokens_are_not_reported(self) -> None:
+        """Without k, drafted tokens are None (not reported), not a fabricated 0, while
+        steps and accepted tokens are still read."""
+        before = acceptance.tgi_counters(_text("tgi_metrics_before.txt"))
+        after = acceptance.tgi_counters(_text("tgi_metrics_after.txt"))
+        stats = acceptance.tgi_window_stats(before, after, num_draft_tokens=None)
+        assert stats is not None
+        assert (stats.verify_steps, stats.accepted_tokens) == (50, 55)
+        assert stats.draft_tokens is None
+        assert stats.accepted_per_position == stats.drafted_per_position == ()
 
     def test_summary_form(self) -> None:
         """The summary rendering carries the same _sum and _count."""
@@ -152,6 +173,17 @@ class TestSGLang:
         assert (stats.verify_steps, stats.accepted_tokens, stats.draft_tokens) == (3, 3, 9)
         assert stats.acceptance_rate == pytest.approx(meta["spec_accept_rate"])
 
+    def test_meta_info_without_drafted_counts(self) -> None:
+        """A meta_info with verify steps but no proposed-draft count reports drafted
+        tokens as None (not 0), so the rate is None; accepted tokens follow from steps."""
+        meta = _json("sglang_generate_verify_only.json")["meta_info"]
+        stats = acceptance.sglang_stats(meta, meta["completion_tokens"])
+        assert stats is not None
+        assert (stats.verify_steps, stats.accepted_tokens) == (2, 4)
+        assert stats.draft_tokens is None
+        assert stats.acceptance_rate is None
+        assert stats.accepted_per_position == stats.drafted_per_position == ()
+
     def test_meta_info_without_spec_fields(self) -> None:
         """A non-speculative server's meta_info reports nothing."""
         assert acceptance.sglang_stats({"prompt_tokens": 3, "completion_tokens": 5}, 5) is None
@@ -167,6 +199,16 @@ class TestSGLang:
         assert stats is not None
         assert (stats.verify_steps, stats.accepted_tokens) == (10, 20)
         assert stats.source is AcceptanceSource.WINDOW_AGGREGATE
+
+    def test_server_info_average_does_not_report_drafted_tokens(self) -> None:
+        """The /server_info average implies steps and accepted tokens only: drafted tokens
+        are None and the acceptance rate is None, never 0."""
+        length = acceptance.sglang_avg_accept_length(_json("sglang_server_info.json"))
+        assert length is not None
+        stats = acceptance.stats_from_accept_length(length, 30)
+        assert stats is not None
+        assert stats.draft_tokens is None
+        assert stats.acceptance_rate is None
 
     def test_server_info_without_spec(self) -> None:
         """A server without speculative decoding has no average: not reported."""

@@ -240,3 +240,29 @@ class TestRollupArithmetic:
         assert merged.accepted_per_position == (4, 2, 1)
         assert merged.baseline.errors == {"oom": 1, "timeout": 2}
         assert merged.baseline.ok == 1
+
+    def test_unreported_drafted_figures_add_nothing(self, pair: Any) -> None:
+        """A pair whose engine did not report drafted tokens (None) or per-position figures
+        (empty) adds its steps and accepted tokens but no drafted count and no positions."""
+        reported = pair(pair_id="reported", started_at=OLD)
+        stats = reported.speculative.speculative
+        assert stats is not None and stats.draft_tokens == 8
+        unreported = pair(pair_id="unreported", started_at=OLD)
+        unreported = dataclasses.replace(
+            unreported,
+            speculative=dataclasses.replace(
+                unreported.speculative,
+                speculative=dataclasses.replace(
+                    stats, draft_tokens=None, accepted_per_position=(1, 1), drafted_per_position=()
+                ),
+            ),
+        )
+        rollup = rollup_of(
+            [facts_from_record(reported), facts_from_record(unreported)], OLD_HOUR, "code"
+        )
+        assert rollup.speculative_reported == 2
+        assert rollup.verify_steps == 2 * stats.verify_steps
+        assert rollup.accepted_tokens == 2 * stats.accepted_tokens
+        assert rollup.draft_tokens == 8
+        assert rollup.accepted_per_position == stats.accepted_per_position
+        assert rollup.drafted_per_position == stats.drafted_per_position

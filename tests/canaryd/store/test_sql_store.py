@@ -177,7 +177,7 @@ class TestSavePair:
         """Server-reported stats with no per-position breakdown keep their source and ()."""
         stats = SpeculativeStats(
             verify_steps=3,
-            draft_tokens=0,
+            draft_tokens=4,
             accepted_tokens=1,
             accepted_per_position=(),
             source=AcceptanceSource.PER_REQUEST,
@@ -193,6 +193,44 @@ class TestSavePair:
         )
         store.save_pair(record)
         assert store.pairs() == [record]
+
+    def test_unreported_drafted_tokens_round_trip_as_none(
+        self, store: SqlStore, pair: PairFactory, database_url: str
+    ) -> None:
+        """Stats without a drafted count store draft_tokens as SQL NULL and read back None,
+        in the record and in history's facts, next to the reported steps and accepted."""
+        stats = SpeculativeStats(
+            verify_steps=2,
+            draft_tokens=None,
+            accepted_tokens=2,
+            accepted_per_position=(),
+            source=AcceptanceSource.WINDOW_AGGREGATE,
+        )
+        record = pair()
+        record = replace(
+            record,
+            speculative=replace(
+                record.speculative,
+                speculative=stats,
+                acceptance_source=AcceptanceSource.WINDOW_AGGREGATE,
+            ),
+        )
+        store.save_pair(record)
+        with raw(database_url) as connection:
+            row = connection.execute(
+                text(
+                    "SELECT verify_steps, draft_tokens, accepted_tokens FROM generations "
+                    "WHERE arm = 'speculative'"
+                )
+            ).one()
+        assert tuple(row) == (2, None, 2)
+        [loaded] = store.pairs()
+        assert loaded == record
+        assert loaded.speculative.speculative is not None
+        assert loaded.speculative.speculative.draft_tokens is None
+        assert loaded.speculative.speculative.acceptance_rate is None
+        [facts] = store.history(T0 - timedelta(hours=1), T0 + timedelta(hours=1)).pairs
+        assert (facts.verify_steps, facts.draft_tokens, facts.accepted_tokens) == (2, None, 2)
 
     def test_unreported_acceptance_is_null_not_zero(
         self, store: SqlStore, pair: PairFactory, database_url: str
