@@ -37,14 +37,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from canaryd import paths, sdnotify
-from canaryd.cli.once import resolve_prompts, software_versions
+from canaryd.assembly import pair_params, prompt_sampler, resolve_prompts, software_versions
 from canaryd.config import Settings, load_settings
 from canaryd.errors import CanarydError, DatabaseError, EngineError
 from canaryd.http import StatusServer
 from canaryd.logs import configure_logging
 from canaryd.metrics import CanarydMetrics
-from canaryd.records import ARMS, Arm, PairRecord, Prompt, RunInfo
-from canaryd.runner import PairParams, PairRunner
+from canaryd.records import ARMS, Arm, PairRecord, RunInfo
+from canaryd.runner import PairRunner
 from canaryd.sampling import StratifiedSampler
 from canaryd.scoring import load_metrics
 from canaryd.store import SqlStore
@@ -183,24 +183,6 @@ def max_cycle_age_s(settings: Settings) -> float:
     return 3 * settings.schedule.pair_interval_s + 2 * settings.prompts.timeout_s
 
 
-def _sampler(settings: Settings, prompts: list[Prompt]) -> StratifiedSampler:
-    categories = {p.category for p in prompts}
-    return StratifiedSampler(
-        prompts,
-        seed=settings.prompts.seed,
-        weights={c: w for c, w in settings.prompts.category_weights.items() if c in categories},
-    )
-
-
-def _params(settings: Settings) -> PairParams:
-    return PairParams(
-        temperature=settings.prompts.temperature,
-        top_p=settings.prompts.top_p,
-        max_tokens=settings.prompts.max_tokens,
-        timeout_s=settings.prompts.timeout_s,
-    )
-
-
 def _interval(seconds: float, jitter_s: float = 0.0) -> IntervalTrigger:
     return IntervalTrigger(seconds=seconds, jitter=jitter_s or None)
 
@@ -300,7 +282,7 @@ class Daemon:
             raise RuntimeError("the daemon is already started")
         settings = self.settings
         # Validate prompts before touching anything: a bad suite fails start-up cheaply.
-        sampler = _sampler(settings, resolve_prompts(settings, None))
+        sampler = prompt_sampler(settings, resolve_prompts(settings, None))
         with contextlib.ExitStack() as stack:
             # Scoring's modules take seconds to import: load them at start (so a missing
             # package fails here, not in the first pair), beside the engines' warm-up.
@@ -406,7 +388,7 @@ class Daemon:
             engines["speculative"],
             run_id=run.run_id,
             seed=settings.prompts.seed,
-            params=_params(settings),
+            params=pair_params(settings),
         )
         return _Plan(settings, sampler, runner, engines, run)
 
@@ -706,7 +688,7 @@ class Daemon:
             raise RuntimeError("the daemon is not started")
         try:
             new = self._keep_restart_only(load_settings(self.config_path), old.settings)
-            sampler = _sampler(new, resolve_prompts(new, None))
+            sampler = prompt_sampler(new, resolve_prompts(new, None))
         except (CanarydError, EngineError, ValueError) as exc:
             log.error("config.reload_failed", reason=str(exc), kept=old.run.config_hash)
             return False

@@ -20,6 +20,12 @@ from rich.progress import (
 )
 
 from canaryd import paths
+from canaryd.assembly import (
+    configured_suites,
+    prompt_sampler,
+    resolve_prompts,
+    software_versions,
+)
 from canaryd.bench import (
     DEFAULT_CONCURRENCY,
     Bench,
@@ -31,13 +37,11 @@ from canaryd.bench import (
     store_bench,
 )
 from canaryd.cli.common import fail, handle_errors
-from canaryd.cli.once import configured_suites, resolve_prompts, software_versions
 from canaryd.config import load_settings
 from canaryd.logs import configure_logging
 from canaryd.records import RunInfo
 from canaryd.report import bench_markdown
 from canaryd.resources import ResourceMonitor
-from canaryd.sampling import StratifiedSampler
 from canaryd.store import SqlStore
 from engine.registry import build_engine
 
@@ -118,15 +122,7 @@ def bench(
     settings = load_settings(config)
     suites = configured_suites(settings)
     prompts = resolve_prompts(settings, None, suites)
-    sampler = StratifiedSampler(
-        prompts,
-        seed=settings.prompts.seed,
-        weights={
-            c: w
-            for c, w in settings.prompts.category_weights.items()
-            if c in {p.category for p in prompts}
-        },
-    )
+    sampler = prompt_sampler(settings, prompts)
     # The same prompts, in the same order, at every level and on both arms.
     sequence = sampler.take(plan.requests or len(prompts))
     store = SqlStore.open(settings.storage.resolved_url(), create=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import platform
 import sys
 import uuid
 from datetime import UTC, datetime
@@ -15,52 +14,23 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-import canaryd
 from canaryd import paths
+from canaryd.assembly import (
+    configured_suites,
+    pair_params,
+    prompt_sampler,
+    resolve_prompts,
+    software_versions,
+)
 from canaryd.cli.common import handle_errors
-from canaryd.config import Settings, load_settings
+from canaryd.config import load_settings
 from canaryd.logs import configure_logging
-from canaryd.records import PairRecord, Prompt, RunInfo
+from canaryd.records import PairRecord, RunInfo
 from canaryd.report_json import once_json
-from canaryd.runner import PairParams, PairRunner
-from canaryd.sampling import StratifiedSampler
+from canaryd.runner import PairRunner
 from canaryd.store import SqlStore
-from canaryd.suites import Suite, load_default_suites, load_suites, select
 from canaryd.summary import ALL, CategorySummary, summarise
 from engine.registry import build_engine
-
-
-def software_versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    versions = {"canaryd": canaryd.__version__, "python": platform.python_version()}
-    for package in ("torch", "transformers", "sqlalchemy"):
-        try:
-            versions[package] = md.version(package)
-        except md.PackageNotFoundError:
-            versions[package] = "absent"
-    return versions
-
-
-def configured_suites(settings: Settings) -> list[Suite]:
-    """The suites named in `prompts.suites`, else the ones shipped with canaryd."""
-    return (
-        load_suites(settings.prompts.suites) if settings.prompts.suites else load_default_suites()
-    )
-
-
-def resolve_prompts(
-    settings: Settings, category: str | None, suites: list[Suite] | None = None
-) -> list[Prompt]:
-    """The prompts to sample: of `category` when given, else of the configured categories."""
-    suites = configured_suites(settings) if suites is None else suites
-    prompts = select(suites, category)
-    if settings.prompts.categories and category is None:
-        wanted = set(settings.prompts.categories)
-        for name in wanted:
-            select(suites, name)  # an unknown configured category is an error too
-        prompts = [p for p in prompts if p.category in wanted]
-    return prompts
 
 
 def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
@@ -120,15 +90,7 @@ def once(
     settings = load_settings(config)
     suites = configured_suites(settings)
     prompts = resolve_prompts(settings, category, suites)
-    sampler = StratifiedSampler(
-        prompts,
-        seed=settings.prompts.seed,
-        weights={
-            c: w
-            for c, w in settings.prompts.category_weights.items()
-            if c in {p.category for p in prompts}
-        },
-    )
+    sampler = prompt_sampler(settings, prompts)
     store = SqlStore.open(settings.storage.resolved_url(), create=True)
     err = Console(stderr=True)
     try:
@@ -155,12 +117,7 @@ def once(
             speculative,
             run_id=run.run_id,
             seed=settings.prompts.seed,
-            params=PairParams(
-                temperature=settings.prompts.temperature,
-                top_p=settings.prompts.top_p,
-                max_tokens=settings.prompts.max_tokens,
-                timeout_s=settings.prompts.timeout_s,
-            ),
+            params=pair_params(settings),
         )
         records: list[PairRecord] = []
         with Progress(
