@@ -19,7 +19,12 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from canaryd.config import Settings
-from engine.config import FakeEngineConfig, TransformersEngineConfig
+from engine.config import (
+    FakeEngineConfig,
+    OpenAIEngineConfig,
+    SpeculativeConfig,
+    TransformersEngineConfig,
+)
 
 __all__ = ["config_reference"]
 
@@ -117,6 +122,10 @@ def config_reference() -> str:
                 "",
             ]
             lines += _table("arms.<arm>", TransformersEngineConfig, ' with kind = "transformers"')
+            lines += _table(
+                "arms.<arm>.speculative", SpeculativeConfig, ' with kind = "transformers"'
+            )
+            lines += _table("arms.<arm>", OpenAIEngineConfig, ' with kind = "openai"')
             lines += _table("arms.<arm>", FakeEngineConfig, ' with kind = "fake"')
             continue
         annotation = field.annotation

@@ -31,6 +31,11 @@ class SpeculativeConfig(_Strict):
     method: Literal["prompt_lookup", "draft_model", "early_exit"] = "prompt_lookup"
     num_draft_tokens: int = Field(default=8, ge=1, le=64)
     max_ngram_size: int = Field(default=2, ge=1, le=16, description="prompt_lookup only")
+    adaptive: bool = Field(
+        default=False,
+        description="prompt_lookup only: adapt the draft length to acceptance (+2 after a "
+        "fully accepted draft, -1 after a rejection, between 1 and num_draft_tokens)",
+    )
     draft_model: str | None = Field(default=None, description="draft_model only: path")
     early_exit_layer: int | None = Field(default=None, ge=1, description="early_exit only")
 

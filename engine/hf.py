@@ -45,6 +45,7 @@ class _AcceptanceCounter:
     accepted_per_position: list[int] = field(default_factory=list)
     drafted_per_position: list[int] = field(default_factory=list)
     pending_draft: int = 0
+    adaptive_max: int | None = None  # adapt the prompt-lookup draft length, up to this
 
     def drafted(self, n: int) -> None:
         self.pending_draft = n
@@ -85,6 +86,15 @@ class _RecordingCandidateGenerator:
     def __init__(self, inner: Any, counter: _AcceptanceCounter) -> None:
         self._inner = inner
         self._counter = counter
+        # Adaptive prompt lookup: transformers' prompt-lookup generator always drafts its
+        # full k; here k follows acceptance like its assistant-model "heuristic" schedule
+        # (+2 after a fully accepted draft, -1 after a rejection, within 1..k). On a CPU a
+        # rejected draft token costs real verify time, so drafting less after misses pays.
+        self._adaptive_max = (
+            counter.adaptive_max
+            if counter.adaptive_max and hasattr(inner, "num_output_tokens")
+            else None
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -97,7 +107,12 @@ class _RecordingCandidateGenerator:
     def update_candidate_strategy(
         self, input_ids: torch.Tensor, scores: torch.Tensor, num_matches: Any
     ) -> Any:
-        self._counter.verified(int(num_matches))
+        drafted, accepted = self._counter.pending_draft, int(num_matches)
+        self._counter.verified(accepted)
+        if self._adaptive_max is not None and drafted > 0:
+            current = int(self._inner.num_output_tokens)
+            grown = current + 2 if accepted >= drafted else current - 1
+            self._inner.num_output_tokens = max(1, min(self._adaptive_max, grown))
         return self._inner.update_candidate_strategy(input_ids, scores, num_matches)
 
 
@@ -335,7 +350,13 @@ class TransformersEngine:
                     time.perf_counter() - started,
                     prompt_tokens,
                 )
-            counter = _AcceptanceCounter() if self.speculative else None
+            spec = self.config.speculative
+            counter = None
+            if spec is not None:
+                adaptive = spec.method == "prompt_lookup" and spec.adaptive
+                counter = _AcceptanceCounter(
+                    adaptive_max=spec.num_draft_tokens if adaptive else None
+                )
             shared.counter = counter
             if not request.sampling.greedy:
                 torch.manual_seed(request.sampling.seed)

@@ -52,6 +52,9 @@ SPECULATIVE_METHODS = {
         method="draft_model", draft_model="tiny-draft", num_draft_tokens=3
     ),
     "early_exit": SpeculativeConfig(method="early_exit", early_exit_layer=1, num_draft_tokens=3),
+    "prompt_lookup_adaptive": SpeculativeConfig(
+        method="prompt_lookup", num_draft_tokens=4, adaptive=True
+    ),
 }
 
 
@@ -174,3 +177,53 @@ class TestEarlyExitConfig:
         )
         with pytest.raises(EngineConfigError, match="early_exit_layer"):
             TransformersEngine(config, model=model, tokenizer=tokenizer).load()
+
+
+class _LookupDrafter:
+    """Stands in for transformers' prompt-lookup generator: drafts `num_output_tokens`."""
+
+    def __init__(self, k: int) -> None:
+        self.num_output_tokens = k
+
+    def get_candidates(self, input_ids: Any, **kwargs: Any) -> tuple[Any, None]:
+        import torch
+
+        draft = torch.zeros((1, self.num_output_tokens), dtype=input_ids.dtype)
+        return torch.cat([input_ids, draft], dim=1), None
+
+    def update_candidate_strategy(self, input_ids: Any, scores: Any, num_matches: int) -> None:
+        pass
+
+
+class TestAdaptiveDraftLength:
+    def test_draft_length_follows_acceptance_within_bounds(self) -> None:
+        """After a rejection k drops by one (not below 1); after a full accept it grows by
+        two (not above the configured k)."""
+        import torch
+
+        from engine.hf import _AcceptanceCounter, _RecordingCandidateGenerator
+
+        inner = _LookupDrafter(4)
+        wrapped = _RecordingCandidateGenerator(inner, _AcceptanceCounter(adaptive_max=4))
+        prompt = torch.zeros((1, 3), dtype=torch.long)
+        lengths = []
+        for accepted_fraction in (0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0):
+            wrapped.get_candidates(prompt)
+            drafted = inner.num_output_tokens
+            wrapped.update_candidate_strategy(prompt, prompt, int(drafted * accepted_fraction))
+            lengths.append(inner.num_output_tokens)
+        assert lengths == [3, 2, 1, 1, 3, 4, 4]
+
+    def test_fixed_draft_length_is_untouched(self) -> None:
+        """Without `adaptive`, k stays what was configured whatever is accepted."""
+        import torch
+
+        from engine.hf import _AcceptanceCounter, _RecordingCandidateGenerator
+
+        inner = _LookupDrafter(4)
+        wrapped = _RecordingCandidateGenerator(inner, _AcceptanceCounter())
+        prompt = torch.zeros((1, 3), dtype=torch.long)
+        for _ in range(3):
+            wrapped.get_candidates(prompt)
+            wrapped.update_candidate_strategy(prompt, prompt, 0)
+        assert inner.num_output_tokens == 4
