@@ -57,7 +57,11 @@ def load_causal_lm(
     model_dir = resolve_model_dir(path, models_dir=models_dir, cache_dir=cache_dir)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
 
+    # transformers draws a "Loading weights" progress bar on stderr; canaryd logs the
+    # load itself (model_loaded), and a bar in journald or a piped log is noise.
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), **dtype_kwargs(torch_dtype))
     model.to(torch_device)
     model.eval()
