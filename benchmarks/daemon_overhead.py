@@ -135,7 +135,9 @@ def rss_growth(cycles: int, warmup: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--engines", default="fake,embedded", help="comma-separated: fake, embedded (default both)")
+    parser.add_argument(
+        "--engines", default="fake,embedded", help="comma-separated: fake, embedded (default both)"
+    )
     parser.add_argument("--pairs", type=int, default=200, help="pairs timed on the fake engine")
     parser.add_argument("--embedded-pairs", type=int, default=12)
     parser.add_argument("--cycles", type=int, default=5000, help="cycles for RSS growth")

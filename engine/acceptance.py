@@ -97,8 +97,9 @@ def vllm_counters(text: str, model_name: str | None = None) -> Counters:
 
 def vllm_window_stats(before: Counters, after: Counters) -> SpeculativeStats | None:
     """Acceptance over the window between two vLLM scrapes; None when nothing was drafted
-    in it (or the server exports no spec-decode counters: not a speculative server)."""
-    if "drafts" not in after:
+    in it (or the server exports no spec-decode counters: not a speculative server), or
+    when it exports no accepted-token counter (not reported, never a zero)."""
+    if "drafts" not in after or "accepted_tokens" not in after:
         return None
     change = deltas(before, after)
     drafts = int(change.get("drafts", 0))
@@ -114,7 +115,7 @@ def vllm_window_stats(before: Counters, after: Counters) -> SpeculativeStats | N
         verify_steps=drafts,
         # A vLLM that exports drafts but not draft tokens has not reported them.
         draft_tokens=int(change["draft_tokens"]) if "draft_tokens" in change else None,
-        accepted_tokens=int(change.get("accepted_tokens", 0)),
+        accepted_tokens=int(change["accepted_tokens"]),
         accepted_per_position=per_position,
         source=AcceptanceSource.WINDOW_AGGREGATE,
     )
@@ -207,6 +208,8 @@ def sglang_stats(meta_info: Mapping[str, Any], output_tokens: int) -> Speculativ
     )
     if accepted is None:
         accepted = output_tokens - steps  # each step keeps its drafts plus one bonus token
+        if accepted < 0:  # inconsistent counts: not a figure to store
+            return None
     drafted = _first_int(
         meta_info, "spec_num_proposed_drafts", "spec_draft_token_num", "spec_proposed_drafts"
     )
@@ -220,7 +223,7 @@ def sglang_stats(meta_info: Mapping[str, Any], output_tokens: int) -> Speculativ
     return SpeculativeStats(
         verify_steps=steps,
         draft_tokens=drafted,  # None: this SGLang did not report what it proposed
-        accepted_tokens=max(accepted, 0),
+        accepted_tokens=accepted,
         accepted_per_position=per_position,
         source=AcceptanceSource.PER_REQUEST,
     )

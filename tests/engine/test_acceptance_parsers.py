@@ -93,6 +93,13 @@ class TestVLLM:
         assert (stats.verify_steps, stats.draft_tokens, stats.accepted_tokens) == (20, None, 28)
         assert stats.acceptance_rate is None
 
+    def test_window_without_accepted_token_counter(self) -> None:
+        """Drafts without an accepted-token counter: not reported, never a fabricated 0
+        accepted tokens (which would read as an acceptance rate of 0)."""
+        before = {"drafts": 10.0, "draft_tokens": 30.0}
+        after = {"drafts": 30.0, "draft_tokens": 90.0}
+        assert acceptance.vllm_window_stats(before, after) is None
+
     def test_idle_window_is_not_reported(self) -> None:
         """No drafts in the window: not reported, not a zero acceptance."""
         counters = acceptance.vllm_counters(_text("vllm_metrics_before.txt"))
@@ -152,6 +159,10 @@ class TestTGI:
 
 
 class TestSGLang:
+    def test_inconsistent_counts_are_not_reported(self) -> None:
+        """More verify steps than output tokens cannot be real: no figures, not zeros."""
+        assert acceptance.sglang_stats({"spec_verify_ct": 12}, output_tokens=10) is None
+
     def test_meta_info_current_names(self) -> None:
         """spec_verify_ct, spec_num_correct_drafts / proposed and the histogram give exact
         per-request figures; the histogram becomes per-position acceptance."""
