@@ -371,9 +371,30 @@ class Daemon:
             engine.close()
 
     def _new_plan(
-        self, settings: Settings, sampler: StratifiedSampler, engines: dict[Arm, Engine]
+        self,
+        settings: Settings,
+        sampler: StratifiedSampler,
+        engines: dict[Arm, Engine],
+        *,
+        previous: RunInfo | None = None,
     ) -> _Plan:
-        run = RunInfo(
+        """A plan under a new run, or under `previous` when the config is unchanged (the
+        runner must then stamp pairs with that run's id: a new one has no run row)."""
+        if previous is not None and previous.config_hash == settings.config_hash():
+            run = previous
+        else:
+            run = self._new_run(settings, engines)
+        runner = PairRunner(
+            engines["baseline"],
+            engines["speculative"],
+            run_id=run.run_id,
+            seed=settings.prompts.seed,
+            params=pair_params(settings),
+        )
+        return _Plan(settings, sampler, runner, engines, run)
+
+    def _new_run(self, settings: Settings, engines: dict[Arm, Engine]) -> RunInfo:
+        return RunInfo(
             run_id=uuid.uuid4().hex[:12],
             kind="daemon",
             started_at=datetime.now(UTC),
@@ -383,14 +404,6 @@ class Daemon:
             speculative_identity=engines["speculative"].identity,
             software=software_versions(),
         )
-        runner = PairRunner(
-            engines["baseline"],
-            engines["speculative"],
-            run_id=run.run_id,
-            seed=settings.prompts.seed,
-            params=pair_params(settings),
-        )
-        return _Plan(settings, sampler, runner, engines, run)
 
     def _build_info(self, plan: _Plan) -> None:
         software = plan.run.software
@@ -701,18 +714,24 @@ class Daemon:
         engines: dict[Arm, Engine] = dict(reuse)
         try:
             engines = self._load_engines(new, reuse)
-            plan = self._new_plan(new, sampler, engines)
-            if plan.run.config_hash == old.run.config_hash:
-                plan = _Plan(new, sampler, plan.runner, engines, old.run)
-            else:
+            plan = self._new_plan(new, sampler, engines, previous=old.run)
+            if plan.run is not old.run:
                 with self._save_lock:
                     self.store.create_run(plan.run)
-        except (CanarydError, EngineError) as exc:
+        except Exception as exc:
+            # Any error, not only ours: a model directory transformers cannot read raises
+            # OSError, a GPU without room for the new model a RuntimeError. A reload must
+            # never take the running daemon down with it.
             for arm in replaced:
                 if arm in engines and engines[arm] is not old.engines[arm]:
                     engines[arm].close()
             self._engines_loaded = True  # the old engines still are
-            log.error("config.reload_failed", reason=str(exc), kept=old.run.config_hash)
+            log.error(
+                "config.reload_failed",
+                reason=str(exc) or type(exc).__name__,
+                kept=old.run.config_hash,
+                exc_info=not isinstance(exc, (CanarydError, EngineError)),
+            )
             return False
         with self._cycle_lock:
             self._plan = plan
@@ -810,7 +829,12 @@ def serve_until_signalled(daemon: Daemon, *, poll_s: float = 0.5) -> int:
             if signum == signal.SIGHUP:
                 log.info("signal.received", signal="SIGHUP")
                 sdnotify.reloading()
-                daemon.reload()
+                try:
+                    daemon.reload()
+                except Exception:
+                    # The running configuration is intact; a failed reload is no reason
+                    # to leave without stopping in order.
+                    log.exception("config.reload_failed")
                 sdnotify.ready("configuration reloaded")
                 continue
             log.info("signal.received", signal=signal.Signals(signum).name)

@@ -522,13 +522,12 @@ def adoptable_state(on_disk: dict[str, Any] | None, stored: SwitchState) -> Swit
     """The state to adopt into the database from a `pending_sync` state file: the file's
     mode, control, actor, reason, time and latch at its generation, or one above the
     stored one when the database reached that generation with another state meanwhile.
-    None when the file is not pending, is older than the database, is already adopted,
+    None when the file is not pending, is older than the database (a generation below
+    it and written before its last transition), is already adopted,
     or cannot be read as a state."""
     if on_disk is None or not _is_pending(on_disk):
         return None
     generation = _generation(on_disk)
-    if generation < stored.generation:
-        return None  # the database moved on after adopting it; the file is stale
     if generation == stored.generation and _without_pending(on_disk) == state_object(stored):
         return None  # adopted; only the file's rewrite is missing
     try:
@@ -536,6 +535,17 @@ def adoptable_state(on_disk: dict[str, Any] | None, stored: SwitchState) -> Swit
         since = datetime.fromisoformat(raw_since) if isinstance(raw_since, str) else None
         if since is not None and since.tzinfo is None:
             since = since.replace(tzinfo=UTC)
+    except ValueError as exc:
+        log.error("switch.pending_file_unreadable", error=f"{type(exc).__name__}: {exc}")
+        return None
+    if generation < stored.generation and (
+        since is None or stored.since is None or since <= stored.since
+    ):
+        # The database moved on after adopting it; the file is stale. A pending file that
+        # is below the database yet written after its last transition is a new kill switch
+        # on a file that lagged (lost with /run at a reboot, a failed write): adopted.
+        return None
+    try:
         adopted = replace(
             stored,
             mode=SwitchMode(on_disk["mode"]),

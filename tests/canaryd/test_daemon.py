@@ -307,6 +307,22 @@ class TestReload:
             finished = {r.info.run_id: r.finished_at for r in store.runs()}
             assert finished[old_run] is not None
 
+    def test_an_unchanged_config_keeps_the_run_and_its_pairs_are_stored(
+        self, make_daemon: Callable[..., Daemon]
+    ) -> None:
+        """A SIGHUP with the same file keeps the run, and later pairs are saved under it
+        (not under a run id that has no row, which the database refuses)."""
+        daemon = make_daemon(fast_schedule(pair_interval_s=1000))
+        run_id = daemon.run_id
+        wait_for(lambda: daemon.cycles >= 1, what="the first cycle")
+        assert daemon.reload()
+        assert daemon.run_id == run_id
+        daemon.run_cycle()
+        assert len(daemon.pending) == 0
+        with SqlStore.open(daemon.settings.storage.resolved_url()) as store:
+            assert {p.run_id for p in store.pairs()} == {run_id}
+            assert len(store.pairs(run_id=run_id)) == 2
+
     def test_a_changed_arm_is_rebuilt_and_the_other_kept(
         self, tmp_path: Path, make_daemon: Callable[..., Daemon]
     ) -> None:
@@ -333,6 +349,31 @@ class TestReload:
         write_config(tmp_path, '[prompts]\ncategories = ["no_such_category"]\n')
         assert not daemon.reload()
         assert daemon.settings is settings and daemon.run_id == run_id
+
+    def test_an_engine_that_fails_to_load_with_any_error_keeps_the_running_config(
+        self, tmp_path: Path, make_daemon: Callable[..., Daemon]
+    ) -> None:
+        """A new model directory that transformers cannot read (an OSError, not an
+        EngineError) is refused like a bad file: reload() returns False, the daemon keeps
+        its engines and run, and cycles go on."""
+        daemon = make_daemon(fast_schedule(pair_interval_s=1000))
+        engines, run_id = dict(daemon.engines), daemon.run_id
+        broken = tmp_path / "broken-model"
+        broken.mkdir()
+        (broken / "config.json").write_text("{")
+        write_config(
+            tmp_path,
+            fast_schedule(pair_interval_s=1000),
+            arms=FAKE_ARMS.split("[arms.speculative]")[0]
+            + f'[arms.speculative]\nkind = "transformers"\nmodel = "{broken}"\n'
+            + 'device = "cpu"\n[arms.speculative.speculative]\nmethod = "prompt_lookup"\n',
+        )
+        assert not daemon.reload()
+        assert daemon.engines == engines and daemon.run_id == run_id
+        assert get(daemon, "/readyz").json()["engines_loaded"] is True
+        cycles = daemon.cycles
+        daemon.run_cycle()
+        assert daemon.cycles == cycles + 1 and stored_pairs(daemon) >= 1
 
     def test_restart_only_keys_keep_their_running_values(
         self, tmp_path: Path, make_daemon: Callable[..., Daemon]

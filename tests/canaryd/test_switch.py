@@ -434,6 +434,27 @@ class TestAdoption:
         assert read_state_file(path) == state_object(store.switch().state)
         assert store.switch().state.generation == 2
 
+    def test_an_emergency_below_a_lagging_file_is_adopted_not_reverted(
+        self, store: SqlStore, tmp_path: Path
+    ) -> None:
+        """The state file lost (a reboot empties /run) while the database is down: the
+        kill switch writes generation 1 under a database at 2 with speculative decoding
+        on. It is newer than the stored state, so it is adopted above it, and the
+        database's enabled state never replaces it."""
+        svc = service(store, tmp_path)
+        svc.command(rollback())
+        svc.command(SwitchEvent("restore", "bob", "fixed", force=True))
+        path = tmp_path / "state" / "switch.json"
+        path.unlink()
+        assert emergency(tmp_path, "INC-11")["generation"] == 1
+        svc.ensure_applied()
+        state = store.switch().state
+        assert state.mode is SwitchMode.ROLLED_BACK and state.actor == "user:alice"
+        assert state.generation == 3
+        on_disk = read_state_file(path)
+        assert on_disk is not None and on_disk["speculative_enabled"] is False
+        assert on_disk == state_object(state)
+
     def test_a_higher_file_without_the_mark_is_not_adopted(
         self, store: SqlStore, tmp_path: Path
     ) -> None:
