@@ -138,6 +138,12 @@ class DatabaseProbe:
         parsed = make_url(url)
         timeout = {"sqlite": "timeout"}.get(parsed.get_backend_name(), "connect_timeout")
         parsed = parsed.update_query_dict({timeout: str(timeout_s)})
+        if parsed.get_backend_name() == "postgresql":
+            # connect_timeout bounds only the connect: a server that accepts and then
+            # stops answering would hold the probe (and /readyz) without this.
+            parsed = parsed.update_query_dict(
+                {"options": f"-c statement_timeout={timeout_s * 1000}"}
+            )
         self._engine = make_engine(parsed.render_as_string(hide_password=False))
         self._lock = threading.Lock()
         self._checked_at = -float("inf")
@@ -530,7 +536,8 @@ class Daemon:
                     speculative_text=record.speculative.text,
                 )
             if db_away:
-                self._buffer(record)  # keep the order: it goes after the pairs waiting
+                with self._save_lock:  # a reload may resize the buffer meanwhile
+                    self._buffer(record)  # keep the order: it goes after the pairs waiting
                 continue
             if not self._save(record):
                 db_away, ok = True, False
@@ -746,7 +753,9 @@ class Daemon:
             except DatabaseError as exc:
                 log.error("run.finish_failed", run_id=old.run.run_id, reason=str(exc))
             self._build_info(plan)
-        for record in self.pending.resize(new.storage.buffer_pairs):
+        with self._save_lock:  # the cycle thread buffers under the same lock
+            dropped = self.pending.resize(new.storage.buffer_pairs)
+        for record in dropped:
             self.metrics.store_error("pair_dropped")
             log.error("pair.lost", pair_id=record.pair_id, reason="buffer_pairs reduced")
         self._reschedule(old.settings, new)
@@ -813,14 +822,20 @@ def _signals_to(queue_: queue.SimpleQueue[int]) -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def serve_until_signalled(daemon: Daemon, *, poll_s: float = 0.5) -> int:
+def serve_until_signalled(
+    daemon: Daemon, *, poll_s: float = 0.5, on_ready: Callable[[], None] | None = None
+) -> int:
     """Block the main thread until SIGTERM or SIGINT, reloading on SIGHUP; return 0.
 
     Signals only set a flag-like queue entry; the stop and the reload run here, in the
-    main thread, never inside a handler.
+    main thread, never inside a handler. `on_ready` runs once the handlers are in place:
+    telling systemd READY=1 before that would let an early `systemctl reload` (SIGHUP's
+    default action) kill the process.
     """
     signals: queue.SimpleQueue[int] = queue.SimpleQueue()
     with _signals_to(signals):
+        if on_ready is not None:
+            on_ready()
         while True:
             try:
                 signum = signals.get(timeout=poll_s)

@@ -53,15 +53,19 @@ def run(
     except Exception:
         daemon.stop()
         raise
-    # systemd (Type=notify): READY only now — engines warmed up, database checked, run
-    # row written; the watchdog is fed by the scheduler's heartbeat job, so a wedged
-    # scheduler ends in a watchdog restart. Both are no-ops outside systemd.
-    sdnotify.ready(f"serving on {daemon.address}")
+    running: Daemon = daemon
+
+    def announce_ready() -> None:
+        # systemd (Type=notify): READY only now — engines warmed up, database checked,
+        # run row written, signal handlers installed; the watchdog is fed by the
+        # scheduler's heartbeat job, so a wedged scheduler ends in a watchdog restart.
+        # Both are no-ops outside systemd.
+        sdnotify.ready(f"serving on {running.address}")
+        running.heartbeat_hooks.append(feed_watchdog)
 
     def feed_watchdog(_now: float) -> None:
         sdnotify.watchdog()
 
-    daemon.heartbeat_hooks.append(feed_watchdog)
     watchdog_s = sdnotify.watchdog_interval_s()
     if watchdog_s is not None and settings.schedule.heartbeat_interval_s > watchdog_s / 2:
         print(
@@ -77,7 +81,7 @@ def run(
         flush=True,
     )
     try:
-        code = serve_until_signalled(daemon)
+        code = serve_until_signalled(daemon, on_ready=announce_ready)
     finally:
         gates.close()
     if daemon.abandoned:
