@@ -21,6 +21,7 @@ import structlog
 
 from canaryd.config import Settings
 from canaryd.metrics import CanarydMetrics
+from canaryd.records import PairRecord
 from canaryd.store import SqlStore
 from canaryd.switch import SwitchChange, SwitchService
 from gates import Evaluation, GatesConfig, SwitchMode, evaluate_all, pin_reference
@@ -119,6 +120,31 @@ class SwitchGates:
         with self._lock:
             self._evaluate(now)
 
+    def _under_current_arms(self, store: SqlStore, records: list[PairRecord]) -> list[PairRecord]:
+        """Only pairs measured with the arms configured now count as evidence.
+
+        After a reload or restart that changed an arm (a new draft model, another k), the
+        old arm's pairs say nothing about the new one: a restore must not rest on them.
+        A run that recorded no arms configuration (not written by canaryd) is kept.
+        """
+        run_ids = {record.run_id for record in records}
+        if not run_ids:
+            return records
+        current = self.settings.snapshot().get("arms")
+        arms_of = {
+            run.info.run_id: run.info.config.get("arms")
+            for run in store.runs(limit=None)
+            if run.info.run_id in run_ids
+        }
+        kept = [r for r in records if arms_of.get(r.run_id) in (None, current)]
+        if len(kept) < len(records):
+            log.info(
+                "gates.window_filtered",
+                dropped=len(records) - len(kept),
+                reason="pairs measured with a different arms configuration",
+            )
+        return kept
+
     def _evaluate(self, now: datetime) -> None:
         service = self.service
         store = service.store
@@ -129,6 +155,7 @@ class SwitchGates:
         seconds, pairs = window_bounds(config)
         since = now - timedelta(seconds=seconds) if seconds is not None else None
         records = store.pairs(since=since, until=now + timedelta(microseconds=1), limit=pairs)
+        records = self._under_current_arms(store, records)
         references = store.drift_references()
         if service.record().state.mode is SwitchMode.AUTO:
             missing = {r.prompt.category for r in records} - set(references)

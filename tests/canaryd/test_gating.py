@@ -177,3 +177,35 @@ class TestSwitchGates:
         hook.evaluate(soak.pairs(2, error_rate=1.0))
         assert store.switch().state.generation == 0
         assert store.latest_evaluation().decisions[0].state.value == "NODATA"  # type: ignore[union-attr]
+
+
+class TestEvidenceFollowsTheArms:
+    def _dead_arm_pairs(self, store: SqlStore, run_id: str, config: dict[str, object]) -> None:
+        store.create_run(
+            RunInfo(run_id, "daemon", BASE, config, "h", {}, {}, {})  # type: ignore[arg-type]
+        )
+        runner = PairRunner(
+            FakeEngine(FakeEngineConfig(seed=1)),
+            FakeEngine(FakeEngineConfig(speculative=True, error_rate=1.0, seed=1)),
+            run_id=run_id,
+        )
+        prompts = [p for suite in load_default_suites() for p in suite.prompts]
+        sampler = StratifiedSampler(prompts, seed=1)
+        for i in range(10):
+            record = runner.run_pair(sampler.next())
+            store.save_pair(replace(record, started_at=BASE + timedelta(seconds=i + 1)))
+
+    def test_pairs_from_other_arms_are_not_evidence(
+        self, store: SqlStore, database_url: str, tmp_path: Path
+    ) -> None:
+        """Pairs measured under a different arms configuration (an arm a reload replaced)
+        do not count; the same pairs under the configured arms trip the switch."""
+        configured = settings(database_url, tmp_path)
+        hook = SwitchGates(configured, store=store)
+        self._dead_arm_pairs(store, "old-arms", {"arms": {"speculative": {"kind": "other"}}})
+        hook.evaluate(BASE + timedelta(seconds=30))
+        assert store.switch().state.mode is SwitchMode.AUTO
+
+        self._dead_arm_pairs(store, "current-arms", configured.snapshot())
+        hook.evaluate(BASE + timedelta(seconds=31))
+        assert store.switch().state.mode is SwitchMode.ROLLED_BACK
