@@ -8,13 +8,19 @@ the three never disagree on which prompts are drawn or how.
 from __future__ import annotations
 
 import platform
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 import canaryd
+from canaryd import paths
 from canaryd.config import Settings
-from canaryd.records import Prompt
+from canaryd.records import Prompt, RunInfo
 from canaryd.runner import PairParams
 from canaryd.sampling import StratifiedSampler
 from canaryd.suites import Suite, load_default_suites, load_suites, select
+from engine.base import Engine
+from engine.registry import build_engine
 
 
 def software_versions() -> dict[str, str]:
@@ -66,4 +72,36 @@ def pair_params(settings: Settings) -> PairParams:
         top_p=settings.prompts.top_p,
         max_tokens=settings.prompts.max_tokens,
         timeout_s=settings.prompts.timeout_s,
+    )
+
+
+def build_arms(settings: Settings) -> tuple[Engine, Engine]:
+    """The baseline and speculative engines of `settings`, built but not yet loaded."""
+    models_dir = paths.models_dir()
+    return (
+        build_engine(settings.arms.baseline, models_dir=models_dir),
+        build_engine(settings.arms.speculative, models_dir=models_dir),
+    )
+
+
+def new_run(
+    settings: Settings,
+    kind: Literal["once", "daemon", "bench"],
+    baseline: Engine,
+    speculative: Engine,
+    *,
+    run_id: str | None = None,
+    started_at: datetime | None = None,
+    extra_config: dict[str, Any] | None = None,
+) -> RunInfo:
+    """The run record: config snapshot and hash, engine identities, software versions."""
+    return RunInfo(
+        run_id=run_id or uuid.uuid4().hex[:12],
+        kind=kind,
+        started_at=started_at or datetime.now(UTC),
+        config=settings.snapshot() | (extra_config or {}),
+        config_hash=settings.config_hash(),
+        baseline_identity=baseline.identity,
+        speculative_identity=speculative.identity,
+        software=software_versions(),
     )

@@ -18,7 +18,6 @@ import queue
 import signal
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -37,7 +36,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from canaryd import paths, sdnotify
-from canaryd.assembly import pair_params, prompt_sampler, resolve_prompts, software_versions
+from canaryd.assembly import new_run, pair_params, prompt_sampler, resolve_prompts
 from canaryd.config import Settings, load_settings
 from canaryd.errors import CanarydError, DatabaseError, EngineError
 from canaryd.http import StatusServer
@@ -400,16 +399,7 @@ class Daemon:
         return _Plan(settings, sampler, runner, engines, run)
 
     def _new_run(self, settings: Settings, engines: dict[Arm, Engine]) -> RunInfo:
-        return RunInfo(
-            run_id=uuid.uuid4().hex[:12],
-            kind="daemon",
-            started_at=datetime.now(UTC),
-            config=settings.snapshot(),
-            config_hash=settings.config_hash(),
-            baseline_identity=engines["baseline"].identity,
-            speculative_identity=engines["speculative"].identity,
-            software=software_versions(),
-        )
+        return new_run(settings, "daemon", engines["baseline"], engines["speculative"])
 
     def _build_info(self, plan: _Plan) -> None:
         software = plan.run.software

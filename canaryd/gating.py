@@ -132,9 +132,7 @@ class SwitchGates:
             return records
         current = self.settings.snapshot().get("arms")
         arms_of = {
-            run.info.run_id: run.info.config.get("arms")
-            for run in store.runs(limit=None)
-            if run.info.run_id in run_ids
+            run_id: run.info.config.get("arms") for run_id, run in store.runs_by_id(run_ids).items()
         }
         kept = [r for r in records if arms_of.get(r.run_id) in (None, current)]
         if len(kept) < len(records):

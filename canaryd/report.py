@@ -667,9 +667,9 @@ figure {{ margin: 1em 0; }} img {{ max-width: 100%; }}
 
 
 def _find_run(store: Store, run_id: str) -> StoredRun:
-    for run in store.runs(limit=None):
-        if run.info.run_id == run_id:
-            return run
+    run = store.runs_by_id([run_id]).get(run_id)
+    if run is not None:
+        return run
     raise CanarydError(f"no run {run_id!r} in the database; `canaryd status` lists the latest")
 
 

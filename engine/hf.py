@@ -117,22 +117,18 @@ class _RecordingCandidateGenerator:
 
 
 class _TimingStreamer:
-    """A `generate` streamer that stamps when each batch of new tokens appears."""
+    """A `generate` streamer that stamps when the first generated tokens appear."""
 
-    def __init__(self, started: float) -> None:
-        self.started = started
+    def __init__(self) -> None:
         self.prompt_seen = False
         self.first_token_at: float | None = None
-        self.last_token_at: float | None = None
 
     def put(self, value: torch.Tensor) -> None:
         if not self.prompt_seen:  # generate() first puts the prompt itself
             self.prompt_seen = True
             return
-        now = time.perf_counter()
         if self.first_token_at is None:
-            self.first_token_at = now
-        self.last_token_at = now
+            self.first_token_at = time.perf_counter()
 
     def end(self) -> None:
         pass
@@ -360,7 +356,7 @@ class TransformersEngine:
             shared.counter = counter
             if not request.sampling.greedy:
                 torch.manual_seed(request.sampling.seed)
-            streamer = _TimingStreamer(started)
+            streamer = _TimingStreamer()
             try:
                 with torch.inference_mode():
                     output = shared.model.generate(

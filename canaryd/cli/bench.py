@@ -19,12 +19,11 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from canaryd import paths
 from canaryd.assembly import (
     configured_suites,
+    new_run,
     prompt_sampler,
     resolve_prompts,
-    software_versions,
 )
 from canaryd.bench import (
     DEFAULT_CONCURRENCY,
@@ -36,14 +35,12 @@ from canaryd.bench import (
     default_requests,
     store_bench,
 )
-from canaryd.cli.common import fail, handle_errors
+from canaryd.cli.common import fail, handle_errors, load_arms
 from canaryd.config import load_settings
 from canaryd.logs import configure_logging
-from canaryd.records import RunInfo
 from canaryd.report import bench_markdown
 from canaryd.resources import ResourceMonitor
 from canaryd.store import SqlStore
-from engine.registry import build_engine
 
 
 def parse_concurrency(text: str) -> tuple[int, ...]:
@@ -130,11 +127,7 @@ def bench(
     try:
         for suite in suites:
             store.record_suite(suite.name, suite.sha256, str(suite.path))
-        baseline = build_engine(settings.arms.baseline, models_dir=paths.models_dir())
-        speculative = build_engine(settings.arms.speculative, models_dir=paths.models_dir())
-        with err.status("loading and warming up engines…", spinner="dots"):
-            baseline.load()
-            speculative.load()
+        baseline, speculative = load_arms(settings, err)
         started_at = datetime.now(UTC)
         with Progress(
             TextColumn("{task.description:<22}"),
@@ -165,19 +158,17 @@ def bench(
                     level_record, level_pairs = runner.run_level(level)
                     level_records.append(level_record)
                     records.extend(level_pairs)
-        run = RunInfo(
+        run = new_run(
+            settings,
+            "bench",
+            baseline,
+            speculative,
             run_id=runner.run_id,
-            kind="bench",
             started_at=started_at,
-            config=settings.snapshot()
-            | {"bench": runner.section(level_records, monitor.summary())},
-            config_hash=settings.config_hash(),
-            baseline_identity=baseline.identity,
-            speculative_identity=speculative.identity,
-            software=software_versions(),
+            extra_config={"bench": runner.section(level_records, monitor.summary())},
         )
         store_bench(store, run, records, datetime.now(UTC))
-        stored = next(r for r in store.runs(limit=None) if r.info.run_id == run.run_id)
+        stored = store.runs_by_id([run.run_id])[run.run_id]
         stored_pairs = store.pairs(run_id=run.run_id)
         results = bench_results(stored, stored_pairs)
     finally:

@@ -8,8 +8,12 @@ from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 import typer
+from rich.console import Console
 
+from canaryd.assembly import build_arms
+from canaryd.config import Settings
 from canaryd.errors import CanarydError, EngineError
+from engine.base import Engine
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -32,3 +36,12 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise fail(str(exc), exc.exit_code) from None
 
     return wrapper
+
+
+def load_arms(settings: Settings, console: Console) -> tuple[Engine, Engine]:
+    """Build both arms and load them (warm-up included) behind a spinner on `console`."""
+    baseline, speculative = build_arms(settings)
+    with console.status("loading and warming up engines…", spinner="dots"):
+        baseline.load()
+        speculative.load()
+    return baseline, speculative

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -14,23 +13,21 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from canaryd import paths
 from canaryd.assembly import (
     configured_suites,
+    new_run,
     pair_params,
     prompt_sampler,
     resolve_prompts,
-    software_versions,
 )
-from canaryd.cli.common import handle_errors
+from canaryd.cli.common import handle_errors, load_arms
 from canaryd.config import load_settings
 from canaryd.logs import configure_logging
-from canaryd.records import PairRecord, RunInfo
+from canaryd.records import PairRecord
 from canaryd.report_json import once_json
 from canaryd.runner import PairRunner
 from canaryd.store import SqlStore
 from canaryd.summary import ALL, CategorySummary, summarise
-from engine.registry import build_engine
 
 
 def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
@@ -96,21 +93,8 @@ def once(
     try:
         for suite in suites:
             store.record_suite(suite.name, suite.sha256, str(suite.path))
-        baseline = build_engine(settings.arms.baseline, models_dir=paths.models_dir())
-        speculative = build_engine(settings.arms.speculative, models_dir=paths.models_dir())
-        with err.status("loading and warming up engines…", spinner="dots"):
-            baseline.load()
-            speculative.load()
-        run = RunInfo(
-            run_id=uuid.uuid4().hex[:12],
-            kind="once",
-            started_at=datetime.now(UTC),
-            config=settings.snapshot(),
-            config_hash=settings.config_hash(),
-            baseline_identity=baseline.identity,
-            speculative_identity=speculative.identity,
-            software=software_versions(),
-        )
+        baseline, speculative = load_arms(settings, err)
+        run = new_run(settings, "once", baseline, speculative)
         store.create_run(run)
         runner = PairRunner(
             baseline,

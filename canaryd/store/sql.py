@@ -16,7 +16,7 @@ import json
 import os
 import re
 import shlex
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
@@ -178,6 +178,8 @@ class Store(Protocol):
     ) -> list[PairRecord]: ...
 
     def runs(self, limit: int | None = 20) -> list[StoredRun]: ...
+
+    def runs_by_id(self, run_ids: Collection[str]) -> dict[str, StoredRun]: ...
 
     def categories(self) -> list[str]: ...
 
@@ -903,6 +905,14 @@ class SqlStore:
             query = query.limit(limit)
         with self._translating("reading runs"), self._sessions() as session:
             return [_run_from_row(row) for row in session.scalars(query)]
+
+    def runs_by_id(self, run_ids: Collection[str]) -> dict[str, StoredRun]:
+        """The runs with these ids (missing ids are absent from the result)."""
+        if not run_ids:
+            return {}
+        query = select(RunRow).where(RunRow.run_id.in_(sorted(set(run_ids))))
+        with self._translating("reading runs"), self._sessions() as session:
+            return {row.run_id: _run_from_row(row) for row in session.scalars(query)}
 
     def categories(self) -> list[str]:
         """Every category that has at least one pair, sorted."""

@@ -136,6 +136,19 @@ class TestRuns:
             )
         assert [run.info.run_id for run in store.runs(limit=2)] == ["run-later-3", "run-later-2"]
 
+    def test_runs_by_id_reads_only_those_runs(
+        self, store: SqlStore, run_info: Callable[..., RunInfo]
+    ) -> None:
+        """runs_by_id returns the named runs keyed by id; unknown ids are simply absent."""
+        for hour in (1, 2, 3):
+            store.create_run(
+                run_info(run_id=f"run-by-id-{hour}", started_at=T0 + timedelta(hours=hour))
+            )
+        found = store.runs_by_id(["run-by-id-1", "run-by-id-3", "no-such-run"])
+        assert sorted(found) == ["run-by-id-1", "run-by-id-3"]
+        assert found["run-by-id-3"].info.started_at == T0 + timedelta(hours=3)
+        assert store.runs_by_id([]) == {}
+
     def test_naive_datetimes_are_refused(self, store: SqlStore) -> None:
         """A naive datetime is a bug: its zone would be a guess."""
         with pytest.raises(ValueError, match="naive"):
