@@ -1,6 +1,6 @@
 """Alembic environment for canaryd: where the database URL and connection come from.
 
-`canaryd db upgrade` (canaryd.store.sql.upgrade) hands over an open connection in
+`canaryd db upgrade` (canaryd.store.migrations.upgrade) hands over an open connection in
 `config.attributes["connection"]`, already configured by canaryd (SQLite pragmas,
 transactional DDL). The plain Alembic CLI takes the URL from `-x url=…`, else
 CANARYD_DATABASE_URL, else `sqlalchemy.url` in the ini file, else canaryd's default.
@@ -15,8 +15,8 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from canaryd.paths import default_database_url
+from canaryd.store.database import make_engine
 from canaryd.store.models import Base
-from canaryd.store.sql import make_engine
 
 config = context.config
 target_metadata = Base.metadata

@@ -5,8 +5,10 @@ and read it to `[DONE]`; runs are interleaved so machine noise hits both alike.
 Reported: overhead ratio = median OpenAIEngine.generate time / median bare-loop time
 (the engine's extra cost: its event-loop hop, chunk parsing, result building).
 
-The server is canaryd's loopback test server by default (a stream of `--tokens` chunks
-`--token-delay` apart), or any server given with `--base-url` (e.g. a llama.cpp server).
+The server is the test suite's loopback server by default (`tests.support.servers`: a
+stream of `--tokens` chunks `--token-delay` apart), or any server given with `--base-url`
+(e.g. a llama.cpp server). `tests` is importable because `make venv` installs canaryd in
+editable mode, which puts the repository root on the path.
 
 Usage: .venv/bin/python benchmarks/http_overhead.py [--requests 200] [--tokens 64]
        [--token-delay 0.0] [--base-url http://127.0.0.1:8000 --model NAME]
@@ -22,10 +24,10 @@ from contextlib import ExitStack
 
 import httpx
 
-from canaryd.testing_servers import Behaviour, MisbehavingServer
 from engine.config import OpenAIEngineConfig
 from engine.http import OpenAIEngine
 from engine.types import GenerationRequest, Message, SamplingParams
+from tests.support.servers import Behaviour, MisbehavingServer
 
 PROMPT = "Write one short sentence about canaries."
 
@@ -59,8 +61,7 @@ def main() -> None:
         if args.base_url is None:
             server = stack.enter_context(MisbehavingServer())
             base_url = server.url
-            behaviour = Behaviour(tokens=args.tokens, token_delay_s=args.token_delay)
-            server.next_behaviour = lambda: behaviour  # type: ignore[method-assign]
+            server.default = Behaviour(tokens=args.tokens, token_delay_s=args.token_delay)
         else:
             base_url = args.base_url
         engine = OpenAIEngine(OpenAIEngineConfig(base_url=base_url, model=args.model))
@@ -100,7 +101,7 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "server": args.base_url or "canaryd.testing_servers.MisbehavingServer",
+                "server": args.base_url or "tests.support.servers.MisbehavingServer",
                 "requests": args.requests,
                 "tokens": args.tokens,
                 "engine_median_ms": round(engine_median * 1000, 3),

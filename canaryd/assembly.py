@@ -7,6 +7,8 @@ the three never disagree on which prompts are drawn or how.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import platform
 import uuid
 from datetime import UTC, datetime
@@ -15,12 +17,12 @@ from typing import Any, Literal
 import canaryd
 from canaryd import paths
 from canaryd.config import Settings
-from canaryd.records import Prompt, RunInfo
 from canaryd.runner import PairParams
 from canaryd.sampling import StratifiedSampler
 from canaryd.suites import Suite, load_default_suites, load_suites, select
 from engine.base import Engine
 from engine.registry import build_engine
+from gates.records import Prompt, RunInfo
 
 
 def software_versions() -> dict[str, str]:
@@ -105,3 +107,10 @@ def new_run(
         speculative_identity=speculative.identity,
         software=software_versions(),
     )
+
+
+def arms_key(arms: object) -> str:
+    """A short, stable key of an arms configuration (the `arms` section of a config
+    snapshot): drift references belong to one."""
+    encoded = json.dumps(arms, sort_keys=True, default=str).encode()
+    return hashlib.sha256(encoded).hexdigest()[:16]

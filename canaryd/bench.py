@@ -1,4 +1,5 @@
-"""`canaryd bench`: the seed documents' evaluation procedure as one stored run.
+"""`canaryd bench`: the one-shot evaluation (acceptance, concurrency ladder, consistency,
+resources) as one stored run.
 
 A bench warms both arms up (excluded from every figure), then climbs a concurrency
 ladder. At each level each arm is driven *separately* by `concurrency` closed-loop
@@ -8,7 +9,7 @@ like any other pair, so acceptance and consistency come from the very data the l
 measured. What a stored pair cannot carry — which level it belongs to and how long
 each arm's level took on the wall clock — goes into the run's config snapshot under
 `bench` (with the plan and the resource figures), so every number in `results.json`
-and in `canaryd report` is recomputed from the database by the functions below.
+and in `canaryd report` is recomputed from the database by `canaryd.report.figures`.
 
 The in-process transformers engine runs one `generate` at a time per model (a lock),
 so its "concurrency" measures queueing: aggregate throughput stays flat and latency
@@ -22,7 +23,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -30,208 +31,28 @@ from typing import Any
 
 import structlog
 
-from canaryd.records import ARMS, Arm, PairRecord, Prompt, RunInfo
+from canaryd.report.figures import (
+    ArmWindow,
+    LevelRecord,
+    acceptance_figures,
+    bench_section,
+    by_category,
+    consistency_figures,
+    ladder_figures,
+)
 from canaryd.scoring import score_pair
 from canaryd.store import Store, StoredRun
-from canaryd.summary import ALL
 from engine.base import Engine
 from engine.types import ErrorKind, GenerationRequest, GenerationResult, SamplingParams
-from gates.stats import mean, quantile, rate
+from gates.records import ARMS, Arm, PairRecord, Prompt, RunInfo
 
 log = structlog.get_logger(__name__)
 
 BENCH_SCHEMA = "canaryd.bench/1"
-LATENCY_QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 16, 64)
 
 
-# --- figures: pure functions of stored data --------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Percentiles:
-    p50: float | None
-    p95: float | None
-    p99: float | None
-
-
-def percentiles(values: Iterable[float | None]) -> Percentiles:
-    """P50/P95/P99 (type-7 quantiles, `gates.stats.quantile`) of the values that are set."""
-    present = [v for v in values if v is not None]
-    p50, p95, p99 = (quantile(present, q) for _, q in LATENCY_QUANTILES)
-    return Percentiles(p50=p50, p95=p95, p99=p99)
-
-
-@dataclass(frozen=True, slots=True)
-class ArmLevelFigures:
-    """One arm at one concurrency level; throughput over the level's wall-clock time."""
-
-    requests: int
-    ok: int
-    errors: int
-    error_rate: float | None
-    wall_s: float
-    output_tokens: int  # of successful requests
-    aggregate_tokens_per_s: float | None  # output tokens / wall-clock seconds
-    per_request_tokens_per_s_p50: float | None  # median of output tokens / e2e per request
-    per_request_tokens_per_s_mean: float | None
-    request_rate_per_s: float | None  # successful requests / wall-clock seconds
-    ttft_s: Percentiles
-    tpot_s: Percentiles
-    e2e_s: Percentiles
-
-
-def arm_level_figures(results: Sequence[GenerationResult], wall_s: float) -> ArmLevelFigures:
-    """The ladder figures of one arm's results at one level, which took `wall_s` seconds."""
-    ok = [r for r in results if r.ok]
-    tokens = sum(r.output_tokens for r in ok)
-    per_request = [t for r in ok if (t := r.tokens_per_s) is not None]
-    return ArmLevelFigures(
-        requests=len(results),
-        ok=len(ok),
-        errors=len(results) - len(ok),
-        error_rate=rate(len(results) - len(ok), len(results)),
-        wall_s=wall_s,
-        output_tokens=tokens,
-        aggregate_tokens_per_s=tokens / wall_s if wall_s > 0 and ok else None,
-        per_request_tokens_per_s_p50=quantile(per_request, 0.5),
-        per_request_tokens_per_s_mean=mean(per_request),
-        request_rate_per_s=len(ok) / wall_s if wall_s > 0 else None,
-        ttft_s=percentiles(r.ttft_s for r in ok),
-        tpot_s=percentiles(r.tpot_s for r in ok),
-        e2e_s=percentiles(r.e2e_s for r in ok),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class LevelFigures:
-    concurrency: int
-    arm_order: tuple[Arm, Arm]
-    baseline: ArmLevelFigures
-    speculative: ArmLevelFigures
-    throughput_speedup: float | None  # speculative / baseline aggregate tokens/s
-    e2e_speedup_median: float | None  # median over complete pairs of baseline e2e / spec e2e
-
-    def arm(self, arm: Arm) -> ArmLevelFigures:
-        return self.baseline if arm == "baseline" else self.speculative
-
-
-def level_figures(
-    concurrency: int,
-    arm_order: tuple[Arm, Arm],
-    pairs: Sequence[PairRecord],
-    wall_s: Mapping[Arm, float],
-) -> LevelFigures:
-    """Both arms of one level and the speedups between them."""
-    baseline = arm_level_figures([p.baseline for p in pairs], wall_s["baseline"])
-    speculative = arm_level_figures([p.speculative for p in pairs], wall_s["speculative"])
-    base_tps, spec_tps = baseline.aggregate_tokens_per_s, speculative.aggregate_tokens_per_s
-    return LevelFigures(
-        concurrency=concurrency,
-        arm_order=arm_order,
-        baseline=baseline,
-        speculative=speculative,
-        throughput_speedup=spec_tps / base_tps if base_tps and spec_tps is not None else None,
-        e2e_speedup_median=quantile([s for p in pairs if (s := p.speedup) is not None], 0.5),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class AcceptanceFigures:
-    """The speculative arm's acceptance over complete pairs (seeds step 1, offline)."""
-
-    pairs: int  # complete pairs whose speculative arm reported acceptance
-    acceptance_length_mean: float | None  # output tokens / verify steps
-    acceptance_length_p50: float | None
-    acceptance_length_p90: float | None
-    acceptance_rate: float | None  # accepted / drafted, pooled where drafted is reported
-    # pooled counts, position 1..k, over requests that report both per-position figures
-    accepted_per_position: tuple[int, ...]
-    drafted_per_position: tuple[int, ...]
-    acceptance_rate_per_position: tuple[float | None, ...]  # accepted_i / drafted_i
-
-
-def acceptance_lengths(pairs: Iterable[PairRecord]) -> list[float]:
-    """Per-request acceptance lengths of complete pairs, in pair order."""
-    return [
-        length
-        for p in pairs
-        if p.complete and (length := p.speculative.acceptance_length) is not None
-    ]
-
-
-def _pooled(columns: Iterable[Sequence[int]]) -> tuple[int, ...]:
-    totals: list[int] = []
-    for counts in columns:
-        if len(counts) > len(totals):
-            totals.extend([0] * (len(counts) - len(totals)))
-        for i, count in enumerate(counts):
-            totals[i] += count
-    return tuple(totals)
-
-
-def acceptance_figures(pairs: Sequence[PairRecord]) -> AcceptanceFigures:
-    lengths = acceptance_lengths(pairs)
-    stats = [s for p in pairs if p.complete and (s := p.speculative.speculative) is not None]
-    # Not reported is not zero: a rate pools only requests that report its denominator.
-    by_position = [s for s in stats if s.accepted_per_position and s.drafted_per_position]
-    rated = [s for s in stats if s.draft_tokens is not None]
-    accepted = _pooled(s.accepted_per_position for s in by_position)
-    drafted = _pooled(s.drafted_per_position for s in by_position)
-    per_position = tuple(
-        rate(a, drafted[i]) if i < len(drafted) else None for i, a in enumerate(accepted)
-    )
-    return AcceptanceFigures(
-        pairs=len(lengths),
-        acceptance_length_mean=mean(lengths),
-        acceptance_length_p50=quantile(lengths, 0.5),
-        acceptance_length_p90=quantile(lengths, 0.9),
-        acceptance_rate=rate(
-            sum(s.accepted_tokens for s in rated), sum(s.draft_tokens or 0 for s in rated)
-        ),
-        accepted_per_position=accepted,
-        drafted_per_position=drafted,
-        acceptance_rate_per_position=per_position,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ConsistencyFigures:
-    """Speculative against baseline output over scored (complete) pairs."""
-
-    pairs: int
-    scored_pairs: int
-    exact_match_rate: float | None
-    token_edit_similarity_mean: float | None
-    quality_delta_mean: float | None  # speculative - baseline task score
-    quality_scored_pairs: int  # pairs whose prompt has a check or reference
-
-
-def consistency_figures(pairs: Sequence[PairRecord]) -> ConsistencyFigures:
-    scored = [p.scores for p in pairs if p.scores is not None]
-    deltas = [d for s in scored if (d := s.task_score_delta) is not None]
-    return ConsistencyFigures(
-        pairs=len(pairs),
-        scored_pairs=len(scored),
-        exact_match_rate=rate(sum(s.exact_match for s in scored), len(scored)),
-        token_edit_similarity_mean=mean([s.token_edit_similarity for s in scored]),
-        quality_delta_mean=mean(deltas),
-        quality_scored_pairs=len(deltas),
-    )
-
-
-def by_category(
-    pairs: Sequence[PairRecord], figures: Callable[[Sequence[PairRecord]], Any]
-) -> dict[str, Any]:
-    """`figures` per category (sorted), plus `all` over every pair when there are any."""
-    categories = sorted({p.prompt.category for p in pairs})
-    grouped = {c: figures([p for p in pairs if p.prompt.category == c]) for c in categories}
-    if pairs:
-        grouped[ALL] = figures(pairs)
-    return grouped
-
-
-# --- what a bench run stores in its config snapshot ------------------------------------
+# --- the plan and what a bench run stores ----------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,77 +80,6 @@ class BenchPlan:
 def default_requests(concurrency: Sequence[int]) -> int:
     """Without --requests or --duration: enough requests to fill the top level twice."""
     return max(16, 2 * max(concurrency))
-
-
-@dataclass(frozen=True, slots=True)
-class ArmWindow:
-    started_at: datetime
-    wall_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class LevelRecord:
-    """Which stored pairs one level produced, and each arm's wall-clock window."""
-
-    concurrency: int
-    arm_order: tuple[Arm, Arm]
-    pair_ids: tuple[str, ...]
-    windows: dict[Arm, ArmWindow]
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "concurrency": self.concurrency,
-            "arm_order": list(self.arm_order),
-            "pair_ids": list(self.pair_ids),
-            "arms": {
-                arm: {"started_at": w.started_at.isoformat(), "wall_s": w.wall_s}
-                for arm, w in self.windows.items()
-            },
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> LevelRecord:
-        order = tuple(data["arm_order"])
-        if sorted(order) != sorted(ARMS):
-            raise ValueError(f"bad arm order {order!r} in a stored bench level")
-        return cls(
-            concurrency=int(data["concurrency"]),
-            arm_order=(order[0], order[1]),
-            pair_ids=tuple(data["pair_ids"]),
-            windows={
-                arm: ArmWindow(
-                    started_at=datetime.fromisoformat(w["started_at"]), wall_s=float(w["wall_s"])
-                )
-                for arm, w in data["arms"].items()
-                if arm in ARMS
-            },
-        )
-
-
-def bench_section(run: StoredRun) -> dict[str, Any] | None:
-    """The `bench` part of a run's config snapshot; None for runs that are not benches."""
-    section = run.info.config.get("bench")
-    if run.info.kind != "bench" or not isinstance(section, dict):
-        return None
-    return section
-
-
-def ladder_figures(section: Mapping[str, Any], pairs: Sequence[PairRecord]) -> list[LevelFigures]:
-    """Each level's figures from the stored pairs it lists and its stored windows."""
-    by_id = {p.pair_id: p for p in pairs}
-    figures = []
-    for data in section.get("levels", []):
-        level = LevelRecord.from_json(data)
-        level_pairs = [by_id[i] for i in level.pair_ids if i in by_id]
-        figures.append(
-            level_figures(
-                level.concurrency,
-                level.arm_order,
-                level_pairs,
-                {arm: level.windows[arm].wall_s for arm in ARMS},
-            )
-        )
-    return figures
 
 
 def bench_results(run: StoredRun, pairs: Sequence[PairRecord]) -> dict[str, Any]:

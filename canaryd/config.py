@@ -35,6 +35,9 @@ from canaryd.errors import ConfigError
 from engine.config import EngineConfig, SpeculativeConfig, TransformersEngineConfig
 from gates import GatesConfig
 
+CONFIG_ENV = "CANARYD_CONFIG"
+DATABASE_URL_ENV = "CANARYD_DATABASE_URL"
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -81,7 +84,8 @@ class PromptsConfig(_Section):
 class StorageConfig(_Section):
     url: str | None = Field(
         default=None,
-        description="SQLAlchemy URL; default sqlite:///$CANARYD_DATA_DIR/canaryd.db. "
+        description="SQLAlchemy URL; unset: env CANARYD_DATABASE_URL, else "
+        "sqlite:///$CANARYD_DATA_DIR/canaryd.db. "
         "PostgreSQL: postgresql+psycopg://user:password@host/db",
     )
 
@@ -104,8 +108,13 @@ class StorageConfig(_Section):
             raise ValueError("rollup_retention_days must be at least raw_retention_days")
         return self
 
-    def resolved_url(self) -> str:
-        return self.url or paths.default_database_url()
+    def resolved_url(self, explicit: str | None = None) -> str:
+        """The database every command, the daemon and the gates use: `explicit` (a
+        command's `--url`), else `storage.url` (the config file, or CANARYD_STORAGE__URL),
+        else env CANARYD_DATABASE_URL, else the SQLite file in the data directory."""
+        return (
+            explicit or self.url or os.environ.get(DATABASE_URL_ENV) or paths.default_database_url()
+        )
 
 
 class ScheduleConfig(_Section):
@@ -224,6 +233,9 @@ class SwitchConfig(_Section):
     alertmanager: AlertmanagerConfig | None = None
 
     def resolved_state_file(self) -> Path:
+        """The state file every command, the daemon and the gates write: `state_file`
+        (the config file, or CANARYD_SWITCH__STATE_FILE), else `switch.json` in the data
+        directory."""
         return (self.state_file or paths.data_dir() / "switch.json").expanduser()
 
 
@@ -274,7 +286,7 @@ def config_path(explicit: Path | None) -> Path | None:
     """`--config`, else `CANARYD_CONFIG`, else no file (all defaults)."""
     if explicit is not None:
         return explicit
-    env = os.environ.get("CANARYD_CONFIG")
+    env = os.environ.get(CONFIG_ENV)
     return Path(env) if env else None
 
 

@@ -11,14 +11,18 @@ from pathlib import Path
 from engine.errors import EngineError, ModelNotFoundError, ProvisioningError
 
 __all__ = [
+    "ActuatorError",
     "CanarydError",
     "ConfigError",
     "DatabaseError",
+    "DurationError",
     "EngineError",
     "MetricUnavailableError",
     "ModelNotFoundError",
     "PromptFileError",
     "ProvisioningError",
+    "RunNotFoundError",
+    "SinceError",
     "UnknownCategoryError",
 ]
 
@@ -64,3 +68,38 @@ class MetricUnavailableError(CanarydError, ImportError):
             f"scoring metric {metric!r} needs {missing!r}, which is not installed: "
             f"reinstall canaryd (`pip install -e .`)"
         )
+
+
+class ActuatorError(CanarydError, RuntimeError):
+    """One switch actuator could not apply the switch state (after its retries)."""
+
+    def __init__(self, actuator: str, reason: str) -> None:
+        self.actuator, self.reason = actuator, reason
+        super().__init__(f"switch actuator {actuator!r} failed: {reason}")
+
+
+class DurationError(CanarydError, ValueError):
+    """Not a positive number followed by one unit: s, m, h, d or w."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+        super().__init__(f"{value!r} is not a duration like 90s, 30m, 24h, 7d or 2w")
+
+
+class SinceError(CanarydError, ValueError):
+    """A `--since` that is neither a duration back from now nor an ISO 8601 time."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+        super().__init__(
+            f"--since {value!r}: expected a duration (90s, 30m, 24h, 7d, 2w) or an ISO time "
+            f"(2025-12-01T08:00:00+00:00; no zone means UTC)"
+        )
+
+
+class RunNotFoundError(CanarydError, LookupError):
+    """A run id the database does not hold."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"no run {run_id!r} in the database; `canaryd status` lists the latest")

@@ -19,19 +19,25 @@ from datetime import datetime, timedelta
 
 import structlog
 
+from canaryd.assembly import arms_key
 from canaryd.config import Settings
 from canaryd.metrics import CanarydMetrics
-from canaryd.records import PairRecord
-from canaryd.store import SqlStore
+from canaryd.store import HistoryStore, SqlStore, Store
 from canaryd.switch import SwitchChange, SwitchService
-from gates import Evaluation, GatesConfig, SwitchMode, evaluate_all, pin_reference
-from gates.drift import DEFAULT_PIN_MIN_SAMPLES
+from gates import Evaluation, GatesConfig, SwitchMode, SwitchState, evaluate_all, pin_reference
+from gates.records import PairRecord
 
 __all__ = ["PRUNE_EVERY", "SwitchGates", "window_bounds"]
 
 log = structlog.get_logger(__name__)
 
 PRUNE_EVERY = timedelta(hours=1)  # how often old gate decisions are deleted
+
+
+def _may_pin(state: SwitchState) -> bool:
+    """References are pinned from healthy traffic: while speculation is on, or after a
+    rollback that the drift gate did not cause (its evidence would be the drift itself)."""
+    return state.mode is SwitchMode.AUTO or state.actor != "gate:drift"
 
 
 def window_bounds(config: GatesConfig) -> tuple[float | None, int | None]:
@@ -65,7 +71,7 @@ class SwitchGates:
         settings: Settings | Callable[[], Settings],
         *,
         metrics: CanarydMetrics | None = None,
-        store: SqlStore | None = None,
+        store: Store | None = None,
     ) -> None:
         self._settings = settings
         self.metrics = metrics
@@ -120,7 +126,9 @@ class SwitchGates:
         with self._lock:
             self._evaluate(now)
 
-    def _under_current_arms(self, store: SqlStore, records: list[PairRecord]) -> list[PairRecord]:
+    def _under_current_arms(
+        self, store: HistoryStore, records: list[PairRecord]
+    ) -> list[PairRecord]:
         """Only pairs measured with the arms configured now count as evidence.
 
         After a reload or restart that changed an arm (a new draft model, another k), the
@@ -145,7 +153,8 @@ class SwitchGates:
 
     def _evaluate(self, now: datetime) -> None:
         service = self.service
-        store = service.store
+        store = self._store
+        assert store is not None  # opened by `self.service`
         config = self.settings.gates
         service.policy = config.policy
         # Before the drift pins, which read the mode: a pending emergency rollback counts.
@@ -154,19 +163,23 @@ class SwitchGates:
         since = now - timedelta(seconds=seconds) if seconds is not None else None
         records = store.pairs(since=since, until=now + timedelta(microseconds=1), limit=pairs)
         records = self._under_current_arms(store, records)
-        references = store.drift_references()
-        if service.record().state.mode is SwitchMode.AUTO:
+        arms = arms_key(self.settings.snapshot().get("arms"))
+        references = store.drift_references(arms)
+        state = service.record().state
+        if _may_pin(state):
             missing = {r.prompt.category for r in records} - set(references)
             if missing:
                 pinned = pin_reference(
                     [r for r in records if r.prompt.category in missing],
-                    min_samples=DEFAULT_PIN_MIN_SAMPLES,
+                    min_samples=config.drift.pin_min_samples,
                 )
                 if pinned:
-                    store.pin_drift_references(pinned, now)
-                    log.info("gates.references_pinned", categories=sorted(pinned))
-                    references = store.drift_references()
-        decisions = evaluate_all(records, config, now=now, references=references)
+                    store.pin_drift_references(pinned, now, arms)
+                    log.info("gates.references_pinned", categories=sorted(pinned), arms=arms)
+                    references = store.drift_references(arms)
+        # Evidence restarts at every switch transition: a restore rests only on pairs
+        # measured after the trip, and a restored switch is not re-tripped by old ones.
+        decisions = evaluate_all(records, config, now=now, references=references, since=state.since)
         store.save_evaluation(Evaluation(now, tuple(decisions)))
         if self.metrics is not None:
             self.metrics.observe_gates((d.name, d.state.value) for d in decisions)

@@ -29,8 +29,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from canaryd.records import ARMS, Arm, PairRecord
 from engine.types import ErrorKind, GenerationResult
+from gates.records import ARMS, Arm, PairRecord
 
 __all__ = [
     "ACCEPTANCE_LENGTH_BUCKETS",

@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 
 import structlog
 
-from canaryd.records import Arm, PairRecord, Prompt
 from canaryd.scoring import score_pair
 from engine.base import Engine
 from engine.types import ErrorKind, GenerationRequest, GenerationResult, SamplingParams
+from gates.records import Arm, PairRecord, Prompt
 
 log = structlog.get_logger(__name__)
 

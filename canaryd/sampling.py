@@ -13,7 +13,7 @@ import random
 from collections.abc import Mapping, Sequence
 
 from canaryd.errors import UnknownCategoryError
-from canaryd.records import Prompt
+from gates.records import Prompt
 
 
 class StratifiedSampler:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from canaryd.records import ARMS, Arm
 from canaryd.store import Store, StoredRun
 from canaryd.store.rollup import (
     LATENCY_BOUNDS_S,
@@ -27,6 +26,7 @@ from canaryd.store.rollup import (
     merge_rollups,
     rollup_of,
 )
+from gates.records import ARMS, Arm
 from gates.stats import quantile, rate
 
 STATUS_SCHEMA = "canaryd.status/1"

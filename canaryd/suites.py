@@ -23,8 +23,8 @@ from jsonschema.validators import validator_for
 
 from canaryd.errors import PromptFileError, UnknownCategoryError
 from canaryd.paths import prompts_dir
-from canaryd.records import Check, CheckKind, Prompt
 from engine.types import Message, Role
+from gates.records import Check, CheckKind, Prompt
 
 __all__ = [
     "CATEGORY_PATTERN",

@@ -73,6 +73,12 @@ class FakeEngineConfig(_Strict):
     ttft_s: float = Field(default=0.05, gt=0)
     tpot_s: float = Field(default=0.02, gt=0)
     jitter: float = Field(default=0.1, ge=0, description="relative log-normal sd of timings")
+    latency_sigma: float = Field(
+        default=0.0, ge=0, description="log-normal sd of a whole request's duration"
+    )
+    acceptance_sd: float = Field(
+        default=0.0, ge=0, description="sd of each request's per-token acceptance rate"
+    )
     realtime: bool = False
     num_draft_tokens: int = Field(default=4, ge=1)
     acceptance_rate: float = Field(default=0.7, ge=0, le=1, description="per drafted token")

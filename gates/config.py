@@ -31,15 +31,28 @@ class GateConfigBase(_Strict):
     mode: GateMode = GateMode.ENFORCE
     critical: bool = False
     min_samples: int = Field(default=100, ge=1)
-    window_pairs: int | None = Field(default=500, ge=1)
-    window_seconds: float | None = Field(default=6 * 3600.0, gt=0)
-    confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
+    window_pairs: int | None = Field(default=5000, ge=1)
+    window_seconds: float | None = Field(default=24 * 3600.0, gt=0)
+    confidence: float = Field(default=0.9, gt=0.5, lt=1.0)
 
     @model_validator(mode="after")
     def _some_window(self) -> GateConfigBase:
         if self.window_pairs is None and self.window_seconds is None:
             raise ValueError("a gate needs window_pairs, window_seconds, or both")
         return self
+
+
+class BudgetConfig(_Strict):
+    """One false-alarm budget for every enforce gate, in false rollbacks per 30 days.
+
+    It is sized for the fastest schedule the daemon is expected to run
+    (`design_pair_interval_s`): at a slower schedule false alarms are rarer still. The
+    budget is split equally between the enforce gates' sequential detectors
+    (gates/budget.py); each detector's threshold is log(ARL0) of its share.
+    """
+
+    false_rollbacks_per_30_days: float = Field(default=0.1, gt=0)
+    design_pair_interval_s: float = Field(default=10.0, gt=0)
 
 
 class LatencySLO(_Strict):
@@ -52,11 +65,16 @@ class LatencySLO(_Strict):
 
 class LatencyGateConfig(GateConfigBase):
     min_samples: int = Field(default=300, ge=1)
-    window_pairs: int | None = Field(default=1000, ge=1)
     metrics: tuple[LatencyMetric, ...] = ("e2e", "ttft", "tpot")
     quantiles: tuple[float, ...] = (0.99,)
     max_ratio: float = Field(default=1.2, gt=0, description="speculative / baseline quantile")
     slos: tuple[LatencySLO, ...] = ()
+    alarm_factor: float = Field(
+        default=3.0,
+        gt=1,
+        description="the sequential detector's alternative: the speculative arm exceeds "
+        "max_ratio × the baseline quantile this many times as often as 1 − quantile",
+    )
     bootstrap_resamples: int = Field(default=1000, ge=100)
     bootstrap_seed: int = 0
 
@@ -74,14 +92,20 @@ class ErrorGateConfig(GateConfigBase):
         default=0.01, ge=0, lt=1, description="speculative minus baseline error rate tolerated"
     )
     max_error_rate: float = Field(
-        default=0.02, gt=0, lt=1, description="absolute ceiling on the speculative error rate"
+        default=0.02, gt=0, lt=0.5, description="absolute ceiling on the speculative error rate"
+    )
+    alarm_factor: float = Field(
+        default=2.0, gt=1, description="the ceiling detector's alternative, × max_error_rate"
     )
 
 
 class QualityGateConfig(GateConfigBase):
     score_margin: float = Field(default=0.02, ge=0, description="non-inferiority margin")
-    max_mismatch_rate: float = Field(default=0.01, ge=0, lt=1, description="greedy only")
+    max_mismatch_rate: float = Field(default=0.005, ge=0, lt=1, description="greedy only")
     max_loop_rate: float = Field(default=0.01, ge=0, lt=1, description="speculative-only loops")
+    mismatch_alarm_factor: float = Field(
+        default=4.0, gt=1, description="the mismatch detector's alternative, × max_mismatch_rate"
+    )
 
 
 class ReferenceConfig(_Strict):
@@ -93,10 +117,14 @@ class ReferenceConfig(_Strict):
 
 class DriftGateConfig(GateConfigBase):
     min_samples: int = Field(default=20, ge=2, description="pairs per category")
-    window_pairs: int | None = Field(default=300, ge=1)
-    max_relative_drop: float = Field(default=0.15, gt=0, lt=1)
-    cusum_k: float = Field(default=0.5, gt=0, description="reference value, in reference sds")
-    target_arl0: float = Field(default=10_000, gt=1, description="pairs per category")
+    window_pairs: int | None = Field(default=2000, ge=1)
+    window_seconds: float | None = Field(default=24 * 3600.0, gt=0)
+    max_relative_drop: float = Field(
+        default=0.15, gt=0, lt=1, description="the smallest drop of mean acceptance that matters"
+    )
+    pin_min_samples: int = Field(
+        default=30, ge=2, description="pairs per category before its reference is pinned"
+    )
     sd_floor_fraction: float = Field(default=0.05, gt=0, description="of the reference mean")
     references: dict[str, ReferenceConfig] = Field(default_factory=dict)
 
@@ -104,6 +132,13 @@ class DriftGateConfig(GateConfigBase):
 class SpeedupGateConfig(GateConfigBase):
     min_samples: int = Field(default=50, ge=1)
     min_speedup: float = Field(default=1.0, gt=0)
+    alarm_slower_share: float = Field(
+        default=0.65,
+        gt=0.5,
+        lt=1,
+        description="the sequential detector's alternative: this share of pairs slower "
+        "than min_speedup (0.5 at the median)",
+    )
 
 
 class LivenessGateConfig(GateConfigBase):
@@ -117,8 +152,8 @@ class LivenessGateConfig(GateConfigBase):
 class SwitchPolicyConfig(_Strict):
     """The switch's hysteresis, cooldown, latch and restore rules (gates/switch.py)."""
 
-    trip_k: int = Field(default=3, ge=1)
-    trip_m: int = Field(default=5, ge=1)
+    trip_k: int = Field(default=1, ge=1)
+    trip_m: int = Field(default=1, ge=1)
     cooldown_seconds: float = Field(default=1800.0, ge=0)
     latch_trips: int = Field(default=3, ge=1)
     latch_window_seconds: float = Field(default=24 * 3600.0, gt=0)
@@ -134,6 +169,7 @@ class SwitchPolicyConfig(_Strict):
 
 
 class GatesConfig(_Strict):
+    budget: BudgetConfig = BudgetConfig()
     liveness: LivenessGateConfig = LivenessGateConfig()
     error: ErrorGateConfig = ErrorGateConfig()
     latency: LatencyGateConfig = LatencyGateConfig()

@@ -1,15 +1,18 @@
 """The acceptance-drift gate: has a category's acceptance length fallen below its reference?
 
 Per category, the window's acceptance lengths (output tokens per verify step, speculative
-arm) are standardised against a reference (mean, sd) — pinned from a healthy period with
-`pin_reference` and stored by the daemon, or configured — and fed, oldest first, to a
-one-sided lower CUSUM whose threshold h is set from the target in-control average run
-length (Siegmund's approximation; ARL0 counts pairs of one category). A category FAILs
-only when the CUSUM is above h *and* its window mean is at least `max_relative_drop`
-below the reference, so a statistically clear but tiny drift does not roll back; either
-alone is a WARN. The detector is recomputed from the window each time: no hidden state.
-Categories without a reference or with fewer than `min_samples` pairs in the window are
-left out and named in the detail; if none is left, NODATA.
+arm), oldest first, feed a Gaussian likelihood-ratio CUSUM of N(μ1, σ²) against N(μ0, σ²),
+where μ0 is the reference mean, μ1 = μ0 × (1 − `max_relative_drop`) is the smallest drop
+that matters, and σ is the reference sd's upper confidence bound (floored at
+`sd_floor_fraction` of the mean), so an uncertain reference makes the detector more
+cautious, not less. The drift gate's share of the false-alarm budget is split between
+the monitored categories by their share of the pairs. A category PASSes when its mean's
+lower t bound excludes the relevant drop.
+
+References are pinned per category from a healthy period (`pin_reference`, at least
+`pin_min_samples` pairs) under the current arms configuration, or configured. A category
+with pairs in the window but no reference is unmonitored: it is named, and it keeps the
+gate INCONCLUSIVE (never a silent PASS) until it is pinned.
 """
 
 from __future__ import annotations
@@ -19,15 +22,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from canaryd.records import PairRecord
+from scipy.stats import chi2
+
+from gates.budget import DEFAULT_ARL0
 from gates.config import DriftGateConfig
 from gates.core import GateDecision, GateState
-from gates.sequential import cusum_threshold, lower_cusum
+from gates.detectors import cusum_note, sequential_state
+from gates.records import PairRecord
+from gates.sequential import gaussian_llr, llr_cusum, lorden_threshold
 from gates.stats import mean_t_bounds
 from gates.window import Window, combined, decision, nodata, select
 
 NAME = "drift"
-DEFAULT_PIN_MIN_SAMPLES = 100
+DEFAULT_PIN_MIN_SAMPLES = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +46,8 @@ class ReferenceStats:
     n: int = 0
 
 
-def _acceptance_lengths(records: Sequence[PairRecord]) -> dict[str, list[float]]:
+def acceptance_lengths(records: Sequence[PairRecord]) -> dict[str, list[float]]:
+    """Per category, the speculative arm's acceptance lengths, in record order."""
     by_category: dict[str, list[float]] = {}
     for record in records:
         if not record.speculative.ok:
@@ -56,7 +64,7 @@ def pin_reference(
     """Per category, the mean and sd of the acceptance length over `records` (a healthy
     period); categories with fewer than `min_samples` measured pairs are left out."""
     pinned: dict[str, ReferenceStats] = {}
-    for category, values in sorted(_acceptance_lengths(records).items()):
+    for category, values in sorted(acceptance_lengths(records).items()):
         if len(values) < max(2, min_samples):
             continue
         mean = sum(values) / len(values)
@@ -65,41 +73,73 @@ def pin_reference(
     return pinned
 
 
+def cautious_sd(reference: ReferenceStats, confidence: float, floor_fraction: float) -> float:
+    """The reference sd's upper chi-square bound (when n is known), floored."""
+    sd = reference.sd
+    if reference.n >= 2:
+        dof = reference.n - 1
+        sd *= math.sqrt(dof / float(chi2.ppf(1.0 - confidence, dof)))
+    return max(sd, floor_fraction * reference.mean)
+
+
 def drift_gate(
     records: Sequence[PairRecord],
     config: DriftGateConfig,
     *,
     now: datetime,
     references: Mapping[str, ReferenceStats] | None = None,
+    arl0: float = DEFAULT_ARL0,
+    since: datetime | None = None,
 ) -> GateDecision:
     """Configured references override pinned ones; the decision names drifted categories."""
-    window = select(records, config, now)
+    window = select(records, config, now, since)
     merged: dict[str, ReferenceStats] = dict(references or {})
     merged.update({c: ReferenceStats(r.mean, r.sd) for c, r in config.references.items()})
-    by_category = _acceptance_lengths(window.records)
-    h = cusum_threshold(config.target_arl0, config.cusum_k)
+    by_category = acceptance_lengths(window.records)
+    monitored = {c: v for c, v in by_category.items() if c in merged}
+    total = sum(len(v) for v in monitored.values())
     components: list[tuple[float, GateDecision]] = []
-    notes: list[str] = []
     for category in sorted(by_category):
         values = by_category[category]
         reference = merged.get(category)
         if reference is None:
-            notes.append(f"{category}: no reference")
-        elif len(values) < config.min_samples:
-            notes.append(f"{category}: {len(values)} pairs < min_samples {config.min_samples}")
-        else:
-            components.append(_category(config, window, now, category, values, reference, h))
+            empty = nodata(f"{NAME}.{category}", config, window, now, len(values))
+            components.append(
+                (
+                    0.0,
+                    decision(
+                        f"{NAME}.{category}",
+                        config,
+                        window,
+                        now,
+                        state=GateState.NODATA,
+                        n_speculative=len(values),
+                        threshold=empty.threshold,
+                        detail=f"{category}: unmonitored, no reference pinned yet "
+                        f"({len(values)} pairs in the window)",
+                        categories=(category,),
+                    ),
+                )
+            )
+            continue
+        share = len(values) / total
+        category_arl0 = max(1.0, len(monitored) * share * arl0)
+        h = lorden_threshold(category_arl0)
+        components.append(_category(config, window, now, category, values, reference, h))
     if not components:
-        detail = "; ".join(notes) or "no measured acceptance lengths in the window"
-        return _nodata(config, window, now, detail)
+        return _nodata(config, window, now, "no measured acceptance lengths in the window")
     components.sort(key=lambda item: -item[0])  # largest drop first: it is the evidence shown
     decisions = [d for _, d in components]
-    result = combined(NAME, config, window, now, decisions, notes)
+    result = combined(NAME, config, window, now, decisions)
+    unmonitored = [d.categories[0] for d in decisions if d.state is GateState.NODATA]
     flagged = tuple(
         sorted(d.categories[0] for d in decisions if d.state is result.state and d.categories)
     )
     if result.state in (GateState.FAIL, GateState.WARN):
-        result = combined(NAME, config, window, now, decisions, notes, categories=flagged)
+        result = combined(NAME, config, window, now, decisions, categories=flagged)
+    elif unmonitored:
+        note = f"unmonitored categories (no reference yet): {', '.join(sorted(unmonitored))}"
+        result = combined(NAME, config, window, now, decisions, [note])
     return result
 
 
@@ -119,22 +159,23 @@ def _category(
     reference: ReferenceStats,
     h: float,
 ) -> tuple[float, GateDecision]:
-    sd = max(reference.sd, config.sd_floor_fraction * reference.mean)
-    cusum = lower_cusum([(v - reference.mean) / sd for v in values], config.cusum_k)
-    mean, mean_lower, mean_upper = mean_t_bounds(values, config.confidence)
-    drop = 1.0 - mean / reference.mean
-    alarm = cusum.statistic > h
-    large = drop >= config.max_relative_drop
-    if alarm and large:
-        state = GateState.FAIL
-    elif alarm or large:
-        state = GateState.WARN
+    sigma = cautious_sd(reference, config.confidence, config.sd_floor_fraction)
+    mu0 = reference.mean
+    mu1 = mu0 * (1.0 - config.max_relative_drop)
+    cusum = llr_cusum(gaussian_llr(values, mu0, mu1, sigma), h)
+    n = len(values)
+    if n >= 2:
+        mean, mean_lower, mean_upper = mean_t_bounds(values, config.confidence)
     else:
-        state = GateState.PASS
-    since = (
-        f", change estimated at pair {cusum.change_index + 1} of {len(values)}"
-        if cusum.change_index is not None
-        else ""
+        mean, mean_lower, mean_upper = values[0], float("-inf"), float("inf")
+    drop = 1.0 - mean / mu0
+    state = sequential_state(
+        cusum,
+        h,
+        n,
+        config.min_samples,
+        passed=mean_lower >= mu1,
+        warned=drop >= config.max_relative_drop,
     )
     return drop, decision(
         f"{NAME}.{category}",
@@ -143,13 +184,13 @@ def _category(
         now,
         state=state,
         statistic="relative drop of mean acceptance length vs reference",
-        n_speculative=len(values),
+        n_speculative=n,
         estimate=drop,
-        lower=1.0 - mean_upper / reference.mean,
-        upper=1.0 - mean_lower / reference.mean,
+        lower=1.0 - mean_upper / mu0 if math.isfinite(mean_upper) else None,
+        upper=1.0 - mean_lower / mu0 if math.isfinite(mean_lower) else None,
         threshold=config.max_relative_drop,
-        detail=f"{category}: acceptance length {mean:.3f} vs reference {reference.mean:.3f} "
-        f"(drop {drop:.1%}, max {config.max_relative_drop:.0%}); CUSUM {cusum.statistic:.2f} "
-        f"(peak {cusum.peak:.2f}) vs h {h:.2f}{since}",
+        detail=f"{category}: acceptance length {mean:.3f} vs reference {mu0:.3f} "
+        f"(drop {drop:.1%}, relevant {config.max_relative_drop:.0%}); "
+        f"{cusum_note(cusum, h)} for mean {mu0:.3f} → {mu1:.3f}, sd {sigma:.3f}",
         categories=(category,) if state is not GateState.PASS else (),
     )

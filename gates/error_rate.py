@@ -1,10 +1,17 @@
 """The error-rate gate: is the speculative arm failing more often than the baseline?
 
-Two checks on the same window. Paired: an exact one-sided McNemar test on the discordant
-pairs (only speculative failed vs only baseline failed); FAIL needs both significance and
-an excess of at least `max_excess_rate`, so a huge window cannot fail on a trivial
-difference. Absolute: Clopper–Pearson bounds on the speculative error rate against
-`max_error_rate`; PASS needs the upper bound under the ceiling (positive evidence).
+Two detectors on the window's pairs, oldest first. Pairs where both arms failed say
+nothing about the speculative arm (a shared outage) and are left out of both.
+- paired: a Bernoulli CUSUM on speculative-only failures. Its in-control rate p0 is the
+  upper confidence bound of the baseline-only failure rate in the same window (equal
+  arms fail alone equally often), its alternative p1 = p0 + `max_excess_rate`: an excess
+  smaller than that is not worth a rollback, and pushes the statistic down as often as up.
+  PASS when the upper bound of the speculative-only rate is within the baseline-only rate
+  plus `max_excess_rate`.
+- ceiling: a Bernoulli CUSUM on speculative failures among pairs whose baseline
+  succeeded, Bernoulli(`alarm_factor` × `max_error_rate`) against
+  Bernoulli(`max_error_rate`); PASS when the Clopper–Pearson upper bound is under the
+  ceiling.
 A timeout, an HTTP error, an OOM or an invalid response all count as errors.
 """
 
@@ -13,77 +20,64 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from canaryd.records import PairRecord
+from gates.budget import DEFAULT_ARL0
 from gates.config import ErrorGateConfig
-from gates.core import GateDecision, GateState, bound_state
-from gates.stats import clopper_pearson, mcnemar_exact_greater
-from gates.window import combined, decision, nodata, select
+from gates.core import GateDecision
+from gates.detectors import rate_check
+from gates.records import PairRecord
+from gates.sequential import lorden_threshold
+from gates.stats import clopper_pearson
+from gates.window import combined, nodata, select
 
 NAME = "error"
+_RATE_FLOOR = 1e-4  # a baseline that never fails still gets a positive in-control rate
 
 
 def error_gate(
-    records: Sequence[PairRecord], config: ErrorGateConfig, *, now: datetime
+    records: Sequence[PairRecord],
+    config: ErrorGateConfig,
+    *,
+    now: datetime,
+    arl0: float = DEFAULT_ARL0,
+    since: datetime | None = None,
 ) -> GateDecision:
-    """FAIL when the paired excess is significant and ≥ max_excess_rate, or the
-    speculative error rate's lower bound is above max_error_rate."""
-    window = select(records, config, now)
-    n = len(window.records)
-    if n < config.min_samples:
-        return nodata(NAME, config, window, now, n)
-    only_speculative = sum(1 for r in window.records if r.baseline.ok and not r.speculative.ok)
-    only_baseline = sum(1 for r in window.records if not r.baseline.ok and r.speculative.ok)
-    speculative_errors = sum(1 for r in window.records if not r.speculative.ok)
-    baseline_errors = sum(1 for r in window.records if not r.baseline.ok)
-
-    p_value = mcnemar_exact_greater(only_speculative, only_baseline)
-    excess = (only_speculative - only_baseline) / n
-    alpha = 1.0 - config.confidence
-    if p_value < alpha and excess >= config.max_excess_rate:
-        paired_state = GateState.FAIL
-    elif excess >= config.max_excess_rate:
-        paired_state = GateState.WARN  # large enough to matter, not yet significant
-    else:
-        paired_state = GateState.PASS
-    paired = decision(
+    """FAIL when either detector alarms; PASS when both bounds hold."""
+    window = select(records, config, now, since)
+    judged = [r for r in window.records if r.baseline.ok or r.speculative.ok]
+    if not judged:
+        return nodata(NAME, config, window, now, 0)
+    h = lorden_threshold(arl0)
+    n = len(judged)
+    both_failed = len(window.records) - n
+    baseline_only = sum(1 for r in judged if not r.baseline.ok)
+    baseline_rate = baseline_only / n
+    _, baseline_upper = clopper_pearson(baseline_only, n, config.confidence)
+    p0 = min(max(baseline_upper, _RATE_FLOOR), 0.5)
+    paired = rate_check(
         f"{NAME}.paired",
         config,
         window,
         now,
-        state=paired_state,
-        statistic="excess error rate speculative − baseline (McNemar exact p in detail)",
-        n_baseline=n,
-        n_speculative=n,
-        estimate=excess,
-        threshold=config.max_excess_rate,
-        detail=f"discordant: {only_speculative} speculative-only vs {only_baseline} "
-        f"baseline-only failures in {n} pairs, excess {excess:.4f}, "
-        f"McNemar one-sided p={p_value:.3g} (alpha {alpha:g})",
+        hits=[not r.speculative.ok for r in judged],
+        tolerance=min(baseline_rate + config.max_excess_rate, 1.0),
+        p0=p0,
+        p1=min(p0 + config.max_excess_rate, 0.99),
+        h=h,
+        statistic="speculative-only failure rate",
+        note=f"; baseline-only failures {baseline_only}/{n}; {both_failed} pairs where both "
+        "arms failed left out",
     )
-
-    rate = speculative_errors / n
-    lower, upper = clopper_pearson(speculative_errors, n, config.confidence)
-    ceiling = decision(
+    healthy_baseline = [r for r in judged if r.baseline.ok]
+    ceiling = rate_check(
         f"{NAME}.ceiling",
         config,
         window,
         now,
-        state=bound_state(
-            estimate=rate,
-            lower=lower,
-            upper=upper,
-            threshold=config.max_error_rate,
-            higher_is_worse=True,
-        ),
-        statistic="speculative error rate",
-        n_baseline=n,
-        n_speculative=n,
-        estimate=rate,
-        lower=lower,
-        upper=upper,
-        threshold=config.max_error_rate,
-        detail=f"speculative errors {speculative_errors}/{n} = {rate:.4f} "
-        f"[{lower:.4f}, {upper:.4f}] vs ceiling {config.max_error_rate:g} (Clopper–Pearson); "
-        f"baseline errors {baseline_errors}/{n}",
+        hits=[not r.speculative.ok for r in healthy_baseline],
+        tolerance=config.max_error_rate,
+        p0=config.max_error_rate,
+        p1=min(config.alarm_factor * config.max_error_rate, 0.99),
+        h=h,
+        statistic="speculative error rate where the baseline succeeded",
     )
     return combined(NAME, config, window, now, [paired, ceiling])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from canaryd.records import PairRecord
+from gates.budget import detector_arl0
 from gates.config import GatesConfig
 from gates.core import GateDecision
 from gates.drift import ReferenceStats, drift_gate
@@ -13,6 +13,7 @@ from gates.error_rate import error_gate
 from gates.latency import latency_gate
 from gates.liveness import liveness_gate
 from gates.quality import quality_gate
+from gates.records import PairRecord
 from gates.speedup import speedup_gate
 
 
@@ -22,15 +23,20 @@ def evaluate_all(
     *,
     now: datetime,
     references: Mapping[str, ReferenceStats] | None = None,
+    since: datetime | None = None,
 ) -> list[GateDecision]:
     """Liveness, error, latency, quality, speedup and drift decisions for `records` at `now`.
 
-    `records` must cover the longest configured window; each gate selects its own."""
+    `records` must cover the longest configured window; each gate selects its own, and
+    only pairs after `since` (the current evidence's start: the last switch transition or
+    arms change) count. Each statistical detector gets its share of the false-alarm budget.
+    """
+    arl0 = detector_arl0(config)
     return [
         liveness_gate(records, config.liveness, now=now),
-        error_gate(records, config.error, now=now),
-        latency_gate(records, config.latency, now=now),
-        quality_gate(records, config.quality, now=now),
-        speedup_gate(records, config.speedup, now=now),
-        drift_gate(records, config.drift, now=now, references=references),
+        error_gate(records, config.error, now=now, arl0=arl0, since=since),
+        latency_gate(records, config.latency, now=now, arl0=arl0, since=since),
+        quality_gate(records, config.quality, now=now, arl0=arl0, since=since),
+        speedup_gate(records, config.speedup, now=now, arl0=arl0, since=since),
+        drift_gate(records, config.drift, now=now, references=references, arl0=arl0, since=since),
     ]

@@ -1,20 +1,32 @@
 """The latency gate: speculative vs baseline quantiles of e2e, TTFT and TPOT.
 
 One decision for the gate, with one component per (metric, quantile) ratio and per
-absolute SLO. The ratio's bounds come from a seeded paired bootstrap (pairs resampled
-together); an SLO's bounds are distribution-free order statistics of the speculative arm.
-Only pairs where both arms succeeded count: failures belong to the error gate.
+absolute SLO. Only pairs where both arms succeeded count: failures belong to the error
+gate.
+
+FAIL comes from a sequential exceedance detector. The limit is `max_ratio` × the
+baseline's q-quantile in the window; if the speculative arm's q-quantile is within the
+limit, at most 1 − q of its values exceed it, so a Bernoulli CUSUM of
+`alarm_factor` × (1 − q) against 1 − q on "the speculative value exceeds the limit",
+pair by pair, alarms only when the tail has really moved (an SLO uses its `max_seconds`
+as the limit). The detector waits for 2 / (1 − q) pairs so the baseline quantile exists.
+PASS comes from the ratio's upper bound (a seeded paired bootstrap, pairs resampled
+together) or the SLO's order-statistic bound at or below the limit.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import datetime
 
-from canaryd.records import PairRecord
 from engine.types import GenerationResult
+from gates.budget import DEFAULT_ARL0
 from gates.config import LatencyGateConfig, LatencyMetric
-from gates.core import GateDecision, bound_state
+from gates.core import GateDecision, GateState
+from gates.detectors import bernoulli_increments, cusum_note, sequential_state
+from gates.records import PairRecord
+from gates.sequential import LlrCusum, llr_cusum, lorden_threshold
 from gates.stats import order_statistic_bounds, paired_bootstrap_quantile_ratio, quantile
 from gates.window import Window, combined, decision, nodata, select
 
@@ -30,15 +42,41 @@ def _pct(q: float) -> str:
     return f"p{q * 100:g}"
 
 
+def _exceedance(
+    values: list[float], limit: float, q: float, factor: float, h: float
+) -> LlrCusum | None:
+    if len(values) < math.ceil(2.0 / (1.0 - q)):
+        return None
+    p0 = 1.0 - q
+    p1 = min(factor * p0, 0.99)
+    return llr_cusum(bernoulli_increments([v > limit for v in values], p0, p1), h)
+
+
+def _state(
+    cusum: LlrCusum | None, h: float, n: int, min_samples: int, passed: bool, warned: bool
+) -> GateState:
+    if cusum is None:
+        if n < min_samples:
+            return GateState.NODATA
+        return GateState.PASS if passed else GateState.WARN if warned else GateState.INCONCLUSIVE
+    return sequential_state(cusum, h, n, min_samples, passed, warned)
+
+
 def latency_gate(
-    records: Sequence[PairRecord], config: LatencyGateConfig, *, now: datetime
+    records: Sequence[PairRecord],
+    config: LatencyGateConfig,
+    *,
+    now: datetime,
+    arl0: float = DEFAULT_ARL0,
+    since: datetime | None = None,
 ) -> GateDecision:
-    """Ratio FAIL when its lower bound exceeds `max_ratio`, PASS when its upper bound is
-    at or below it; SLO FAIL when the speculative quantile's lower bound exceeds it."""
-    window = select(records, config, now)
+    """FAIL when a tail-exceedance detector alarms; PASS when every ratio's and SLO's
+    upper bound is within its limit."""
+    window = select(records, config, now, since)
     complete = [r for r in window.records if r.complete]
-    if len(complete) < config.min_samples:
-        return nodata(NAME, config, window, now, len(complete))
+    if not complete:
+        return nodata(NAME, config, window, now, 0)
+    h = lorden_threshold(arl0)
     components: list[GateDecision] = []
     skipped: list[str] = []
     for metric in config.metrics:
@@ -52,14 +90,14 @@ def latency_gate(
             skipped.append(f"{metric} not reported")
             continue
         for q in config.quantiles:
-            components.append(_ratio(config, window, now, metric, q, paired))
+            components.append(_ratio(config, window, now, metric, q, paired, h))
     for slo in config.slos:
         values = [v for r in complete if (v := _metric(r.speculative, slo.metric)) is not None]
         if not values:
             skipped.append(f"{slo.metric} SLO: not reported")
             continue
         components.append(
-            _slo(config, window, now, slo.metric, slo.quantile, slo.max_seconds, values)
+            _slo(config, window, now, slo.metric, slo.quantile, slo.max_seconds, values, h)
         )
     if not components:
         return nodata(NAME, config, window, now, 0)
@@ -73,11 +111,30 @@ def _ratio(
     metric: LatencyMetric,
     q: float,
     paired: list[tuple[float, float]],
+    h: float,
 ) -> GateDecision:
     name = f"{NAME}.{metric}.{_pct(q)}"
     n = len(paired)
-    if n < config.min_samples:
-        return nodata(name, config, window, now, n)
+    baseline_quantile = quantile([b for b, _ in paired], q)
+    assert baseline_quantile is not None  # paired is non-empty
+    limit = config.max_ratio * baseline_quantile
+    cusum = _exceedance([s for _, s in paired], limit, q, config.alarm_factor, h)
+    note = f"; {cusum_note(cusum, h)} on exceedances of {limit:.4g}s" if cusum else ""
+    if n < max(config.min_samples, 2):
+        state = _state(cusum, h, n, config.min_samples, passed=False, warned=False)
+        return decision(
+            name,
+            config,
+            window,
+            now,
+            state=state,
+            statistic=f"{metric} {_pct(q)} ratio speculative/baseline",
+            n_baseline=n,
+            n_speculative=n,
+            threshold=config.max_ratio,
+            detail=f"{metric} {_pct(q)}: {n} pairs, fewer than min_samples "
+            f"{config.min_samples} for a bound{note}",
+        )
     estimate, lower, upper = paired_bootstrap_quantile_ratio(
         [b for b, _ in paired],
         [s for _, s in paired],
@@ -86,12 +143,13 @@ def _ratio(
         resamples=config.bootstrap_resamples,
         seed=config.bootstrap_seed,
     )
-    state = bound_state(
-        estimate=estimate,
-        lower=lower,
-        upper=upper,
-        threshold=config.max_ratio,
-        higher_is_worse=True,
+    state = _state(
+        cusum,
+        h,
+        n,
+        config.min_samples,
+        passed=upper <= config.max_ratio,
+        warned=estimate > config.max_ratio,
     )
     return decision(
         name,
@@ -107,7 +165,7 @@ def _ratio(
         upper=upper,
         threshold=config.max_ratio,
         detail=f"{metric} {_pct(q)} ratio {estimate:.3f} "
-        f"[{lower:.3f}, {upper:.3f}] vs max {config.max_ratio:g} (paired bootstrap)",
+        f"[{lower:.3f}, {upper:.3f}] vs max {config.max_ratio:g} (paired bootstrap){note}",
     )
 
 
@@ -119,16 +177,22 @@ def _slo(
     q: float,
     max_seconds: float,
     values: list[float],
+    h: float,
 ) -> GateDecision:
     name = f"{NAME}.{metric}.{_pct(q)}.slo"
     n = len(values)
-    if n < config.min_samples:
-        return nodata(name, config, window, now, n)
+    cusum = _exceedance(values, max_seconds, q, config.alarm_factor, h)
+    note = f"; {cusum_note(cusum, h)}" if cusum else ""
     lower, upper = order_statistic_bounds(values, q, config.confidence)
     estimate = quantile(values, q)
     assert estimate is not None  # values is non-empty
-    state = bound_state(
-        estimate=estimate, lower=lower, upper=upper, threshold=max_seconds, higher_is_worse=True
+    state = _state(
+        cusum,
+        h,
+        n,
+        config.min_samples,
+        passed=upper is not None and upper <= max_seconds,
+        warned=estimate > max_seconds,
     )
     return decision(
         name,
@@ -143,7 +207,7 @@ def _slo(
         upper=upper,
         threshold=max_seconds,
         detail=f"speculative {metric} {_pct(q)} {estimate:.4g}s "
-        f"[{_fmt(lower)}, {_fmt(upper)}] vs SLO {max_seconds:g}s (order statistics)",
+        f"[{_fmt(lower)}, {_fmt(upper)}] vs SLO {max_seconds:g}s (order statistics){note}",
     )
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from canaryd.records import PairRecord
 from gates.config import LivenessGateConfig
 from gates.core import GateDecision, GateState
+from gates.records import PairRecord
 from gates.window import decision, nodata, select
 
 NAME = "liveness"

@@ -56,3 +56,63 @@ def cusum_threshold(target_arl0: float, k: float) -> float:
     if target_arl0 <= siegmund_arl(0.0, k):
         return 0.0
     return float(brentq(lambda h: siegmund_arl(h, k) - target_arl0, 0.0, 200.0))
+
+
+# --- likelihood-ratio CUSUM and the false-alarm budget ----------------------------------
+#
+# Every enforce gate's FAIL is the alarm of a CUSUM on per-pair log-likelihood ratios
+# (Page's CUSUM): S_t = max(0, S_{t−1} + log f1(x_t)/f0(x_t)), alarm when S_t ≥ h. f0 is the
+# in-control model at the edge of what is acceptable and f1 the smallest change that
+# matters, so the minimum relevant effect is inside the statistic: data between the two
+# push S down as often as up. For such a CUSUM Lorden (1971) bounds the in-control
+# average run length from below by e^h whatever the data, so h = log(ARL0) spends at
+# most the detector's share of the false-alarm budget — a bound, not an approximation.
+
+
+@dataclass(frozen=True, slots=True)
+class LlrCusum:
+    statistic: float  # S at the last observation
+    peak: float  # the largest S in the run
+    alarm_index: int | None  # the first observation at which S reached h (None: never)
+    change_index: int | None  # where the excursion holding the peak began
+    observations: int
+
+
+def llr_cusum(increments: Sequence[float], h: float) -> LlrCusum:
+    """The upper CUSUM of log-likelihood-ratio `increments`, with its first alarm at `h`."""
+    statistic = peak = 0.0
+    start: int | None = None
+    peak_start: int | None = None
+    alarm: int | None = None
+    for index, increment in enumerate(increments):
+        if statistic == 0.0:
+            start = index
+        statistic = max(0.0, statistic + increment)
+        if statistic == 0.0:
+            start = None
+        if statistic > peak:
+            peak, peak_start = statistic, start
+        if alarm is None and statistic >= h:
+            alarm = index
+    return LlrCusum(statistic, peak, alarm, peak_start, len(increments))
+
+
+def bernoulli_llr(p0: float, p1: float) -> tuple[float, float]:
+    """(log-LR of a hit, log-LR of a miss) for Bernoulli(p1) against Bernoulli(p0)."""
+    if not 0.0 < p0 < p1 < 1.0:
+        raise ValueError(f"need 0 < p0 < p1 < 1, got p0={p0!r}, p1={p1!r}")
+    return math.log(p1 / p0), math.log((1.0 - p1) / (1.0 - p0))
+
+
+def gaussian_llr(values: Sequence[float], mu0: float, mu1: float, sigma: float) -> list[float]:
+    """Per-value log-LR of N(mu1, sigma²) against N(mu0, sigma²)."""
+    if sigma <= 0.0:
+        raise ValueError(f"sigma must be positive, got {sigma!r}")
+    scale = (mu1 - mu0) / (sigma * sigma)
+    middle = (mu0 + mu1) / 2.0
+    return [scale * (v - middle) for v in values]
+
+
+def lorden_threshold(arl0: float) -> float:
+    """The threshold h = log(ARL0) that guarantees an in-control ARL of at least `arl0`."""
+    return math.log(max(arl0, 1.0))

@@ -5,8 +5,10 @@ Two modes, as production reads them: `auto` (speculative decoding on, gates deci
 `rolled_back` (speculative off). `control` says who holds the switch: `gates`, or
 `manual` after a human's rollback (gates never undo it; `auto` hands control back).
 Rules, applied by `step` — human events first, in order, then the gates:
-- trip: an enforce gate FAILs in `trip_k` of the last `trip_m` evaluations since the
-  last transition, or once if it is critical. warn and dry_run gates never trip.
+- trip: an enforce gate FAILs in `trip_k` of the last `trip_m` evaluations that saw new
+  pairs since the last transition, or once if it is critical. warn and dry_run gates
+  never trip. The gates' FAIL is already a sequential alarm with a false-alarm budget,
+  so the default is 1 of 1: the first alarm trips.
 - cooldown: no automatic restore until `cooldown_seconds` after a trip.
 - latch: `latch_trips` automatic trips within `latch_window_seconds` latch the switch;
   then only a human can restore.
@@ -93,6 +95,24 @@ class SwitchOutcome:
     state: SwitchState
     transitions: tuple[Transition, ...] = ()
     refused: tuple[str, ...] = ()  # human commands not carried out, with why
+
+
+def _newest_pair(evaluation: Evaluation) -> datetime | None:
+    return max((d.window_end for d in evaluation.decisions if d.window_end), default=None)
+
+
+def _with_new_data(evaluations: Sequence[Evaluation]) -> list[Evaluation]:
+    """The evaluations that saw a pair newer than every earlier one: k-of-m counts new
+    evidence, not the same window judged again a minute later."""
+    kept: list[Evaluation] = []
+    newest: datetime | None = None
+    for evaluation in evaluations:
+        end = _newest_pair(evaluation)
+        if end is None or (newest is not None and end <= newest):
+            continue
+        kept.append(evaluation)
+        newest = end
+    return kept
 
 
 def all_enforced_pass(decisions: Sequence[GateDecision]) -> bool:
@@ -200,7 +220,10 @@ class _Machine:
 
     def maybe_trip(self, counted: list[Evaluation]) -> None:
         policy = self.policy
-        recent = counted[-policy.trip_m :]
+        fresh = _with_new_data(counted)
+        if not fresh:
+            return
+        recent = fresh[-policy.trip_m :]
         latest = recent[-1]
         tripped: list[tuple[str, str, GateDecision]] = []
         for current in latest.decisions:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from canaryd.records import PairRecord
 from gates.config import GateConfigBase
 from gates.core import GateDecision, GateState, combine_states, deciding
+from gates.records import PairRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,10 +19,16 @@ class Window:
     end: datetime | None
 
 
-def select(records: Sequence[PairRecord], config: GateConfigBase, now: datetime) -> Window:
-    """Records that started at or before `now` and within `window_seconds` of it, the last
-    `window_pairs` of them, oldest first. Records from the future (clock skew) are left out."""
-    chosen = [r for r in records if r.started_at <= now]
+def select(
+    records: Sequence[PairRecord],
+    config: GateConfigBase,
+    now: datetime,
+    since: datetime | None = None,
+) -> Window:
+    """Records that started at or before `now` and within `window_seconds` of it (and
+    after `since`, the start of the current evidence), the last `window_pairs` of them,
+    oldest first. Records from the future (clock skew) are left out."""
+    chosen = [r for r in records if r.started_at <= now and (since is None or r.started_at > since)]
     if config.window_seconds is not None:
         oldest = now - timedelta(seconds=config.window_seconds)
         chosen = [r for r in chosen if r.started_at > oldest]

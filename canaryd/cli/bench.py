@@ -36,6 +36,7 @@ from canaryd.bench import (
     store_bench,
 )
 from canaryd.cli.common import fail, handle_errors, load_arms
+from canaryd.cli.options import ConfigOption
 from canaryd.config import load_settings
 from canaryd.logs import configure_logging
 from canaryd.report import bench_markdown
@@ -71,14 +72,7 @@ class _RichProgress(BenchProgress):
 
 @handle_errors
 def bench(
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config",
-            "-c",
-            help="TOML config file (default: $CANARYD_CONFIG, else built-in defaults)",
-        ),
-    ] = None,
+    config: ConfigOption = None,
     concurrency: Annotated[
         str,
         typer.Option(help="comma-separated concurrency ladder"),

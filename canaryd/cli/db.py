@@ -1,47 +1,35 @@
 """`canaryd db`: create, upgrade and inspect the history database's schema.
 
-The URL comes from `--url`, else env CANARYD_DATABASE_URL, else the default SQLite file
-under the data directory. Problems (bad URL, unreachable server, schema not current)
-are one line on stderr and exit code 2.
+The URL follows every command's rule (`StorageConfig.resolved_url`): `--url`, else the
+configuration's `storage.url` (`--config` or CANARYD_CONFIG, CANARYD_STORAGE__URL), else
+env CANARYD_DATABASE_URL, else the default SQLite file under the data directory. Problems
+(bad URL, unreachable server, schema not current) are one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 from canaryd.cli.common import handle_errors
+from canaryd.cli.options import ConfigOption, UrlOption, settings_and_url
 from canaryd.errors import DatabaseError
 from canaryd.store import (
-    EXPECTED_URL_FORMS,
     current_revision,
     head_revision,
     known_revisions,
     mask_url,
-    resolve_database_url,
     schema_problem,
 )
 from canaryd.store import upgrade as upgrade_database
 
 app = typer.Typer(no_args_is_help=True, help="Create, upgrade and inspect the database schema.")
 
-UrlOption = Annotated[
-    str | None,
-    typer.Option(
-        "--url",
-        help=f"Database URL ({EXPECTED_URL_FORMS}); default: env CANARYD_DATABASE_URL, "
-        "else the SQLite file in the data directory.",
-        show_default=False,
-    ),
-]
-
 
 @app.command()
 @handle_errors
-def upgrade(url: UrlOption = None) -> None:
+def upgrade(url: UrlOption = None, config: ConfigOption = None) -> None:
     """Create the schema, or migrate it to this canaryd's revision."""
-    resolved = resolve_database_url(url)
+    _, resolved = settings_and_url(config, url)
     before = current_revision(resolved)
     after = upgrade_database(resolved)
     if before == after:
@@ -55,9 +43,9 @@ def upgrade(url: UrlOption = None) -> None:
 
 @app.command()
 @handle_errors
-def current(url: UrlOption = None) -> None:
+def current(url: UrlOption = None, config: ConfigOption = None) -> None:
     """Show the schema revision; exit 2 with what to run when it is not current."""
-    resolved = resolve_database_url(url)
+    _, resolved = settings_and_url(config, url)
     revision = current_revision(resolved)
     problem = schema_problem(revision, head_revision(), known_revisions(), mask_url(resolved))
     if problem is not None:

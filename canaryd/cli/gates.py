@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from canaryd.cli.common import handle_errors
-from canaryd.cli.switch import ConfigOption, UrlOption, settings_and_url
+from canaryd.cli.options import ConfigOption, UrlOption, settings_and_url
 from canaryd.store import SqlStore
 from gates import GateDecision
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -21,13 +20,14 @@ from canaryd.assembly import (
     resolve_prompts,
 )
 from canaryd.cli.common import handle_errors, load_arms
+from canaryd.cli.once_json import once_json
+from canaryd.cli.options import ConfigOption
 from canaryd.config import load_settings
 from canaryd.logs import configure_logging
-from canaryd.records import PairRecord
-from canaryd.report_json import once_json
+from canaryd.report import ALL, CategorySummary, summarise
 from canaryd.runner import PairRunner
 from canaryd.store import SqlStore
-from canaryd.summary import ALL, CategorySummary, summarise
+from gates.records import PairRecord
 
 
 def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
@@ -70,14 +70,7 @@ def summary_table(summary: dict[str, CategorySummary], run_id: str) -> Table:
 
 @handle_errors
 def once(
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config",
-            "-c",
-            help="TOML config file (default: $CANARYD_CONFIG, else built-in defaults)",
-        ),
-    ] = None,
+    config: ConfigOption = None,
     pairs: Annotated[int, typer.Option("--pairs", "-n", min=1, help="pairs to run")] = 12,
     category: Annotated[str | None, typer.Option(help="only prompts of this category")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON (docs/once-json.md)")] = False,

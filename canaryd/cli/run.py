@@ -4,27 +4,19 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
-from typing import Annotated
 
 import typer
 
 from canaryd import sdnotify
 from canaryd.cli.common import handle_errors
+from canaryd.cli.options import ConfigOption
 from canaryd.config import Settings, config_path, load_settings
 from canaryd.logs import configure_logging
 
 
 @handle_errors
 def run(
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config",
-            "-c",
-            help="TOML config file (default: $CANARYD_CONFIG, else built-in defaults)",
-        ),
-    ] = None,
+    config: ConfigOption = None,
 ) -> None:
     """Run the soak daemon: pairs on a schedule, /metrics, /healthz and /readyz."""
     path = config_path(config)

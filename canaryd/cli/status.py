@@ -1,17 +1,17 @@
 """`canaryd status`: the canary's recent state from the history database.
 
-The URL comes from `--url`, else the configuration's `storage.url` (`--config` or
-CANARYD_CONFIG, CANARYD_STORAGE__URL), else env CANARYD_DATABASE_URL, else the default
-SQLite file. Tables for a person, or with `--json` the stable object documented in
-docs/storage.md. An empty database is a message and exit 0; a bad URL, unreachable
-server or missing schema is one line on stderr and exit 2.
+The URL follows every command's rule (`StorageConfig.resolved_url`): `--url`, else the
+configuration's `storage.url` (`--config` or CANARYD_CONFIG, CANARYD_STORAGE__URL), else
+env CANARYD_DATABASE_URL, else the default SQLite file. Tables for a person, or with
+`--json` the stable object documented in docs/storage.md. An empty database is a message
+and exit 0; a bad URL, unreachable server or missing schema is one line on stderr and
+exit 2.
 """
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -19,10 +19,10 @@ from rich.console import Console
 from rich.table import Table
 
 from canaryd.cli.common import handle_errors
-from canaryd.config import load_settings
-from canaryd.records import ARMS
+from canaryd.cli.options import ConfigOption, UrlOption, settings_and_url
 from canaryd.status import StatusReport, WindowStatus, build_status
-from canaryd.store import EXPECTED_URL_FORMS, SqlStore, mask_url, resolve_database_url
+from canaryd.store import SqlStore, mask_url
+from gates.records import ARMS
 
 EMPTY_MESSAGE = "no pairs recorded yet; start `canaryd run` or `canaryd once`"
 _WINDOW_TITLES = {"last_hour": "last hour", "last_day": "last day"}
@@ -110,22 +110,11 @@ def status(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the stable JSON object instead of tables.")
     ] = False,
-    url: Annotated[
-        str | None,
-        typer.Option(
-            "--url",
-            help=f"Database URL ({EXPECTED_URL_FORMS}); default: the config's storage.url, "
-            "else env CANARYD_DATABASE_URL, else the SQLite file in the data directory.",
-            show_default=False,
-        ),
-    ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", help="canaryd.toml (default: env CANARYD_CONFIG, if set)."),
-    ] = None,
+    url: UrlOption = None,
+    config: ConfigOption = None,
 ) -> None:
     """Last cycle, pairs per category, per-arm P50/P99, acceptance, exact match, errors."""
-    resolved = url or load_settings(config).storage.url or resolve_database_url(None)
+    _, resolved = settings_and_url(config, url)
     now = datetime.now(UTC)
     with SqlStore.open(resolved) as store:
         report = build_status(store, now, database=mask_url(resolved))

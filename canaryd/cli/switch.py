@@ -22,9 +22,10 @@ from typing import Annotated, Literal
 import typer
 
 from canaryd.cli.common import fail, handle_errors
-from canaryd.config import Settings, load_settings
+from canaryd.cli.options import ConfigOption, UrlOption, settings_and_url
+from canaryd.config import Settings
 from canaryd.errors import DatabaseError
-from canaryd.store import EXPECTED_URL_FORMS, SqlStore, mask_url, resolve_database_url
+from canaryd.store import SqlStore, mask_url
 from canaryd.switch import (
     PENDING_SYNC,
     SwitchChange,
@@ -40,25 +41,7 @@ app = typer.Typer(
     help="The rollback switch: status, rollback (kill switch), restore, auto.",
 )
 
-UrlOption = Annotated[
-    str | None,
-    typer.Option(
-        "--url",
-        help=f"Database URL ({EXPECTED_URL_FORMS}); default: the config's storage.url, "
-        "else env CANARYD_DATABASE_URL, else the SQLite file in the data directory.",
-        show_default=False,
-    ),
-]
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option("--config", help="canaryd.toml (default: env CANARYD_CONFIG, if set)."),
-]
 ReasonOption = Annotated[str, typer.Option("--reason", help="Why; recorded in the audit trail.")]
-
-
-def settings_and_url(config: Path | None, url: str | None) -> tuple[Settings, str]:
-    settings = load_settings(config)
-    return settings, url or settings.storage.url or resolve_database_url(None)
 
 
 def user() -> str:
@@ -285,9 +268,7 @@ def restore(
 @app.command()
 @handle_errors
 def auto(
-    reason: Annotated[
-        str, typer.Option("--reason", help="Why; recorded in the audit trail.")
-    ] = "control handed back to the gates",
+    reason: ReasonOption = "control handed back to the gates",
     url: UrlOption = None,
     config: ConfigOption = None,
 ) -> None:

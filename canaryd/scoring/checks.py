@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonschema
 
-from canaryd.records import Check
+from gates.records import Check
 
 # Relative tolerance applied on top of a check's absolute `tolerance`, so that large
 # values survive float round-off (1e15 parsed from "1,000,000,000,000,000").

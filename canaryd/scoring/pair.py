@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from canaryd.records import PairScores, Prompt
 from canaryd.scoring.checks import evaluate_check
 from canaryd.scoring.loading import ScoringMetrics, load_metrics
 from canaryd.scoring.loops import has_repetition_loop
 from canaryd.scoring.text import comparison_units, loop_units
 from engine.types import GenerationResult
+from gates.records import PairScores, Prompt
 
 
 def first_divergence(baseline: Sequence[Hashable], speculative: Sequence[Hashable]) -> int | None:

@@ -348,6 +348,9 @@ class DriftReferenceRow(Base):
 
     __tablename__ = "drift_references"
 
+    # The arms configuration the reference was measured under (gating.arms_key); ""
+    # for references pinned before references were keyed.
+    arms: Mapped[str] = mapped_column(String(64), primary_key=True)
     category: Mapped[str] = mapped_column(String(100), primary_key=True)
     mean: Mapped[float] = mapped_column(Double)
     sd: Mapped[float] = mapped_column(Double)

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 
-from canaryd.records import PairRecord
 from engine.types import ErrorKind, GenerationResult
+from gates.records import PairRecord
 
 __all__ = [
     "ACCEPTANCE_LENGTH_BOUNDS",

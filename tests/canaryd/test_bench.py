@@ -10,18 +10,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from canaryd.bench import (
-    BenchPlan,
+from canaryd.bench import BenchPlan, bench_results, drive_arm
+from canaryd.cli.app import app
+from canaryd.report import (
     acceptance_figures,
     arm_level_figures,
-    bench_results,
     bench_section,
-    drive_arm,
     level_figures,
     percentiles,
 )
-from canaryd.cli.app import app
-from canaryd.records import PairRecord, Prompt
 from canaryd.store import SqlStore
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
@@ -33,6 +30,7 @@ from engine.types import (
     SamplingParams,
     SpeculativeStats,
 )
+from gates.records import PairRecord, Prompt
 
 FAKE_ARMS = """
 [arms.baseline]

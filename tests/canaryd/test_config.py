@@ -91,3 +91,62 @@ class TestLoadSettings:
         assert (
             a.config_hash() == load_settings(write(tmp_path, "[prompts]\nseed = 1\n")).config_hash()
         )
+
+
+@pytest.fixture
+def no_locations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No URL, config or state file from the environment; the data directory in tmp_path."""
+    for name in (
+        "CANARYD_DATABASE_URL",
+        "CANARYD_STORAGE__URL",
+        "CANARYD_CONFIG",
+        "CANARYD_SWITCH__STATE_FILE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CANARYD_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+class TestDatabaseUrl:
+    def test_default_is_the_sqlite_file_in_the_data_dir(self, no_locations: Path) -> None:
+        assert load_settings(None).storage.resolved_url() == f"sqlite:///{no_locations}/canaryd.db"
+
+    def test_database_url_env_beats_the_default(
+        self, no_locations: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("CANARYD_DATABASE_URL", "sqlite:////env.db")
+        assert load_settings(None).storage.resolved_url() == "sqlite:////env.db"
+
+    def test_storage_url_beats_the_database_url_env(
+        self, no_locations: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """storage.url from the file, or from CANARYD_STORAGE__URL, comes before
+        CANARYD_DATABASE_URL; CANARYD_STORAGE__URL overrides the file."""
+        monkeypatch.setenv("CANARYD_DATABASE_URL", "sqlite:////env.db")
+        path = write(tmp_path, '[storage]\nurl = "sqlite:////file.db"\n')
+        assert load_settings(path).storage.resolved_url() == "sqlite:////file.db"
+        monkeypatch.setenv("CANARYD_STORAGE__URL", "sqlite:////storage-env.db")
+        assert load_settings(path).storage.resolved_url() == "sqlite:////storage-env.db"
+
+    def test_explicit_url_beats_everything(
+        self, no_locations: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("CANARYD_DATABASE_URL", "sqlite:////env.db")
+        monkeypatch.setenv("CANARYD_STORAGE__URL", "sqlite:////storage-env.db")
+        storage = load_settings(None).storage
+        assert storage.resolved_url("sqlite:////flag.db") == "sqlite:////flag.db"
+        assert storage.resolved_url(None) == "sqlite:////storage-env.db"
+
+
+class TestStateFile:
+    def test_default_is_switch_json_in_the_data_dir(self, no_locations: Path) -> None:
+        assert load_settings(None).switch.resolved_state_file() == no_locations / "switch.json"
+
+    def test_configured_path_beats_the_default(
+        self, no_locations: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """switch.state_file from the file, overridden by CANARYD_SWITCH__STATE_FILE."""
+        path = write(tmp_path, f'[switch]\nstate_file = "{tmp_path / "file.json"}"\n')
+        assert load_settings(path).switch.resolved_state_file() == tmp_path / "file.json"
+        monkeypatch.setenv("CANARYD_SWITCH__STATE_FILE", str(tmp_path / "env.json"))
+        assert load_settings(path).switch.resolved_state_file() == tmp_path / "env.json"

@@ -18,9 +18,9 @@ from canaryd.config import Settings, load_settings
 from canaryd.config_docs import config_reference
 from canaryd.daemon import CYCLE_JOB, Daemon, PendingPairs
 from canaryd.errors import DatabaseError
-from canaryd.records import PairRecord, Prompt
 from canaryd.store import SqlStore
 from engine.types import ErrorKind, GenerationResult
+from gates.records import PairRecord, Prompt
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,6 @@ from canaryd.cli.app import app
 from canaryd.config import Settings
 from canaryd.gating import SwitchGates
 from canaryd.metrics import CanarydMetrics
-from canaryd.records import RunInfo
 from canaryd.runner import PairRunner
 from canaryd.sampling import StratifiedSampler
 from canaryd.store import SqlStore
@@ -25,6 +24,7 @@ from canaryd.switch import read_state_file
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
 from gates import SwitchMode
+from gates.records import RunInfo
 
 BASE = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
 DRY = {"mode": "dry_run"}

@@ -18,11 +18,11 @@ from canaryd.metrics import (
     pair_outcome,
     position_label,
 )
-from canaryd.records import ARMS, PairRecord, Prompt
 from canaryd.runner import PairRunner
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
 from engine.types import Message, SpeculativeStats
+from gates.records import ARMS, PairRecord, Prompt
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 

@@ -13,21 +13,23 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from canaryd.bench import arm_level_figures, bench_results, bench_section
+from canaryd.bench import bench_results
 from canaryd.cli.app import app
-from canaryd.records import PairRecord, Prompt
 from canaryd.report import (
+    arm_level_figures,
+    bench_section,
     build_report,
     category_table,
     drift_series,
     fmt,
     parse_duration,
+    summarise,
 )
 from canaryd.store import SqlStore
-from canaryd.summary import summarise
 from engine.types import GenerationResult, Message, SpeculativeStats
 from gates.core import GateDecision, GateMode, GateState
 from gates.drift import ReferenceStats
+from gates.records import PairRecord, Prompt
 from gates.stats import quantile
 from gates.switch import Control, Evaluation, SwitchMode, SwitchOutcome, Transition
 

@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 
 from canaryd.errors import UnknownCategoryError
-from canaryd.records import Prompt
 from canaryd.sampling import StratifiedSampler
 from engine.types import Message
+from gates.records import Prompt
 
 
 def prompts(spec: dict[str, int]) -> list[Prompt]:

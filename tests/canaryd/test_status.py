@@ -10,7 +10,6 @@ import pytest
 from typer.testing import CliRunner
 
 from canaryd.cli.app import app
-from canaryd.records import PairRecord, PairScores, Prompt, RunInfo
 from canaryd.status import build_status, window_status
 from canaryd.store import SqlStore
 from canaryd.store.rollup import (
@@ -22,6 +21,7 @@ from canaryd.store.rollup import (
     rollups_by_hour,
 )
 from engine.types import ErrorKind, GenerationResult, Message, SpeculativeStats
+from gates.records import PairRecord, PairScores, Prompt, RunInfo
 
 NOW = datetime(2025, 12, 20, 15, 30, tzinfo=UTC)
 runner = CliRunner()

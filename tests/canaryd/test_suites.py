@@ -13,7 +13,6 @@ from jsonschema.validators import validator_for
 
 from canaryd.errors import PromptFileError, UnknownCategoryError
 from canaryd.paths import prompts_dir
-from canaryd.records import Check
 from canaryd.suites import (
     Suite,
     load_default_suites,
@@ -24,6 +23,7 @@ from canaryd.suites import (
     validate_path,
 )
 from engine.types import Message
+from gates.records import Check
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "prompts"
 BROKEN = FIXTURES / "broken"

@@ -1,4 +1,4 @@
-"""canaryd.summary: per-category figures of pair records, with figures an engine did not
+"""canaryd.report.summary: per-category figures of pair records, with figures an engine did not
 report left out of their pools rather than counted as zeros."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from canaryd.records import PairRecord, Prompt
-from canaryd.summary import ALL, summarise
+from canaryd.report import ALL, summarise
 from engine.types import AcceptanceSource, GenerationResult, Message, SpeculativeStats
+from gates.records import PairRecord, Prompt
 
 
 def pair(n: int, stats: SpeculativeStats | None) -> PairRecord:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from canaryd.config import CommandHookConfig, Settings, SwitchConfig, WebhookConfig
+from canaryd.errors import ActuatorError, CanarydError
 from canaryd.gating import SwitchGates
 from canaryd.metrics import CanarydMetrics
 from canaryd.store import SqlStore
@@ -185,6 +186,24 @@ class TestWebhook:
         secret.write_text("from-file\n")
         actuator = WebhookActuator(WebhookConfig(url="http://x", secret_file=secret))
         assert actuator._secret == b"from-file"
+
+    def test_an_unset_secret_env_is_an_actuator_error(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The error names the actuator and the reason, and is one the CLI prints."""
+        monkeypatch.delenv("CANARYD_TEST_NO_SUCH_SECRET", raising=False)
+        config = WebhookConfig(url="http://x", secret_env="CANARYD_TEST_NO_SUCH_SECRET")
+        with pytest.raises(ActuatorError) as caught:
+            WebhookActuator(config)
+        error = caught.value
+        assert isinstance(error, CanarydError) and isinstance(error, RuntimeError)
+        assert (error.actuator, error.reason) == (
+            "webhook",
+            "secret_env 'CANARYD_TEST_NO_SUCH_SECRET' is not set",
+        )
+        assert str(error) == (
+            "switch actuator 'webhook' failed: secret_env 'CANARYD_TEST_NO_SUCH_SECRET' is not set"
+        )
 
 
 class TestCommandHook:

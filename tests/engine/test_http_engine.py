@@ -1,5 +1,5 @@
 """engine.http.OpenAIEngine against a real misbehaving OpenAI-compatible server on
-loopback (canaryd.testing_servers): healthy streams, every fault, retries, acceptance by
+loopback (tests.support.servers): healthy streams, every fault, retries, acceptance by
 server kind, config validation and cancellation on close."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from canaryd.testing_servers import Behaviour, MisbehavingServer, refused_url
 from engine.config import EngineConfig, OpenAIEngineConfig
 from engine.http import OpenAIEngine
 from engine.registry import build_engine
 from engine.types import AcceptanceSource, ErrorKind, GenerationRequest, Message, SamplingParams
+from tests.support.servers import Behaviour, MisbehavingServer, refused_url
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "servers"
 REQUEST = GenerationRequest(

@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import structlog
 
-from canaryd.records import PairRecord, PairScores, Prompt
 from canaryd.runner import PairRunner
 from canaryd.sampling import StratifiedSampler
 from canaryd.suites import load_default_suites
@@ -30,6 +29,7 @@ from gates import (
     pin_reference,
     step,
 )
+from gates.records import PairRecord, PairScores, Prompt
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 PAIR_SPACING = timedelta(seconds=10)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from canaryd.records import PairRecord
 from gates import GatesConfig, GateState, SwitchMode, SwitchPolicyConfig
+from gates.records import PairRecord
 from tests.gates.conftest import SPECULATIVE, healthy_records, soak
 
 PREFIX = 1000  # healthy pairs before a fault: the first 900 pin the drift references

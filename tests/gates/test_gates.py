@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import ClassVar
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from canaryd.records import PairRecord
 from gates import (
+    GateDecision,
     GateMode,
     GatesConfig,
     GateState,
@@ -32,6 +33,7 @@ from gates.config import (
     QualityGateConfig,
     SpeedupGateConfig,
 )
+from gates.records import PairRecord
 from tests.gates.conftest import at, record, result, scores
 
 
@@ -145,7 +147,7 @@ class TestLatencyGate:
 
 class TestErrorGate:
     def make(
-        self, n: int, spec_fail: set[int], base_fail: set[int] = frozenset()
+        self, n: int, spec_fail: set[int], base_fail: frozenset[int] | set[int] = frozenset()
     ) -> list[PairRecord]:
         return [
             record(
@@ -161,14 +163,20 @@ class TestErrorGate:
             is GateState.PASS
         )
 
-    def test_speculative_only_errors_fail(self) -> None:
-        """10 speculative-only failures in 300 pairs: p = 0.5^10, excess 3.3 % — FAIL."""
-        decision = error_gate(
-            self.make(300, set(range(0, 300, 30))), ErrorGateConfig(), now=at(300)
-        )
-        assert decision.state is GateState.FAIL
-        paired = decision.components[0]
+    def test_sustained_speculative_only_errors_warn_then_fail(self) -> None:
+        """A speculative-only failure on every 30th pair (3.3 %, tolerance 1 %) is a slow
+        fault for the paired CUSUM: at 300 pairs (p0 = 0.76 % → p1 = 1.76 %) it stands at
+        about 5.4, under h/2 of h = log(ARL0) ≈ 17.1, so the gate WARNs on the estimate;
+        the same rate sustained for 600 pairs alarms it — FAIL by error.paired."""
+        early = error_gate(self.make(300, set(range(0, 300, 30))), ErrorGateConfig(), now=at(300))
+        assert early.state is GateState.WARN
+        paired = early.components[0]
+        assert paired.name == "error.paired"
         assert paired.estimate == pytest.approx(10 / 300)
+        late = error_gate(self.make(600, set(range(0, 600, 30))), ErrorGateConfig(), now=at(600))
+        assert late.state is GateState.FAIL
+        assert late.components[0].state is GateState.FAIL
+        assert late.detail.startswith("FAIL by error.paired")
 
     def test_shared_errors_do_not_count_against_speculative(self) -> None:
         """Errors on both arms of the same pairs are concordant: the paired check passes."""
@@ -177,12 +185,49 @@ class TestErrorGate:
         assert decision.components[0].state is GateState.PASS
 
     def test_ceiling_alone_can_fail(self) -> None:
-        """Both arms failing 10 % of pairs: no excess, but the speculative rate is over the
-        ceiling — FAIL by the ceiling check."""
-        both = set(range(0, 300, 10))
-        decision = error_gate(self.make(300, both, both), ErrorGateConfig(), now=at(300))
+        """Each arm failing on its own 10 % of 600 pairs: no excess over the baseline (paired
+        INCONCLUSIVE), but the speculative arm fails 11 % of the pairs where the baseline
+        succeeded, which alarms the ceiling CUSUM (2 % → 4 %) — FAIL by the ceiling check.
+        (Both arms failing on the same pairs is a shared outage and never fails it.)"""
+        spec = {i for i in range(600) if i % 10 == 5}
+        base = {i for i in range(600) if i % 10 == 0}
+        decision = error_gate(self.make(600, spec, base), ErrorGateConfig(), now=at(600))
         assert decision.state is GateState.FAIL
-        assert decision.statistic == "speculative error rate"
+        assert decision.statistic == "speculative error rate where the baseline succeeded"
+        paired, ceiling = decision.components
+        assert paired.state is GateState.INCONCLUSIVE
+        assert ceiling.state is GateState.FAIL
+        assert ceiling.estimate == pytest.approx(60 / 540)
+
+    def test_shared_outage_never_fails_and_is_left_out(self) -> None:
+        """Both arms failing on the same 3 % of 3,000 pairs (an upstream outage) never
+        FAILs, evaluated every 100 pairs; the ceiling is the speculative rate over pairs
+        with a healthy baseline only, here 0 of 3,000 − 90."""
+        rng = np.random.default_rng(3)
+        shared = {int(i) for i in rng.choice(3000, size=90, replace=False)}
+        records = self.make(3000, shared, shared)
+        config = ErrorGateConfig()
+        states = {error_gate(records[:n], config, now=at(n)).state for n in range(100, 3001, 100)}
+        assert GateState.FAIL not in states
+        final = error_gate(records, config, now=at(3000))
+        ceiling = final.components[1]
+        assert ceiling.name == "error.ceiling"
+        assert ceiling.n_baseline == 3000 - 90
+        assert ceiling.estimate == 0.0
+        assert "90 pairs where both arms failed left out" in final.detail
+        assert final.state is GateState.PASS
+
+    def test_equal_independent_error_rates_do_not_fail(self) -> None:
+        """Both arms failing independently on 2 % of 3,000 pairs (no excess, speculative at
+        the ceiling) never FAILs, evaluated every 100 pairs."""
+        rng = np.random.default_rng(4)
+        spec = {i for i in range(3000) if rng.random() < 0.02}
+        base = {i for i in range(3000) if rng.random() < 0.02}
+        records = self.make(3000, spec, base)
+        config = ErrorGateConfig()
+        for n in range(100, 3001, 100):
+            decision = error_gate(records[:n], config, now=at(n))
+            assert decision.state is not GateState.FAIL, decision.detail
 
     def test_small_excess_warns_and_few_pairs_are_inconclusive(self) -> None:
         """2 speculative-only failures in 100 pairs: excess 2 % but p = 0.25 — WARN; a clean
@@ -202,14 +247,23 @@ class TestErrorGate:
 
 class TestQualityGate:
     def test_identical_outputs_pass(self) -> None:
-        """300 identical greedy pairs: every check's bound is within tolerance — PASS."""
-        records = [record(i) for i in range(300)]
-        assert quality_gate(records, QualityGateConfig(), now=at(300)).state is GateState.PASS
+        """500 identical greedy pairs: every check's bound is within tolerance — PASS. At
+        300 the mismatch bound (0 of 300: 0.77 %) is not yet under the 0.5 % tolerance,
+        which takes 460 pairs at 90 % confidence — INCONCLUSIVE, never PASS early."""
+        records = [record(i) for i in range(500)]
+        assert quality_gate(records, QualityGateConfig(), now=at(500)).state is GateState.PASS
+        early = quality_gate(records[:300], QualityGateConfig(), now=at(300))
+        assert early.state is GateState.INCONCLUSIVE
+        assert early.detail.startswith("INCONCLUSIVE by quality.mismatch")
 
     def test_mismatches_above_tolerance_fail(self) -> None:
-        """15 mismatches in 300 greedy pairs (5 %): lower bound above 1 % — FAIL."""
-        records = [record(i, pair_scores=scores(exact=i % 20 != 0)) for i in range(300)]
-        decision = quality_gate(records, QualityGateConfig(), now=at(300))
+        """5 % greedy mismatches (tolerance 0.5 %) add about 0.055 per pair to the mismatch
+        CUSUM (0.5 % → 2 %): 16.5 after 300 pairs, just under h ≈ 17.1 — WARN; after 400
+        pairs it has alarmed — FAIL."""
+        records = [record(i, pair_scores=scores(exact=i % 20 != 0)) for i in range(400)]
+        early = quality_gate(records[:300], QualityGateConfig(), now=at(300))
+        assert early.state is GateState.WARN
+        decision = quality_gate(records, QualityGateConfig(), now=at(400))
         assert decision.state is GateState.FAIL
         assert decision.statistic == "greedy mismatch rate"
 
@@ -231,15 +285,23 @@ class TestQualityGate:
         assert decision.components[0].estimate == pytest.approx(-0.095)
 
     def test_speculative_only_loops_fail(self) -> None:
-        """Loops on the speculative arm only in 5 % of pairs: FAIL; shared loops do not count."""
+        """Speculative loops on 5 % of pairs, half of them shared with the baseline: the
+        shared ones do not count, so the speculative-only rate is 2.5 % (tolerance 1 %).
+        After 400 pairs the loop CUSUM stands at about 6, under h/2 — WARN on the
+        estimate; sustained for 800 pairs it alarms — FAIL."""
         records = [
             record(i, pair_scores=scores(spec_loop=i % 20 == 0, base_loop=i % 40 == 0))
-            for i in range(400)
+            for i in range(800)
         ]
-        decision = quality_gate(records, QualityGateConfig(), now=at(400))
-        loops = next(c for c in decision.components if c.name == "quality.loops")
-        assert loops.estimate == pytest.approx(10 / 400)
-        assert loops.state is GateState.FAIL
+
+        def loops(n: int) -> GateDecision:
+            decision = quality_gate(records[:n], QualityGateConfig(), now=at(n))
+            return next(c for c in decision.components if c.name == "quality.loops")
+
+        early = loops(400)
+        assert early.estimate == pytest.approx(10 / 400)
+        assert early.state is GateState.WARN
+        assert loops(800).state is GateState.FAIL
 
     def test_below_min_samples_is_nodata(self) -> None:
         """Fewer scored pairs than min_samples: NODATA."""
@@ -315,10 +377,12 @@ class TestLivenessGate:
         )
 
     def test_stale_or_empty_window_is_nodata(self) -> None:
-        """No pair within the last six hours: NODATA, never PASS."""
+        """No pair within the configured window_seconds: NODATA, never PASS."""
         records = [record(i) for i in range(10)]
-        later = at(10 + 6 * 360 + 1)
-        assert liveness_gate(records, LivenessGateConfig(), now=later).state is GateState.NODATA
+        config = LivenessGateConfig()
+        assert config.window_seconds is not None
+        later = at(9) + timedelta(seconds=config.window_seconds + 1)
+        assert liveness_gate(records, config, now=later).state is GateState.NODATA
         assert liveness_gate([], LivenessGateConfig(), now=at(0)).state is GateState.NODATA
 
 
@@ -385,6 +449,33 @@ class TestDriftGate:
             drift_gate(thin, DriftGateConfig(), now=at(19), references=self.REFERENCE).state
             is GateState.NODATA
         )
+
+    def test_unreferenced_category_keeps_gate_inconclusive(self) -> None:
+        """A category with pairs but no reference is unmonitored: next to a passing one it
+        makes the gate INCONCLUSIVE (never a silent PASS) and is named in the detail."""
+        records = acceptance_records("code", [2.5, 3.0] * 20) + acceptance_records(
+            "chat", [2.75] * 40, 40
+        )
+        decision = drift_gate(records, DriftGateConfig(), now=at(80), references=self.REFERENCE)
+        assert decision.state is GateState.INCONCLUSIVE
+        assert "unmonitored categories (no reference yet): chat" in decision.detail
+        states = {c.name: c.state for c in decision.components}
+        assert states == {"drift.code": GateState.PASS, "drift.chat": GateState.NODATA}
+
+    def test_since_excludes_older_pairs(self) -> None:
+        """Ten pairs of a 30 % drop before `since`, then 40 steady ones: over the whole
+        window the CUSUM peaked past h (about 28 vs 17.1) before falling back — WARN; with
+        `since` at the last dropped pair only the steady pairs count — PASS."""
+        records = acceptance_records("code", [1.925] * 10) + acceptance_records(
+            "code", [2.75] * 40, 10
+        )
+        config = DriftGateConfig()
+        whole = drift_gate(records, config, now=at(50), references=self.REFERENCE)
+        assert whole.state is GateState.WARN
+        after = drift_gate(records, config, now=at(50), references=self.REFERENCE, since=at(9))
+        assert after.state is GateState.PASS
+        assert after.window_start == at(10)
+        assert after.components[0].n_speculative == 40
 
     def test_configured_reference_overrides_pinned(self) -> None:
         """A configured reference of 2.0 makes a steady 2.0 window PASS despite a pinned 2.75."""

@@ -21,7 +21,6 @@ from canaryd import paths
 from canaryd.cli.app import app
 from canaryd.config import load_settings
 from canaryd.gating import SwitchGates
-from canaryd.records import RunInfo
 from canaryd.runner import PairParams, PairRunner
 from canaryd.sampling import StratifiedSampler
 from canaryd.store import SqlStore
@@ -29,6 +28,7 @@ from canaryd.suites import load_default_suites, select
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.hf import TransformersEngine
 from engine.provision import require_embedded_model
+from gates.records import RunInfo
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 

@@ -16,12 +16,12 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from canaryd.metrics import CanarydMetrics
-from canaryd.records import Prompt
 from canaryd.runner import PairRunner
 from canaryd.store.models import Base
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
 from engine.types import Message
+from gates.records import Prompt
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = REPO / "grafana" / "dashboards"

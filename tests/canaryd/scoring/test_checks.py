@@ -7,8 +7,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from canaryd.records import Check
 from canaryd.scoring import evaluate_check, extract_json, last_number, normalise_answer
+from gates.records import Check
 
 
 class TestNormaliseAnswer:

@@ -201,7 +201,7 @@ class TestLoadMetrics:
             "import sys\n"
             "sys.modules['sacrebleu'] = None\n"
             "from canaryd.errors import MetricUnavailableError\n"
-            "from canaryd.records import Prompt\n"
+            "from gates.records import Prompt\n"
             "from canaryd.scoring import score_pair\n"
             "from engine.types import GenerationResult\n"
             "r = GenerationResult(text='a', token_ids=(1,), finish_reason='stop', "

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from canaryd.records import Check, Prompt
 from canaryd.scoring import first_divergence, load_metrics, score_pair, task_score
 from engine.types import ErrorKind, GenerationResult, Message
+from gates.records import Check, Prompt
 
 
 def result(

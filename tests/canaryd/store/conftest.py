@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from canaryd.records import Check, PairRecord, PairScores, Prompt, RunInfo
 from canaryd.store import SqlStore
 from engine.types import (
     AcceptanceSource,
@@ -23,6 +22,7 @@ from engine.types import (
     Message,
     SpeculativeStats,
 )
+from gates.records import Check, PairRecord, PairScores, Prompt, RunInfo
 
 T0 = datetime(2025, 11, 29, 12, 0, 0, 123456, tzinfo=UTC)
 

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from canaryd.records import PairRecord
 from canaryd.store import RetentionReport, SqlStore
 from canaryd.store.models import GenerationRow, PairRow, PairScoresRow
 from canaryd.store.rollup import (
@@ -21,6 +20,7 @@ from canaryd.store.rollup import (
     rollup_of,
 )
 from engine.types import ErrorKind, GenerationResult
+from gates.records import PairRecord
 
 NOW = datetime(2025, 12, 20, 15, 30, tzinfo=UTC)
 OLD = datetime(2025, 12, 10, 9, 5, tzinfo=UTC)  # 10 days before NOW, in hour 09:00

@@ -17,10 +17,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from canaryd.errors import DatabaseError
-from canaryd.records import PairRecord, Prompt, RunInfo
 from canaryd.store import SqlStore, Store, head_revision, schema_problem
-from canaryd.store.sql import make_engine
+from canaryd.store.database import make_engine
 from engine.types import AcceptanceSource, SpeculativeStats
+from gates.records import PairRecord, Prompt, RunInfo
 
 T0 = datetime(2025, 11, 29, 12, 0, 0, 123456, tzinfo=UTC)
 PairFactory = Callable[..., PairRecord]

@@ -15,8 +15,9 @@ from sqlalchemy import inspect, text
 
 from canaryd.errors import DatabaseError
 from canaryd.store import current_revision, head_revision, upgrade
+from canaryd.store.database import make_engine
+from canaryd.store.migrations import alembic_config
 from canaryd.store.models import Base
-from canaryd.store.sql import alembic_config, make_engine
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 TABLES = {

@@ -1,5 +1,8 @@
 """The domain records that flow from the pair runner to scoring, the store and gates.
 
+They live in `gates` because gates are the lowest layer that judges them: `canaryd`
+imports `gates`, never the other way round.
+
 `Prompt` is one item of a suite; `PairRecord` is one prompt run on both arms with the
 same sampling parameters, plus its `PairScores`. These are plain frozen dataclasses so
 that gates (pure) can consume them without importing SQL or engines.

@@ -1,4 +1,5 @@
-"""Per-category summaries of pair records: what `canaryd once` prints and returns.
+"""Per-category summaries of pair records: what `canaryd once` prints and returns, and
+the report's category table.
 
 The figures are computed here from records; the statistics themselves (quantiles) are
 the gates package's, so a summary and a gate never disagree on what "P99" means.
@@ -10,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from canaryd.records import PairRecord
+from gates.records import PairRecord
 from gates.stats import mean, quantile, rate
 
 ALL = "all"

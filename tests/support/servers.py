@@ -4,10 +4,10 @@
 daemon thread) that streams `/v1/chat/completions` and `/v1/completions` the way vLLM
 and llama.cpp do (chunked server-sent events, a usage chunk, `data: [DONE]`) — or fails
 the way real servers fail. Each request takes the next `Behaviour` from a script
-(`ok` once the script is empty): an HTTP status (429/5xx, with Retry-After), a stall
-before or during the stream, a stream cut mid-way (connection dropped without the final
-chunk), a malformed chunk. It also serves `/metrics` and `/server_info` bodies set by the
-test, and records every request body it received.
+(`default`, healthy unless set, once the script is empty): an HTTP status (429/5xx, with
+Retry-After), a stall before or during the stream, a stream cut mid-way (connection
+dropped without the final chunk), a malformed chunk. It also serves `/metrics` and
+`/server_info` bodies set by the test, and records every request body it received.
 
 `refused_url()` names a loopback port with nothing listening: a refused connection.
 """
@@ -57,13 +57,17 @@ class _QuietServer(ThreadingHTTPServer):
 class MisbehavingServer:
     def __init__(self) -> None:
         self.script: deque[Behaviour] = deque()
+        self.default = Behaviour()
         self.requests: list[dict[str, Any]] = []
         self.metrics_text = ""
         self.server_info: dict[str, Any] = {}
         self._stop = threading.Event()
         self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        # A short poll interval: shutdown() waits up to one interval, once per test.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -74,7 +78,7 @@ class MisbehavingServer:
         self.script.extend(behaviours)
 
     def next_behaviour(self) -> Behaviour:
-        return self.script.popleft() if self.script else Behaviour()
+        return self.script.popleft() if self.script else self.default
 
     def sleep(self, seconds: float) -> None:
         """Stall, but wake at shutdown so a stalled handler never outlives the test."""

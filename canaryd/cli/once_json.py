@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from canaryd.records import PairRecord
-from canaryd.summary import CategorySummary
+from canaryd.report.summary import CategorySummary
 from engine.types import GenerationResult
+from gates.records import PairRecord
 
 
 def _positions(counts: tuple[int, ...]) -> list[int] | None:

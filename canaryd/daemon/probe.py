@@ -1,0 +1,121 @@
+"""The daemon's /healthz and /readyz answers: `DatabaseProbe` (does the database answer a
+cheap query on a fresh connection, within seconds), the limit on the age of the last
+finished cycle, and the two reports the status server serves, built from the daemon's
+scheduler, cycle age, engines, database and pending-pair buffer."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from apscheduler.schedulers.base import STATE_PAUSED, STATE_RUNNING, BaseScheduler
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from canaryd.config import Settings
+from canaryd.daemon.buffer import PendingPairs
+from canaryd.store.database import make_engine
+
+__all__ = ["DatabaseProbe", "health_report", "max_cycle_age_s", "readiness_report"]
+
+_PROBE_TIMEOUT_S = 2
+_PROBE_CACHE_S = 1.0  # /readyz scraped by several probes hits the database once a second
+
+
+class DatabaseProbe:
+    """Whether the database answers a cheap query on a fresh connection, within seconds.
+
+    It reads the schema version table, not `SELECT 1`, so that a SQLite file that was
+    deleted (and would be silently recreated empty) reads as unreachable too.
+    """
+
+    def __init__(self, url: str, timeout_s: int = _PROBE_TIMEOUT_S) -> None:
+        parsed = make_url(url)
+        timeout = {"sqlite": "timeout"}.get(parsed.get_backend_name(), "connect_timeout")
+        parsed = parsed.update_query_dict({timeout: str(timeout_s)})
+        if parsed.get_backend_name() == "postgresql":
+            # connect_timeout bounds only the connect: a server that accepts and then
+            # stops answering would hold the probe (and /readyz) without this.
+            parsed = parsed.update_query_dict(
+                {"options": f"-c statement_timeout={timeout_s * 1000}"}
+            )
+        self._engine = make_engine(parsed.render_as_string(hide_password=False))
+        self._lock = threading.Lock()
+        self._checked_at = -float("inf")
+        self._problem: str | None = None
+
+    def check(self) -> str | None:
+        """None when the database answers; else why not (cached for about a second)."""
+        with self._lock:
+            if time.monotonic() - self._checked_at < _PROBE_CACHE_S:
+                return self._problem
+            try:
+                with self._engine.connect() as connection:
+                    connection.execute(text("SELECT version_num FROM alembic_version")).all()
+                self._problem = None
+            except SQLAlchemyError as exc:
+                self._problem = " ".join(str(getattr(exc, "orig", exc)).split())
+            finally:
+                # A fresh connection every time: a pooled one would hide a dead server.
+                self._engine.dispose()
+            self._checked_at = time.monotonic()
+            return self._problem
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+
+def max_cycle_age_s(settings: Settings) -> float:
+    """/healthz's limit on the age of the last finished cycle."""
+    configured = settings.server.max_cycle_age_s
+    if configured is not None:
+        return configured
+    return 3 * settings.schedule.pair_interval_s + 2 * settings.prompts.timeout_s
+
+
+def health_report(
+    scheduler: BaseScheduler | None, cycle_age_s: float, settings: Settings, cycles: int
+) -> tuple[bool, dict[str, Any]]:
+    """/healthz: the scheduler runs and the last cycle is recent enough."""
+    problems: list[str] = []
+    state = {STATE_RUNNING: "running", STATE_PAUSED: "paused"}.get(
+        scheduler.state if scheduler is not None else -1, "stopped"
+    )
+    if state != "running":
+        problems.append(f"scheduler is {state}")
+    limit = max_cycle_age_s(settings)
+    if cycle_age_s > limit:
+        problems.append(f"last cycle finished {cycle_age_s:.1f} s ago, over the {limit:g} s limit")
+    detail: dict[str, Any] = {
+        "scheduler": state,
+        "last_cycle_age_s": round(cycle_age_s, 3),
+        "max_cycle_age_s": limit,
+        "cycles": cycles,
+    }
+    if problems:
+        detail["problems"] = problems
+    return not problems, detail
+
+
+def readiness_report(
+    *, engines_loaded: bool, database_problem: str | None, pending: PendingPairs
+) -> tuple[bool, dict[str, Any]]:
+    """/readyz: both engines loaded and the database reachable (`database_problem` None)."""
+    problems: list[str] = []
+    if not engines_loaded:
+        problems.append("engines are not loaded")
+    database = "reachable"
+    if database_problem is not None:
+        database = "unreachable"
+        problems.append(f"database unreachable: {database_problem}")
+    detail: dict[str, Any] = {
+        "engines_loaded": engines_loaded,
+        "database": database,
+        "pending_pairs": len(pending),
+        "lost_pairs": pending.dropped,
+    }
+    if problems:
+        detail["problems"] = problems
+    return not problems, detail

@@ -1,0 +1,170 @@
+"""Building a report: read one run (or a window of history) from the store, compute every
+figure once, and draw the tables and plots from those figures. Also the tables `canaryd
+bench` prints for a stored bench run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from canaryd.assembly import arms_key
+from canaryd.report.drift import drift_by_category
+from canaryd.report.figures import (
+    acceptance_figures,
+    acceptance_lengths,
+    arm_latency,
+    bench_section,
+    by_category,
+    consistency_figures,
+    ladder_figures,
+)
+from canaryd.report.html import Report
+from canaryd.report.plots import (
+    Plot,
+    plot_acceptance_distributions,
+    plot_drift,
+    plot_gates,
+    plot_ladder,
+    plot_latency,
+    plot_speedup_by_category,
+)
+from canaryd.report.reads import find_run, read_audit
+from canaryd.report.summary import summarise
+from canaryd.report.tables import (
+    acceptance_table,
+    category_table,
+    consistency_table,
+    drift_table,
+    flips_table,
+    gates_table,
+    ladder_table,
+    latency_table,
+    resources_table,
+    speedup_table,
+)
+from canaryd.store import Store, StoredRun
+from gates.records import PairRecord
+
+
+def build_report(
+    store: Store,
+    *,
+    run_id: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    database: str = "",
+) -> Report:
+    """The report of one run (`run_id`) or of the pairs started in [since, until); flips
+    and gate decisions of the same span (a run's: from its start to its end)."""
+    run = find_run(store, run_id) if run_id is not None else None
+    if run is not None:
+        pairs = store.pairs(run_id=run.info.run_id)
+        title = f"canaryd report — {run.info.kind} run {run.info.run_id}"
+        meta = [
+            f"started {run.info.started_at.isoformat(timespec='seconds')}, finished "
+            + ("—" if run.finished_at is None else run.finished_at.isoformat(timespec="seconds")),
+            f"baseline: {_identity(run.info.baseline_identity)}",
+            f"speculative: {_identity(run.info.speculative_identity)}",
+            f"config hash {run.info.config_hash}",
+        ]
+    else:
+        pairs = store.pairs(since=since, until=until)
+        title = "canaryd report — history"
+        meta = [f"pairs started from {_iso(since)} to {_iso(until)}"]
+    meta += [f"{len(pairs)} pairs", *([f"database {database}"] if database else [])]
+    if run is not None:
+        audit = read_audit(store, run.info.started_at, run.finished_at)
+    else:
+        audit = read_audit(store, since, until)
+    notes = list(audit.notes)
+
+    summary = summarise(pairs)
+    acceptance = by_category(pairs, acceptance_figures)
+    consistency = by_category(pairs, consistency_figures)
+    latency = arm_latency(pairs)
+    drift = drift_by_category(pairs, store.drift_references(_arms_of(store, run)))
+    section = bench_section(run) if run is not None else None
+    ladder = ladder_figures(section, pairs) if section is not None else []
+
+    tables = [category_table(summary)]
+    if ladder:
+        tables += [speedup_table(ladder), ladder_table(ladder)]
+    tables += [
+        acceptance_table(acceptance),
+        consistency_table(consistency),
+        latency_table(latency),
+        drift_table(drift),
+    ]
+    if audit.flips:
+        tables.append(flips_table(audit))
+    if audit.gates:
+        tables.append(gates_table(audit))
+    if section is not None:
+        tables.append(resources_table(section.get("resources")))
+
+    plots: list[Plot] = []
+    if not pairs:
+        notes.append("no pairs in this selection: nothing to plot")
+    else:
+        if any(s.speedup_median is not None for s in summary.values()):
+            plots.append(plot_speedup_by_category(summary))
+        if ladder:
+            plots.append(plot_ladder(ladder))
+        lengths = {
+            c: acceptance_lengths([p for p in pairs if p.prompt.category == c])
+            for c in sorted({p.prompt.category for p in pairs})
+        }
+        if any(lengths.values()):
+            plots.append(plot_acceptance_distributions(lengths))
+        else:
+            notes.append("the speculative arm reported no acceptance: no distribution plot")
+        plots.append(plot_latency(latency))
+        if drift:
+            plots.append(plot_drift(drift, audit.flips))
+    if audit.gates:
+        plots.append(plot_gates(audit))
+    return Report(
+        title=title,
+        meta=tuple(meta),
+        tables=tuple(tables),
+        plots=tuple(plots),
+        notes=tuple(notes),
+        summary=summary,
+        acceptance=acceptance,
+        consistency=consistency,
+        latency=latency,
+        ladder=tuple(ladder),
+        drift=drift,
+    )
+
+
+def bench_markdown(run: StoredRun, pairs: Sequence[PairRecord]) -> str:
+    """What `canaryd bench` prints: the report's tables for the stored bench run."""
+    section = bench_section(run)
+    ladder = ladder_figures(section, pairs) if section is not None else []
+    tables = [
+        speedup_table(ladder),
+        ladder_table(ladder),
+        acceptance_table(by_category(pairs, acceptance_figures)),
+        consistency_table(by_category(pairs, consistency_figures)),
+        resources_table(None if section is None else section.get("resources")),
+    ]
+    return "\n".join(table.markdown() for table in tables)
+
+
+def _identity(identity: Mapping[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in identity.items())
+
+
+def _iso(moment: datetime | None) -> str:
+    return "—" if moment is None else moment.isoformat(timespec="seconds")
+
+
+def _arms_of(store: Store, run: StoredRun | None) -> str:
+    """The arms key whose drift references the report shows: the run's own, else the
+    latest run's."""
+    if run is None:
+        latest = store.runs(limit=1)
+        run = latest[0] if latest else None
+    return arms_key(run.info.config.get("arms")) if run is not None else ""

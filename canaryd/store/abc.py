@@ -1,0 +1,162 @@
+"""Every seam of the store in one place: what the daemon, gates job, switch service,
+report and CLI need from canaryd's history, as protocols.
+
+`HistoryStore` is where pairs, runs and roll-ups live; `SwitchStore` is the durable
+switch state, its audit trail, gate evaluations and drift references; `Store` is both,
+which is what `SqlStore` implements (on SQLite and PostgreSQL alike, tested by one
+behaviour suite). Consumers are typed on the narrowest protocol they use, never on
+`SqlStore`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from canaryd.store.rollup import PairFacts, PairRollup
+from canaryd.store.switching import AuditEntry, SwitchRecord
+from gates import Evaluation, ReferenceStats, SwitchOutcome, SwitchState
+from gates.records import PairRecord, RunInfo
+
+__all__ = [
+    "RETENTION_BATCH_PAIRS",
+    "History",
+    "HistoryStore",
+    "RetentionReport",
+    "Store",
+    "StoredRun",
+    "SwitchStore",
+]
+
+# Pairs rolled up per retention transaction: a months-long backlog never holds one giant
+# transaction (or SQLite's single write lock) while the daemon wants to save a pair.
+RETENTION_BATCH_PAIRS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRun:
+    """A run as stored: what it was started with, and when it finished (None: still running
+    or killed)."""
+
+    info: RunInfo
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionReport:
+    """What one `apply_retention` did: pairs rolled up (each then deleted with its
+    generations and scores), and roll-up rows deleted for being past their own cut-off."""
+
+    rolled_up_pairs: int
+    deleted_pairs: int
+    deleted_rollups: int
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """A time window of history read in one snapshot: the raw pairs still stored, and the
+    roll-ups of the hours whose start lies in the window. A pair is in one or the other,
+    never both (retention moves it in one transaction)."""
+
+    pairs: list[PairFacts]
+    rollups: list[PairRollup]
+
+
+class HistoryStore(Protocol):
+    """Where pair records, runs and hourly roll-ups are kept."""
+
+    def create_run(self, run: RunInfo) -> None: ...
+
+    def finish_run(self, run_id: str, finished_at: datetime) -> None: ...
+
+    def record_suite(self, name: str, sha256: str, path: str) -> None: ...
+
+    def save_pair(self, record: PairRecord) -> None: ...
+
+    def pairs(
+        self,
+        *,
+        run_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        category: str | None = None,
+        limit: int | None = None,
+    ) -> list[PairRecord]: ...
+
+    def runs(self, limit: int | None = 20) -> list[StoredRun]: ...
+
+    def runs_by_id(self, run_ids: Collection[str]) -> dict[str, StoredRun]: ...
+
+    def categories(self) -> list[str]: ...
+
+    def apply_retention(
+        self,
+        now: datetime,
+        raw_retention_days: float,
+        rollup_retention_days: float,
+        *,
+        batch_pairs: int = RETENTION_BATCH_PAIRS,
+    ) -> RetentionReport: ...
+
+    def history(self, since: datetime, until: datetime) -> History: ...
+
+    def rollups(
+        self, *, since: datetime | None = None, until: datetime | None = None
+    ) -> list[PairRollup]: ...
+
+    def latest_pair_started_at(self) -> datetime | None: ...
+
+    def latest_rollup_hour(self) -> datetime | None: ...
+
+    def close(self) -> None: ...
+
+
+class SwitchStore(Protocol):
+    """The durable switch: its state under a lock, the audit trail, gate evaluations and
+    the pinned drift references."""
+
+    def switch(self) -> SwitchRecord: ...
+
+    def change_switch(
+        self,
+        decide: Callable[[SwitchState, list[Evaluation]], SwitchOutcome],
+        *,
+        now: datetime,
+        history: int,
+        actor: str = "",
+    ) -> SwitchOutcome: ...
+
+    def record_actuation(
+        self, generation: int, errors: Mapping[str, str], at: datetime
+    ) -> bool: ...
+
+    def audit(
+        self, *, since: datetime | None = None, limit: int | None = None
+    ) -> list[AuditEntry]: ...
+
+    def save_evaluation(self, evaluation: Evaluation) -> None: ...
+
+    def evaluations(self, limit: int) -> list[Evaluation]: ...
+
+    def latest_evaluation(self) -> Evaluation | None: ...
+
+    def prune_gate_decisions(self, before: datetime) -> int: ...
+
+    def drift_references(self, arms: str) -> dict[str, ReferenceStats]: ...
+
+    def pin_drift_references(
+        self, references: Mapping[str, ReferenceStats], at: datetime, arms: str
+    ) -> None: ...
+
+    def unpin_drift_references(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Store(HistoryStore, SwitchStore, Protocol):
+    """Everything canaryd keeps: history and the switch. `SqlStore` implements it."""
+
+    @property
+    def url(self) -> str: ...

@@ -1,0 +1,169 @@
+"""Database URLs and engines: where canaryd's history lives and how to connect to it.
+
+This module owns resolving the URL (`--url`, env CANARYD_DATABASE_URL, or the default
+SQLite file), parsing and masking it, the supported drivers, and turning it into a
+configured engine (SQLite: WAL, busy timeout, foreign keys, transactional DDL;
+PostgreSQL: pre-ping, connect timeout). It also turns a driver failure into the one-line
+`DatabaseError` a person can act on (unreachable server, unwritable SQLite directory).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
+
+from canaryd.errors import DatabaseError
+from canaryd.paths import default_database_url
+
+__all__ = [
+    "EXPECTED_URL_FORMS",
+    "POSTGRESQL_CONNECT_TIMEOUT_S",
+    "SQLITE_BUSY_TIMEOUT_S",
+    "SQLITE_IMMEDIATE",
+    "connecting",
+    "driver_message",
+    "make_engine",
+    "mask_url",
+    "parse_url",
+    "resolve_database_url",
+    "sqlite_path",
+]
+
+EXPECTED_URL_FORMS = "sqlite:///path or postgresql+psycopg://user:pass@host/db"
+SQLITE_BUSY_TIMEOUT_S = 30.0  # a writer waits this long for another writer; `?timeout=` overrides
+POSTGRESQL_CONNECT_TIMEOUT_S = 10  # `?connect_timeout=` overrides
+SQLITE_IMMEDIATE = "canaryd_sqlite_immediate"  # execution option read by _sqlite_on_begin
+_SUPPORTED_DRIVERS = {
+    "sqlite": "sqlite",
+    "sqlite+pysqlite": "sqlite+pysqlite",
+    # Plain `postgresql://` would mean psycopg2, which canaryd does not ship.
+    "postgresql": "postgresql+psycopg",
+    "postgresql+psycopg": "postgresql+psycopg",
+}
+
+
+def resolve_database_url(explicit: str | None = None) -> str:
+    """`explicit` (e.g. `--url`), else env CANARYD_DATABASE_URL, else the default SQLite file."""
+    return explicit or os.environ.get("CANARYD_DATABASE_URL") or default_database_url()
+
+
+def mask_url(url: str | URL) -> str:
+    """The URL with its password replaced by `***`, even when it does not parse."""
+    if isinstance(url, URL):
+        return url.render_as_string(hide_password=True)
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def parse_url(url: str) -> URL:
+    """`url` parsed, with its driver made the one canaryd ships; `DatabaseError` for a URL
+    that does not parse, an unsupported driver, or an in-memory SQLite database."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise DatabaseError(
+            f"cannot parse database URL {mask_url(url)!r}; expected {EXPECTED_URL_FORMS}"
+        ) from None
+    driver = _SUPPORTED_DRIVERS.get(parsed.drivername)
+    if driver is None:
+        raise DatabaseError(
+            f"unsupported database driver {parsed.drivername!r} in URL {mask_url(parsed)!r}; "
+            f"expected {EXPECTED_URL_FORMS}"
+        )
+    parsed = parsed.set(drivername=driver)
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise DatabaseError(
+            f"database URL {mask_url(parsed)!r} is an in-memory SQLite database, which "
+            f"would lose the history; expected {EXPECTED_URL_FORMS}"
+        )
+    return parsed
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The file of a SQLite URL; None for any other backend."""
+    if url.get_backend_name() != "sqlite" or url.database is None:
+        return None
+    return Path(url.database)
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    # pysqlite defers BEGIN to the first DML and commits before DDL, which would make a
+    # migration or a save half-apply; take over transactions (see `_sqlite_on_begin`).
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
+        cursor.execute("PRAGMA synchronous=NORMAL")  # durable enough under WAL, much faster
+        cursor.execute("PRAGMA foreign_keys=ON")
+    finally:
+        cursor.close()
+
+
+def _sqlite_on_begin(connection: Connection) -> None:
+    # `sqlite_immediate` (the switch's read-modify-write) takes the write lock at BEGIN,
+    # so a second writer waits for the busy timeout instead of reading a stale row.
+    immediate = connection.get_execution_options().get(SQLITE_IMMEDIATE, False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def make_engine(url: str, *, create: bool = False) -> Engine:
+    """A configured engine for `url`; `create` makes a SQLite file's directory."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = sqlite_path(parsed)
+        if create and path is not None:
+            path.expanduser().parent.mkdir(parents=True, exist_ok=True)
+        connect_args: dict[str, Any] = {"check_same_thread": False}
+        if "timeout" not in parsed.query:
+            connect_args["timeout"] = SQLITE_BUSY_TIMEOUT_S
+        engine = create_engine(parsed, connect_args=connect_args)
+        event.listen(engine, "connect", _sqlite_on_connect)
+        event.listen(engine, "begin", _sqlite_on_begin)
+        return engine
+    connect_args = {}
+    if "connect_timeout" not in parsed.query:
+        connect_args["connect_timeout"] = POSTGRESQL_CONNECT_TIMEOUT_S
+    if "application_name" not in parsed.query:
+        connect_args["application_name"] = "canaryd"
+    # pre-ping: a connection the server dropped while idle in the pool is replaced at
+    # checkout instead of failing the next save.
+    return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+
+
+def driver_message(exc: DBAPIError) -> str:
+    """The driver's message on one line."""
+    return " ".join(str(exc.orig).split()) or type(exc.orig).__name__
+
+
+def _unreachable(url: URL, exc: DBAPIError) -> DatabaseError:
+    if url.get_backend_name() == "sqlite":
+        return DatabaseError(
+            f"cannot open SQLite database {url.database!r}: {driver_message(exc)}; check "
+            f"that the directory exists and is writable by this user"
+        )
+    host = f"{url.host or 'localhost'}:{url.port or 5432}"
+    return DatabaseError(
+        f"cannot connect to PostgreSQL at {host} (database {url.database!r}, user "
+        f"{url.username!r}): {driver_message(exc)}; check that the server is running and "
+        f"reachable from here, and the user, password and database name in {mask_url(url)!r}"
+    )
+
+
+@contextmanager
+def connecting(url: URL) -> Iterator[None]:
+    """Around opening a connection: a database that cannot be reached becomes
+    `DatabaseError` saying what to check."""
+    try:
+        yield
+    except (OperationalError, InterfaceError) as exc:
+        raise _unreachable(url, exc) from exc

@@ -1,0 +1,260 @@
+"""The switch service: changes the switch through the policy and applies the result.
+
+The database row is the truth; everything else mirrors it, in a fixed order: the policy's
+outcome is committed under the row lock first, then the state file production reads is
+rewritten atomically, then the optional hooks run (command, webhook, Alertmanager), each
+retried with exponential back-off. A failed actuator is counted, logged and recorded on
+the row (`canaryd switch status` shows it); it never changes or reverts the state, and
+`SwitchService.ensure_applied()` (the daemon at start and on every gate run) re-applies a
+generation whose last application failed. A pending emergency rollback in the state file
+is adopted under the row lock before anything else. CLI and daemon both go through it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from canaryd.config import SwitchConfig
+from canaryd.metrics import CanarydMetrics
+from canaryd.store import SwitchRecord, SwitchStore
+from canaryd.switch.actuators import Actuator, build_actuators, run_actuator, utcnow
+from canaryd.switch.emergency import pending_adoption
+from canaryd.switch.statefile import (
+    STATE_FILE_ACTUATOR,
+    file_generation,
+    is_pending,
+    read_state_file,
+    state_object,
+    write_state_file,
+)
+from gates import (
+    Evaluation,
+    SwitchEvent,
+    SwitchMode,
+    SwitchOutcome,
+    SwitchPolicyConfig,
+    SwitchState,
+    Transition,
+    step,
+)
+
+__all__ = ["ApplyReport", "SwitchChange", "SwitchService"]
+
+log = structlog.get_logger("canaryd.switch")
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyReport:
+    """How applying one generation went: failures by actuator name (empty: all applied)."""
+
+    generation: int
+    failures: dict[str, str] = field(default_factory=dict)
+    file_skipped: bool = False  # a newer generation was already in the state file
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchChange:
+    """A command's or a gate run's result: the policy outcome and, when it changed the
+    state (or the state was not yet applied), how applying it went."""
+
+    outcome: SwitchOutcome
+    report: ApplyReport | None
+    adopted: Transition | None = None  # a pending emergency rollback it synced first
+
+    @property
+    def state(self) -> SwitchState:
+        return self.outcome.state
+
+
+def _actor_kind(actor: str) -> str:
+    return "user" if actor.startswith("user:") else "gate"
+
+
+class SwitchService:
+    """Changes the switch through the policy, under the database row lock, and applies
+    the result: state file, then hooks. Used by the daemon's gate hook and by the CLI."""
+
+    def __init__(
+        self,
+        store: SwitchStore,
+        config: SwitchConfig,
+        policy: SwitchPolicyConfig,
+        *,
+        metrics: CanarydMetrics | None = None,
+        actuators: Sequence[Actuator] | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.policy = policy
+        self.metrics = metrics
+        self.clock = clock
+        self.sleep = sleep
+        self.state_file = config.resolved_state_file()
+        self.actuators = (
+            list(actuators) if actuators is not None else build_actuators(config, clock)
+        )
+
+    def _history(self) -> int:
+        # The policy reads at most the last trip_m (trip) or restore_passes (auto-restore)
+        # evaluations since the last transition; a few more cost nothing.
+        return max(self.policy.trip_m, self.policy.restore_passes) + 5
+
+    def record(self) -> SwitchRecord:
+        return self.store.switch()
+
+    def _change(
+        self, events: Sequence[SwitchEvent], now: datetime, actor: str = ""
+    ) -> SwitchChange:
+        adoption: Transition | None = None
+
+        def decide(state: SwitchState, history: list[Evaluation]) -> SwitchOutcome:
+            nonlocal adoption
+            # Under the row lock: an emergency rollback written while the database was
+            # down is adopted first, so neither a command nor the gates can revert it.
+            start, adoption = pending_adoption(self.state_file, state, now)
+            # A state file from an earlier database may carry a higher generation:
+            # continue above it so the file never goes back.
+            floor = file_generation(self.state_file)
+            if adoption is None and floor > start.generation:
+                start = replace(start, generation=floor)
+            outcome = step(start, history, self.policy, now=now, events=events)
+            transitions = (
+                outcome.transitions if adoption is None else (adoption, *outcome.transitions)
+            )
+            if not transitions:
+                return SwitchOutcome(state, (), outcome.refused)
+            return SwitchOutcome(outcome.state, transitions, outcome.refused)
+
+        outcome = self.store.change_switch(decide, now=now, history=self._history(), actor=actor)
+        self._log(outcome, adoption)
+        report = self.apply(outcome.state) if outcome.transitions else self.ensure_applied()
+        self.export_metrics(outcome.state)
+        return SwitchChange(outcome, report, adoption)
+
+    def adopt_pending(self) -> SwitchChange | None:
+        """Adopt a `pending_sync` state file (an emergency rollback written while the
+        database was down) into the database as a transition at its generation, then
+        apply it (the file is rewritten without the mark); None when there is none."""
+        if not is_pending(read_state_file(self.state_file)):
+            return None  # the common case costs one file read, no database lock
+        now = self.clock()
+        adoption: Transition | None = None
+
+        def decide(state: SwitchState, history: list[Evaluation]) -> SwitchOutcome:
+            nonlocal adoption
+            adopted, adoption = pending_adoption(self.state_file, state, now)
+            return SwitchOutcome(adopted, () if adoption is None else (adoption,))
+
+        outcome = self.store.change_switch(decide, now=now, history=0)
+        if adoption is None:
+            return None
+        self._log(outcome, adoption)
+        report = self.apply(outcome.state)
+        self.export_metrics(outcome.state)
+        return SwitchChange(outcome, report, adoption)
+
+    def _log(self, outcome: SwitchOutcome, adoption: Transition | None) -> None:
+        if adoption is not None:
+            log.warning(
+                "switch.adopted_state_file",
+                generation=adoption.generation,
+                actor=adoption.actor,
+                path=str(self.state_file),
+            )
+        for transition in outcome.transitions:
+            log.warning(
+                "switch.transition",
+                generation=transition.generation,
+                previous=transition.previous.value,
+                target=transition.target.value,
+                control=transition.control.value,
+                actor=transition.actor,
+                reason=transition.reason,
+            )
+            if self.metrics is not None:
+                self.metrics.switch_transition(
+                    transition.target.value, _actor_kind(transition.actor)
+                )
+        for refusal in outcome.refused:
+            log.warning("switch.refused", reason=refusal)
+
+    def command(self, event: SwitchEvent) -> SwitchChange:
+        """A human's rollback, restore or auto, as the policy allows it, then applied."""
+        return self._change([event], self.clock(), actor=f"user:{event.user}")
+
+    def step_gates(self, now: datetime) -> SwitchChange:
+        """Let the policy act on the stored evaluations at `now`, then apply."""
+        return self._change([], now)
+
+    def export_metrics(self, state: SwitchState) -> None:
+        if self.metrics is not None:
+            self.metrics.set_switch(
+                rolled_back=state.mode is SwitchMode.ROLLED_BACK,
+                generation=state.generation,
+                latched=state.latched,
+            )
+
+    def _attempt(self, actuator: Actuator, state: dict[str, Any]) -> str | None:
+        return run_actuator(actuator, state, metrics=self.metrics, sleep=self.sleep)
+
+    def apply(self, state: SwitchState, *, hooks: bool = True) -> ApplyReport:
+        """Mirror `state` to the state file, then run the hooks; record the result on the
+        switch row. Failures are returned and recorded, never raised."""
+        obj = state_object(state)
+        failures: dict[str, str] = {}
+        skipped = False
+        try:
+            skipped = not write_state_file(self.state_file, obj)
+        except OSError as exc:
+            failures[STATE_FILE_ACTUATOR] = f"cannot write {str(self.state_file)!r}: {exc}"
+            if self.metrics is not None:
+                self.metrics.actuator_failed(STATE_FILE_ACTUATOR)
+            log.error("switch.state_file_failed", path=str(self.state_file), error=str(exc))
+        if hooks:
+            for actuator in self.actuators:
+                error = self._attempt(actuator, obj)
+                if error is not None:
+                    failures[actuator.name] = error
+        self.store.record_actuation(state.generation, failures, self.clock())
+        return ApplyReport(state.generation, failures, skipped)
+
+    def ensure_applied(self) -> ApplyReport | None:
+        """Re-apply the stored state when its last application failed or the state file
+        does not show it (a restart, a CLI whose hook failed, a file deleted by hand);
+        None when nothing was needed. Alertmanager is re-pushed while rolled back. A
+        pending emergency rollback in the state file is adopted first, never overwritten."""
+        adopted = self.adopt_pending()
+        if adopted is not None:
+            return adopted.report
+        record = self.store.switch()
+        state = record.state
+        on_disk = read_state_file(self.state_file)
+        if not record.applied or on_disk != state_object(state):
+            return self.apply(state, hooks=not record.applied)
+        now = self.clock()
+        obj = state_object(state)
+        failures: dict[str, str] = {}
+        for actuator in self.actuators:
+            if actuator.keepalive(obj, now):
+                error = self._attempt(actuator, obj)
+                if error is not None:
+                    failures[actuator.name] = error
+        if failures:
+            self.store.record_actuation(state.generation, failures, now)
+            return ApplyReport(state.generation, failures)
+        return None
+
+    def file_matches(self, record: SwitchRecord) -> bool:
+        return read_state_file(self.state_file) == state_object(record.state)

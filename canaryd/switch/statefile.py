@@ -1,0 +1,138 @@
+"""The switch state file production reads (`switch.json`): the state object written to
+it, and its atomic, locked, never-backwards write.
+
+Writers serialise on a lock file beside it, write a temp file in the same directory,
+fsync it, rename it over the file and fsync the directory. A file never goes back to a
+lower generation, and a `pending_sync` file (the kill switch written while the database
+was down) is only replaced by its adoption or a higher generation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from gates import SwitchState
+
+__all__ = [
+    "PENDING_SYNC",
+    "STATE_FILE_ACTUATOR",
+    "file_generation",
+    "file_lock",
+    "generation_of",
+    "is_pending",
+    "read_state_file",
+    "replace_file",
+    "state_object",
+    "without_pending",
+    "write_state_file",
+]
+
+STATE_FILE_ACTUATOR = "state_file"  # its name among the actuators' failures
+PENDING_SYNC = "pending_sync"  # state-file field: written while the database was down
+
+
+def state_object(state: SwitchState) -> dict[str, Any]:
+    """What production reads (the state file, the webhook body, `switch status --json`)."""
+    return {
+        "mode": state.mode.value,
+        "speculative_enabled": state.speculative_enabled,
+        "reason": state.reason,
+        "since": state.since.isoformat() if state.since else None,
+        "actor": state.actor,
+        "generation": state.generation,
+        "control": state.control.value,
+        "latched": state.latched,
+    }
+
+
+def read_state_file(path: Path) -> dict[str, Any] | None:
+    """The state file's object; None when it is missing or unreadable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def generation_of(data: dict[str, Any] | None) -> int:
+    """A state object's generation; -1 when there is none or it is not an integer."""
+    value = data.get("generation") if data else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1
+
+
+def file_generation(path: Path) -> int:
+    return generation_of(read_state_file(path))
+
+
+def is_pending(data: dict[str, Any] | None) -> bool:
+    return data is not None and data.get(PENDING_SYNC) is True
+
+
+def without_pending(data: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in data.items() if key != PENDING_SYNC}
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """The writers' exclusive lock on `path`, held on a lock file beside it."""
+    lock = path.with_name(f".{path.name}.lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def replace_file(path: Path, state: dict[str, Any]) -> None:
+    """The atomic write itself; the caller holds the lock."""
+    body = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), 0o644)  # readable by production's user
+            handle.write(body)
+            handle.flush()
+            os.fsync(handle.fileno())
+        Path(temp).replace(path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def write_state_file(path: Path, state: dict[str, Any]) -> bool:
+    """Atomically replace `path` with `state` as JSON: a temp file in the same directory,
+    fsync, rename, fsync of the directory. Writers serialise on a lock file beside it and
+    never replace a higher generation (a slow writer cannot move production backwards),
+    nor a `pending_sync` emergency file with anything but a higher generation or the same
+    state without the mark (its adoption); returns False when it skipped for that reason."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    generation = int(state["generation"])
+    with file_lock(path):
+        on_disk = read_state_file(path)
+        if generation_of(on_disk) > generation:
+            return False
+        if (
+            on_disk is not None
+            and is_pending(on_disk)
+            and not is_pending(state)
+            and generation_of(on_disk) == generation
+            and without_pending(on_disk) != state
+        ):
+            # A writer that decided before the emergency file appeared lands on the same
+            # generation; the operator's rollback wins until the database adopts it.
+            return False
+        replace_file(path, state)
+    return True

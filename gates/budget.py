@@ -1,0 +1,55 @@
+"""The false-alarm budget: how often, at most, healthy traffic may roll back production.
+
+One budget (`gates.budget`, default 0.1 false rollbacks per 30 days at one pair every
+10 s) is split equally between the sequential detectors of the enforce gates: the error
+gate's paired and ceiling detectors, one per latency metric × quantile (and SLO), the
+quality gate's mismatch, score and loop detectors, the speedup detector and the drift
+gate (whose share is split again between the monitored categories). False-alarm rates
+add, so a detector given ARL0 = N × pairs-per-30-days / budget pairs keeps the sum within
+the budget. Gates in `warn` or `dry_run` mode cannot roll back and take no share; the
+liveness gate is a rule on consecutive failures, not a test, and takes none either.
+"""
+
+from __future__ import annotations
+
+from gates.config import GateConfigBase, GatesConfig
+from gates.core import GateMode
+from gates.sequential import lorden_threshold
+
+SECONDS_PER_30_DAYS = 30 * 86_400.0
+
+
+def detector_count(config: GatesConfig) -> int:
+    """The number of enforce detectors sharing the budget (at least one)."""
+
+    def enforced(section: GateConfigBase) -> bool:
+        return section.mode is GateMode.ENFORCE
+
+    count = 0
+    if enforced(config.error):
+        count += 2
+    if enforced(config.latency):
+        count += len(config.latency.metrics) * len(config.latency.quantiles)
+        count += len(config.latency.slos)
+    if enforced(config.quality):
+        count += 3
+    if enforced(config.speedup):
+        count += 1
+    if enforced(config.drift):
+        count += 1
+    return max(count, 1)
+
+
+def detector_arl0(config: GatesConfig) -> float:
+    """Each detector's in-control average run length, in pairs."""
+    budget = config.budget
+    pairs = SECONDS_PER_30_DAYS / budget.design_pair_interval_s
+    return pairs * detector_count(config) / budget.false_rollbacks_per_30_days
+
+
+def detector_threshold(config: GatesConfig) -> float:
+    """The CUSUM threshold h = log(ARL0) of each detector."""
+    return lorden_threshold(detector_arl0(config))
+
+
+DEFAULT_ARL0 = detector_arl0(GatesConfig())

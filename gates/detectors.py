@@ -1,0 +1,97 @@
+"""The two halves of every statistical check: a sequential detector that may FAIL, and a
+fixed-sample bound that may PASS.
+
+FAIL is the alarm of a likelihood-ratio CUSUM (gates/sequential.py) run pair by pair over
+the window, oldest first, with the detector's share of the false-alarm budget as its
+threshold h: it needs no minimum sample, so overwhelming evidence decides at once, and
+it is recomputed from the stored window on every evaluation, so a decision can be
+replayed. PASS is positive evidence over the same window: a one-sided bound at the
+gate's `confidence` on the right side of the tolerance, with at least `min_samples`.
+Between the two: WARN when the detector is past half its threshold or the estimate is
+past the tolerance, else INCONCLUSIVE; NODATA below `min_samples` (never a PASS).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from gates.config import GateConfigBase
+from gates.core import GateDecision, GateState
+from gates.sequential import LlrCusum, bernoulli_llr, llr_cusum
+from gates.stats import clopper_pearson
+from gates.window import Window, decision
+
+
+def sequential_state(
+    cusum: LlrCusum, h: float, n: int, min_samples: int, passed: bool, warned: bool
+) -> GateState:
+    """The state from the detector (FAIL, WARN) and the bound (PASS) as described above."""
+    if cusum.statistic >= h:
+        return GateState.FAIL
+    if cusum.statistic >= h / 2.0 or cusum.peak >= h:
+        return GateState.WARN
+    if n < min_samples:
+        return GateState.NODATA
+    if passed:
+        return GateState.PASS
+    return GateState.WARN if warned else GateState.INCONCLUSIVE
+
+
+def cusum_note(cusum: LlrCusum, h: float) -> str:
+    change = (
+        f", excursion from pair {cusum.change_index + 1}"
+        if cusum.change_index is not None and cusum.peak > 0
+        else ""
+    )
+    return f"CUSUM {cusum.statistic:.2f} (peak {cusum.peak:.2f}) vs h {h:.2f}{change}"
+
+
+def bernoulli_increments(hits: Sequence[bool], p0: float, p1: float) -> list[float]:
+    hit, miss = bernoulli_llr(p0, p1)
+    return [hit if x else miss for x in hits]
+
+
+def rate_check(
+    name: str,
+    config: GateConfigBase,
+    window: Window,
+    now: datetime,
+    *,
+    hits: Sequence[bool],
+    tolerance: float,
+    p0: float,
+    p1: float,
+    h: float,
+    statistic: str,
+    note: str = "",
+    **extra: Any,
+) -> GateDecision:
+    """A rate that must stay at or below `tolerance`: Bernoulli CUSUM of Bernoulli(p1)
+    against Bernoulli(p0) for FAIL, the Clopper–Pearson upper bound for PASS."""
+    n = len(hits)
+    count = sum(1 for x in hits if x)
+    cusum = llr_cusum(bernoulli_increments(hits, p0, p1), h)
+    rate = count / n if n else 0.0
+    lower, upper = clopper_pearson(count, n, config.confidence) if n else (0.0, 1.0)
+    state = sequential_state(
+        cusum, h, n, config.min_samples, passed=upper <= tolerance, warned=rate > tolerance
+    )
+    return decision(
+        name,
+        config,
+        window,
+        now,
+        state=state,
+        statistic=statistic,
+        n_baseline=n,
+        n_speculative=n,
+        estimate=rate,
+        lower=lower,
+        upper=upper,
+        threshold=tolerance,
+        detail=f"{statistic} {count}/{n} = {rate:.4f} (upper bound {upper:.4f}) vs max "
+        f"{tolerance:g}; {cusum_note(cusum, h)} for p {p0:.4g} → {p1:.4g}{note}",
+        **extra,
+    )

@@ -1,0 +1,83 @@
+"""The false-alarm budget: how many detectors share it, and each one's ARL0 and threshold."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gates import GatesConfig
+from gates.budget import (
+    DEFAULT_ARL0,
+    SECONDS_PER_30_DAYS,
+    detector_arl0,
+    detector_count,
+    detector_threshold,
+)
+
+
+def config(**sections: object) -> GatesConfig:
+    return GatesConfig.model_validate(sections)
+
+
+class TestDetectorCount:
+    def test_defaults_count_ten_detectors(self) -> None:
+        """Error 2 + latency 3 metrics × 1 quantile + quality 3 + speedup 1 + drift 1 = 10."""
+        assert detector_count(GatesConfig()) == 2 + 3 + 3 + 1 + 1 == 10
+
+    @pytest.mark.parametrize(
+        ("section", "share"),
+        [("error", 2), ("latency", 3), ("quality", 3), ("speedup", 1), ("drift", 1)],
+    )
+    @pytest.mark.parametrize("mode", ["warn", "dry_run"])
+    def test_a_gate_that_cannot_roll_back_takes_no_share(
+        self, section: str, share: int, mode: str
+    ) -> None:
+        """A gate in warn or dry_run mode leaves its detectors out of the count."""
+        assert detector_count(config(**{section: {"mode": mode}})) == 10 - share
+
+    def test_liveness_takes_no_share(self) -> None:
+        """The liveness rule is not a test: its mode does not change the count."""
+        assert detector_count(config(liveness={"mode": "warn"})) == 10
+
+    def test_latency_counts_metric_quantile_pairs_and_slos(self) -> None:
+        """Two metrics × two quantiles plus one SLO are five latency detectors."""
+        latency = {
+            "metrics": ["e2e", "ttft"],
+            "quantiles": [0.9, 0.99],
+            "slos": [{"metric": "e2e", "quantile": 0.9, "max_seconds": 2.0}],
+        }
+        assert detector_count(config(latency=latency)) == 2 + 5 + 3 + 1 + 1
+
+    def test_nothing_enforced_still_counts_one(self) -> None:
+        """With every gate in warn mode the count is one, never zero."""
+        warn = {"mode": "warn"}
+        sections = {s: warn for s in ("error", "latency", "quality", "speedup", "drift")}
+        assert detector_count(config(**sections)) == 1
+
+
+class TestDetectorArl0:
+    def test_default_arl0_and_threshold(self) -> None:
+        """0.1 false rollbacks per 30 days at one pair per 10 s over 10 detectors: each
+        detector's ARL0 is 259,200 × 10 / 0.1 pairs, and h = log of it (about 17.07)."""
+        pairs = SECONDS_PER_30_DAYS / 10.0
+        assert pairs == 259_200
+        assert detector_arl0(GatesConfig()) == pytest.approx(pairs * 10 / 0.1)
+        assert detector_arl0(GatesConfig()) == DEFAULT_ARL0
+        assert detector_threshold(GatesConfig()) == pytest.approx(math.log(DEFAULT_ARL0))
+        assert detector_threshold(GatesConfig()) == pytest.approx(17.07, abs=0.01)
+
+    def test_scales_with_the_detector_count(self) -> None:
+        """Putting the error gate (2 of 10 detectors) in warn mode scales ARL0 by 8 / 10."""
+        fewer = detector_arl0(config(error={"mode": "warn"}))
+        assert fewer == pytest.approx(DEFAULT_ARL0 * 8 / 10)
+
+    def test_scales_inversely_with_the_budget(self) -> None:
+        """Doubling the allowed false rollbacks halves each detector's ARL0."""
+        doubled = detector_arl0(config(budget={"false_rollbacks_per_30_days": 0.2}))
+        assert doubled == pytest.approx(DEFAULT_ARL0 / 2)
+
+    def test_a_slower_design_schedule_needs_fewer_pairs(self) -> None:
+        """At one pair a minute a 30-day budget covers six times fewer pairs."""
+        slower = detector_arl0(config(budget={"design_pair_interval_s": 60.0}))
+        assert slower == pytest.approx(DEFAULT_ARL0 / 6)

@@ -1,0 +1,133 @@
+"""The two halves of every statistical check — the CUSUM that may FAIL and the bound that
+may PASS — and what they mean for gross faults and for the evidence a gate reads."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+
+from gates import GateState, error_gate, quality_gate
+from gates.budget import DEFAULT_ARL0
+from gates.config import ErrorGateConfig, GateConfigBase, QualityGateConfig
+from gates.core import GateDecision
+from gates.detectors import sequential_state
+from gates.records import PairRecord
+from gates.sequential import LlrCusum
+from gates.window import select
+from tests.gates.conftest import at, record, result, scores
+
+H = 10.0
+
+
+def cusum(statistic: float, peak: float | None = None) -> LlrCusum:
+    return LlrCusum(statistic, statistic if peak is None else peak, None, None, 1)
+
+
+def first_fail(
+    records: list[PairRecord], gate: Callable[..., GateDecision], config: GateConfigBase
+) -> tuple[int, GateDecision]:
+    """The number of pairs after which `gate` first FAILs, re-evaluating pair by pair."""
+    decision = None
+    for n in range(1, len(records) + 1):
+        decision = gate(records[:n], config, now=at(n))
+        if decision.state is GateState.FAIL:
+            return n, decision
+    raise AssertionError(f"no FAIL in {len(records)} pairs: {decision}")
+
+
+class TestSequentialState:
+    def test_alarm_fails_without_a_minimum_sample(self) -> None:
+        """S ≥ h is a FAIL even with three pairs and min_samples 100."""
+        assert sequential_state(cusum(H), H, 3, 100, passed=False, warned=False) is GateState.FAIL
+
+    def test_alarm_overrides_a_passing_bound(self) -> None:
+        """The detector's FAIL wins over a bound on the right side of the tolerance."""
+        state = sequential_state(cusum(H + 1), H, 500, 100, passed=True, warned=False)
+        assert state is GateState.FAIL
+
+    @pytest.mark.parametrize(
+        ("statistic", "peak"), [(H / 2, H / 2), (0.0, H), (H - 0.01, H - 0.01)]
+    )
+    def test_half_threshold_or_a_past_alarm_warns(self, statistic: float, peak: float) -> None:
+        """S past h/2, or a peak that reached h earlier in the window, is a WARN, even with
+        a passing bound and too few pairs."""
+        assert (
+            sequential_state(cusum(statistic, peak), H, 3, 100, passed=True, warned=False)
+            is GateState.WARN
+        )
+
+    def test_quiet_detector_below_min_samples_is_nodata(self) -> None:
+        """Below min_samples a quiet detector is NODATA, never PASS."""
+        state = sequential_state(cusum(1.0), H, 99, 100, passed=True, warned=False)
+        assert state is GateState.NODATA
+
+    @pytest.mark.parametrize(
+        ("passed", "warned", "expected"),
+        [
+            (True, False, GateState.PASS),
+            (True, True, GateState.PASS),
+            (False, True, GateState.WARN),
+            (False, False, GateState.INCONCLUSIVE),
+        ],
+    )
+    def test_with_enough_pairs_the_bound_decides(
+        self, passed: bool, warned: bool, expected: GateState
+    ) -> None:
+        """With min_samples and a quiet detector: PASS on the bound, WARN on the estimate,
+        otherwise INCONCLUSIVE."""
+        assert sequential_state(cusum(1.0), H, 100, 100, passed, warned) is expected
+
+
+class TestSelectSince:
+    def test_since_excludes_pairs_at_or_before_it(self) -> None:
+        """Only pairs that started after `since` are evidence; the window starts after it."""
+        records = [record(i) for i in range(20)]
+        window = select(records, ErrorGateConfig(), at(20), since=at(9))
+        assert [r.pair_id for r in window.records] == [f"p{i}" for i in range(10, 20)]
+        assert window.start == at(10)
+        assert window.end == at(19)
+
+    def test_nothing_after_since_is_an_empty_window(self) -> None:
+        """A `since` after the newest pair leaves nothing to judge: NODATA."""
+        records = [record(i) for i in range(200)]
+        assert not select(records, ErrorGateConfig(), at(300), since=at(250)).records
+        decision = error_gate(records, ErrorGateConfig(), now=at(300), since=at(250))
+        assert decision.state is GateState.NODATA
+
+    def test_since_drops_a_fault_before_the_last_transition(self) -> None:
+        """A dead speculative arm before `since` (say, before a restore) no longer FAILs
+        the error gate; the clean pairs after it are judged alone."""
+        dead = [record(i, speculative=result(ok=False)) for i in range(50)]
+        clean = [record(50 + i) for i in range(400)]
+        config = ErrorGateConfig()
+        assert error_gate([*dead, *clean], config, now=at(450)).state is GateState.FAIL
+        after = error_gate([*dead, *clean], config, now=at(450), since=at(49))
+        assert after.state is GateState.PASS
+        assert after.window_start == at(50)
+
+
+class TestGrossFaults:
+    def test_greedy_mismatch_storm_fails_quality_within_twenty_pairs(self) -> None:
+        """80 % greedy mismatches add about 0.8 · log 4 per pair to the mismatch CUSUM
+        (0.5 % → 2 %), which crosses h = log(ARL0) ≈ 17.1 after 16 pairs: FAIL long
+        before min_samples = 100 pairs."""
+        records = [record(i, pair_scores=scores(exact=i % 5 == 4)) for i in range(40)]
+        config = QualityGateConfig()
+        n, decision = first_fail(records, quality_gate, config)
+        assert n <= 20 < config.min_samples
+        assert decision.detail.startswith("FAIL by quality.mismatch")
+        assert decision.statistic == "greedy mismatch rate"
+
+    def test_dead_speculative_arm_fails_the_error_gate_within_25_pairs(self) -> None:
+        """Every speculative request failing, the baseline fine: each pair adds log 2 to
+        the ceiling CUSUM (2 % → 4 %), so it alarms at ⌈h / log 2⌉ = 25 pairs, although
+        min_samples is 100."""
+        records = [record(i, speculative=result(ok=False)) for i in range(60)]
+        config = ErrorGateConfig()
+        n, decision = first_fail(records, error_gate, config)
+        assert n == math.ceil(math.log(DEFAULT_ARL0) / math.log(2.0)) == 25
+        assert n < config.min_samples
+        assert decision.detail.startswith("FAIL by error.ceiling")
+        assert decision.n_baseline == 25
