@@ -145,6 +145,7 @@ class LivenessGateConfig(GateConfigBase):
     critical: bool = True
     min_samples: int = Field(default=5, ge=1)
     window_pairs: int | None = Field(default=50, ge=1)
+    window_seconds: float | None = Field(default=6 * 3600.0, gt=0)
     max_consecutive_failures: int = Field(default=5, ge=1)
     max_failure_rate: float = Field(default=0.5, gt=0, le=1)
 

@@ -3,9 +3,10 @@
 Two detectors on the window's pairs, oldest first. Pairs where both arms failed say
 nothing about the speculative arm (a shared outage) and are left out of both.
 - paired: a Bernoulli CUSUM on speculative-only failures. Its in-control rate p0 is the
-  upper confidence bound of the baseline-only failure rate in the same window (equal
-  arms fail alone equally often), its alternative p1 = p0 + `max_excess_rate`: an excess
-  smaller than that is not worth a rollback, and pushes the statistic down as often as up.
+  edge of what is tolerated: the upper confidence bound of the baseline-only failure
+  rate in the same window (equal arms fail alone equally often) plus `max_excess_rate`;
+  its alternative is `alarm_factor` × p0. An excess within the tolerance pushes the
+  statistic down, never up.
   PASS when the upper bound of the speculative-only rate is within the baseline-only rate
   plus `max_excess_rate`.
 - ceiling: a Bernoulli CUSUM on speculative failures among pairs whose baseline
@@ -52,7 +53,9 @@ def error_gate(
     baseline_only = sum(1 for r in judged if not r.baseline.ok)
     baseline_rate = baseline_only / n
     _, baseline_upper = clopper_pearson(baseline_only, n, config.confidence)
-    p0 = min(max(baseline_upper, _RATE_FLOOR), 0.5)
+    # The edge of acceptable: the baseline's own rate (its upper bound) plus the excess
+    # tolerated; the alarm is for `alarm_factor` times that.
+    p0 = min(max(baseline_upper, _RATE_FLOOR) + config.max_excess_rate, 0.5)
     paired = rate_check(
         f"{NAME}.paired",
         config,
@@ -61,7 +64,7 @@ def error_gate(
         hits=[not r.speculative.ok for r in judged],
         tolerance=min(baseline_rate + config.max_excess_rate, 1.0),
         p0=p0,
-        p1=min(p0 + config.max_excess_rate, 0.99),
+        p1=min(config.alarm_factor * p0, 0.99),
         h=h,
         statistic="speculative-only failure rate",
         note=f"; baseline-only failures {baseline_only}/{n}; {both_failed} pairs where both "

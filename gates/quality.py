@@ -7,32 +7,38 @@ oldest first:
   `mismatch_alarm_factor` × `max_mismatch_rate` against `max_mismatch_rate`; PASS when the
   Clopper–Pearson upper bound is within `max_mismatch_rate`. An 80 % mismatch rate
   alarms within about fifteen pairs.
-- score: pairs where the speculative arm's task score is lower than the baseline's,
-  against pairs where it is higher (only prompts with a check or reference score). The
-  in-control rate of "speculative worse" is the upper bound of "speculative better";
-  the alternative adds `score_margin`. PASS when the mean score delta's lower t bound is
-  at or above −`score_margin`.
-- loops: speculative-only repetition loops, the same paired construction against
-  baseline-only loops with `max_loop_rate` as the excess that matters.
+- score: the paired task-score delta (speculative − baseline; only prompts with a check
+  or reference score), a Gaussian CUSUM of mean −2 × `score_margin` against the edge
+  −`score_margin`, with the window's sd of the deltas (at least 0.25). Deltas
+  count by their size, so occasional tiny differences never add up to an alarm. PASS
+  when the mean delta's lower t bound is at or above −`score_margin`.
+- loops: speculative-only repetition loops; the edge is the baseline-only loop rate's
+  upper bound plus `max_loop_rate`, the alarm twice that.
 A check with nothing to judge (no scored prompts, no greedy pairs) is left out.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from datetime import datetime
 
 from gates.budget import DEFAULT_ARL0
 from gates.config import QualityGateConfig
 from gates.core import GateDecision
-from gates.detectors import bernoulli_increments, cusum_note, rate_check, sequential_state
+from gates.detectors import cusum_note, rate_check, sequential_state
 from gates.records import PairRecord, PairScores
-from gates.sequential import llr_cusum, lorden_threshold
+from gates.sequential import gaussian_llr, llr_cusum, lorden_threshold
 from gates.stats import clopper_pearson, mean_t_bounds
 from gates.window import Window, combined, decision, nodata, select
 
 NAME = "quality"
 _RATE_FLOOR = 1e-4
+_LOOP_ALARM_FACTOR = 2.0  # the loop detector alarms on twice the tolerated rate
+_SCORE_ALARM_FACTOR = 2.0  # the score detector alarms on a mean delta of twice the margin
+# Task-score deltas are mostly 0 with rare ±1 (a check passed on one arm only): each delta
+# is clipped to this many sds around the two means, so one such pair cannot alarm alone.
+_SCORE_CLIP_SDS = 3.0
 
 
 def quality_gate(
@@ -82,7 +88,7 @@ def quality_gate(
     n = len(scores)
     baseline_only = sum(1 for s in scores if s.baseline_loop and not s.speculative_loop)
     _, baseline_upper = clopper_pearson(baseline_only, n, config.confidence)
-    p0 = min(max(baseline_upper, _RATE_FLOOR), 0.5)
+    p0 = min(max(baseline_upper, _RATE_FLOOR) + config.max_loop_rate, 0.5)
     components.append(
         rate_check(
             f"{NAME}.loops",
@@ -92,7 +98,7 @@ def quality_gate(
             hits=[s.speculative_loop and not s.baseline_loop for s in scores],
             tolerance=min(baseline_only / n + config.max_loop_rate, 1.0),
             p0=p0,
-            p1=min(p0 + max(config.max_loop_rate, _RATE_FLOOR), 0.99),
+            p1=min(_LOOP_ALARM_FACTOR * p0, 0.99),
             h=h,
             statistic="speculative-only loop rate",
             note=f"; baseline-only loops {baseline_only}/{n}",
@@ -108,10 +114,14 @@ def _score(
     n = len(deltas)
     better = sum(1 for d in deltas if d > 0)
     worse = sum(1 for d in deltas if d < 0)
-    _, better_upper = clopper_pearson(better, n, config.confidence)
-    p0 = min(max(better_upper, _RATE_FLOOR), 0.5)
-    p1 = min(p0 + max(config.score_margin, _RATE_FLOOR), 0.99)
-    cusum = llr_cusum(bernoulli_increments([d < 0 for d in deltas], p0, p1), h)
+    margin = max(config.score_margin, _RATE_FLOOR)
+    spread = statistics.pstdev(deltas) if n >= 2 else 0.0
+    sigma = max(spread, margin)
+    mu0, mu1 = -margin, -_SCORE_ALARM_FACTOR * margin
+    clipped = [
+        min(max(d, mu1 - _SCORE_CLIP_SDS * sigma), mu0 + _SCORE_CLIP_SDS * sigma) for d in deltas
+    ]
+    cusum = llr_cusum(gaussian_llr(clipped, mu0, mu1, sigma), h)
     threshold = -config.score_margin
     if n >= 2:
         mean, lower, upper = mean_t_bounds(deltas, config.confidence)
@@ -140,5 +150,6 @@ def _score(
         threshold=threshold,
         detail=f"score delta {mean:+.4f} [{lower:+.4f}, {upper:+.4f}] vs margin "
         f"{threshold:+g} ({n} scored pairs: {worse} worse, {better} better); "
-        f"{cusum_note(cusum, h)} for worse-rate {p0:.4g} → {p1:.4g}",
+        f"{cusum_note(cusum, h)} for mean delta {-margin:+.4g} → "
+        f"{mu1:+.4g}, sd {sigma:.4g}",
     )

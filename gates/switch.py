@@ -103,15 +103,17 @@ def _newest_pair(evaluation: Evaluation) -> datetime | None:
 
 def _with_new_data(evaluations: Sequence[Evaluation]) -> list[Evaluation]:
     """The evaluations that saw a pair newer than every earlier one: k-of-m counts new
-    evidence, not the same window judged again a minute later."""
+    evidence, not the same window judged again a minute later. An evaluation that names
+    no window (no decision read any pair) is kept: it cannot be shown to repeat one."""
     kept: list[Evaluation] = []
     newest: datetime | None = None
     for evaluation in evaluations:
         end = _newest_pair(evaluation)
-        if end is None or (newest is not None and end <= newest):
+        if end is not None and newest is not None and end <= newest:
             continue
         kept.append(evaluation)
-        newest = end
+        if end is not None:
+            newest = end
     return kept
 
 

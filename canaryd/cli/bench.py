@@ -99,7 +99,7 @@ def bench(
     ),
     as_json: Annotated[bool, typer.Option("--json", help="print results.json on stdout")] = False,
 ) -> None:
-    """Run the seeds' evaluation: warm-up, concurrency ladder, acceptance, consistency."""
+    """Run the one-shot evaluation: warm-up, concurrency ladder, acceptance, consistency."""
     configure_logging(level="WARNING")
     levels = parse_concurrency(concurrency)
     if duration is not None and requests is not None:

@@ -14,7 +14,7 @@ from canaryd.store.abc import (
     StoredRun,
     SwitchStore,
 )
-from canaryd.store.database import EXPECTED_URL_FORMS, mask_url, resolve_database_url
+from canaryd.store.database import EXPECTED_URL_FORMS, mask_url
 from canaryd.store.migrations import (
     current_revision,
     head_revision,
@@ -45,7 +45,6 @@ __all__ = [
     "head_revision",
     "known_revisions",
     "mask_url",
-    "resolve_database_url",
     "schema_problem",
     "upgrade",
 ]

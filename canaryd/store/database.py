@@ -1,7 +1,7 @@
 """Database URLs and engines: where canaryd's history lives and how to connect to it.
 
-This module owns resolving the URL (`--url`, env CANARYD_DATABASE_URL, or the default
-SQLite file), parsing and masking it, the supported drivers, and turning it into a
+This module owns parsing and masking the URL (which URL: `StorageConfig.resolved_url`),
+the supported drivers, and turning it into a
 configured engine (SQLite: WAL, busy timeout, foreign keys, transactional DDL;
 PostgreSQL: pre-ping, connect timeout). It also turns a driver failure into the one-line
 `DatabaseError` a person can act on (unreachable server, unwritable SQLite directory).
@@ -9,7 +9,6 @@ PostgreSQL: pre-ping, connect timeout). It also turns a driver failure into the 
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,7 +20,6 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
 
 from canaryd.errors import DatabaseError
-from canaryd.paths import default_database_url
 
 __all__ = [
     "EXPECTED_URL_FORMS",
@@ -33,7 +31,6 @@ __all__ = [
     "make_engine",
     "mask_url",
     "parse_url",
-    "resolve_database_url",
     "sqlite_path",
 ]
 
@@ -48,11 +45,6 @@ _SUPPORTED_DRIVERS = {
     "postgresql": "postgresql+psycopg",
     "postgresql+psycopg": "postgresql+psycopg",
 }
-
-
-def resolve_database_url(explicit: str | None = None) -> str:
-    """`explicit` (e.g. `--url`), else env CANARYD_DATABASE_URL, else the default SQLite file."""
-    return explicit or os.environ.get("CANARYD_DATABASE_URL") or default_database_url()
 
 
 def mask_url(url: str | URL) -> str:

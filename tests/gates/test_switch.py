@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -16,11 +17,14 @@ from gates import (
     SwitchMode,
     SwitchPolicyConfig,
     SwitchState,
+    Transition,
     step,
 )
 from tests.gates.conftest import T0
 
 POLICY = SwitchPolicyConfig()
+K3_OF_5 = SwitchPolicyConfig(trip_k=3, trip_m=5)
+K2_OF_3 = SwitchPolicyConfig(trip_k=2, trip_m=3)
 AUTO_RESTORE = SwitchPolicyConfig(auto_restore=True, cooldown_seconds=600)
 
 
@@ -38,8 +42,11 @@ def gate(
     return GateDecision(name=name, state=state, mode=mode, critical=critical, evaluated_at=T0)
 
 
-def evaluation(n: float, *decisions: GateDecision) -> Evaluation:
-    return Evaluation(minute(n), decisions)
+def evaluation(n: float, *decisions: GateDecision, newest: float | None = None) -> Evaluation:
+    """The evaluation at minute `n`, its windows ending with a pair from minute `newest`
+    (by default `n`: every evaluation saw a new pair)."""
+    end = minute(n if newest is None else newest)
+    return Evaluation(minute(n), tuple(replace(d, window_end=end) for d in decisions))
 
 
 def run(
@@ -49,11 +56,11 @@ def run(
     state: SwitchState | None = None,
     start: float = 1,
     **gate_options: object,
-) -> tuple[SwitchState, list[Evaluation], list]:
+) -> tuple[SwitchState, list[Evaluation], list[Transition]]:
     """Feed one evaluation a minute with the given latency states, stepping the policy."""
     state = state or SwitchState()
     history: list[Evaluation] = []
-    transitions: list = []
+    transitions: list[Transition] = []
     for offset, gate_state in enumerate(states):
         history.append(evaluation(start + offset, gate(gate_state, **gate_options)))  # type: ignore[arg-type]
         outcome = step(state, history, policy, now=minute(start + offset))
@@ -72,9 +79,17 @@ F, P, N, W, INC = (
 
 
 class TestTrip:
+    def test_default_trips_on_the_first_fail(self) -> None:
+        """A gate FAIL is already a sequential alarm: by default (1 of 1) the first trips."""
+        state, _, transitions = run([P, F])
+        assert state.mode is SwitchMode.ROLLED_BACK
+        assert transitions[0].at == minute(2)
+        assert "FAILed in 1 of the last 1 evaluations" in transitions[0].reason
+
     def test_three_of_five_failures_trip(self) -> None:
-        """FAIL, PASS, FAIL, PASS, FAIL: the third FAIL in five evaluations trips."""
-        state, _, transitions = run([F, P, F, P, F])
+        """With trip_k = 3 of trip_m = 5, FAIL, PASS, FAIL, PASS, FAIL: the third FAIL in
+        five evaluations trips."""
+        state, _, transitions = run([F, P, F, P, F], policy=K3_OF_5)
         assert state.mode is SwitchMode.ROLLED_BACK
         assert state.generation == 1
         assert len(transitions) == 1
@@ -82,14 +97,14 @@ class TestTrip:
         assert transitions[0].evidence[0].state is GateState.FAIL
 
     def test_two_of_five_do_not_trip(self) -> None:
-        """Isolated FAILs (never 3 in any 5) leave the switch alone."""
-        state, _, transitions = run([F, P, P, F, P, P, P, F, P, P])
+        """With 3 of 5, isolated FAILs (never 3 in any 5) leave the switch alone."""
+        state, _, transitions = run([F, P, P, F, P, P, P, F, P, P], policy=K3_OF_5)
         assert state.mode is SwitchMode.AUTO
         assert transitions == []
 
     def test_critical_gate_trips_at_once(self) -> None:
-        """A single FAIL of a critical gate trips immediately."""
-        state, _, transitions = run([F], critical=True)
+        """A single FAIL of a critical gate trips immediately, whatever k-of-m says."""
+        state, _, transitions = run([F], critical=True, policy=K3_OF_5)
         assert state.mode is SwitchMode.ROLLED_BACK
         assert "critical" in transitions[0].reason
 
@@ -105,10 +120,46 @@ class TestTrip:
         assert state.mode is SwitchMode.AUTO
 
 
+class TestNewEvidence:
+    def test_same_window_judged_twice_counts_once(self) -> None:
+        """With 2 of 3, two FAILing evaluations of the same window (same newest pair) do
+        not trip: the second saw no new pair and is not counted."""
+        history = [evaluation(1, gate(F)), evaluation(2, gate(F), newest=1)]
+        outcome = step(SwitchState(), history, K2_OF_3, now=minute(2))
+        assert outcome.state.mode is SwitchMode.AUTO
+        assert outcome.transitions == ()
+
+    def test_two_fails_on_new_pairs_trip(self) -> None:
+        """With 2 of 3, two FAILing evaluations that each saw new pairs trip."""
+        history = [evaluation(1, gate(F)), evaluation(2, gate(F))]
+        outcome = step(SwitchState(), history, K2_OF_3, now=minute(2))
+        assert outcome.state.mode is SwitchMode.ROLLED_BACK
+        assert "FAILed in 2 of the last 2 evaluations" in outcome.transitions[0].reason
+
+    def test_repeats_are_skipped_not_counted_as_passes(self) -> None:
+        """A repeat of the same window between two FAILs on new pairs neither counts nor
+        pushes the first FAIL out of the last 3: the second new FAIL trips."""
+        history = [
+            evaluation(1, gate(F)),
+            evaluation(2, gate(F), newest=1),
+            evaluation(3, gate(P), newest=1),
+            evaluation(4, gate(F)),
+        ]
+        outcome = step(SwitchState(), history, K2_OF_3, now=minute(4))
+        assert outcome.state.mode is SwitchMode.ROLLED_BACK
+
+    def test_evaluations_naming_no_window_are_counted(self) -> None:
+        """An evaluation whose decisions name no window cannot be shown to repeat one, so
+        it counts: two such FAILs trip 2 of 3."""
+        history = [Evaluation(minute(1), (gate(F),)), Evaluation(minute(2), (gate(F),))]
+        outcome = step(SwitchState(), history, K2_OF_3, now=minute(2))
+        assert outcome.state.mode is SwitchMode.ROLLED_BACK
+
+
 class TestCooldownLatchRestore:
     def test_no_auto_restore_by_default(self) -> None:
         """With auto_restore off, any amount of PASS evidence leaves the switch rolled back."""
-        state, _, _ = run([F, F, F, *[P] * 100])
+        state, _, _ = run([F, *[P] * 100])
         assert state.mode is SwitchMode.ROLLED_BACK
 
     def test_auto_restore_waits_for_cooldown_and_fresh_passes(self) -> None:
@@ -117,8 +168,9 @@ class TestCooldownLatchRestore:
         state, _, transitions = run([F, F, F, *[P] * 12], policy=AUTO_RESTORE)
         assert state.mode is SwitchMode.AUTO
         assert state.generation == 2
+        assert transitions[0].at == minute(1)  # the first FAIL trips (1 of 1)
         assert transitions[1].actor == "gate:all"
-        assert transitions[1].at == minute(3 + 10)  # trip at minute 3, cooldown ends at 13
+        assert transitions[1].at == minute(1 + 10)  # cooldown ends at 11, 3 PASSes by then
 
     def test_nodata_never_restores(self) -> None:
         """NODATA and INCONCLUSIVE evidence never restores, however long it lasts."""
@@ -229,7 +281,7 @@ class TestManualOverride:
         for action in ("rollback", "rollback", "auto", "auto"):
             state = step(
                 state, [], POLICY, now=minute(len(seen)),
-                events=[SwitchEvent(action, "eve", "x")],  # type: ignore[arg-type]
+                events=[SwitchEvent(action, "eve", "x")],
             ).state  # fmt: skip
             seen.append(state.generation)
         assert seen == [0, 1, 1, 2, 2]
