@@ -32,6 +32,7 @@ from pydantic_settings import (
 
 from canaryd import paths
 from canaryd.errors import ConfigError
+from canaryd.store.database import mask_url
 from engine.config import EngineConfig, SpeculativeConfig, TransformersEngineConfig
 from gates import GatesConfig
 
@@ -40,7 +41,7 @@ DATABASE_URL_ENV = "CANARYD_DATABASE_URL"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ArmsConfig(_Section):
@@ -245,6 +246,7 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         extra="ignore",
         nested_model_default_partial_update=True,
+        allow_inf_nan=False,
     )
 
     arms: ArmsConfig = Field(default_factory=ArmsConfig)
@@ -270,8 +272,12 @@ class Settings(BaseSettings):
         return env_settings, init_settings
 
     def snapshot(self) -> dict[str, Any]:
-        """The effective configuration, JSON-safe, as stored with every run."""
+        """The effective configuration, JSON-safe, as stored with every run: secrets
+        masked (`SecretStr` fields, the database password), so the runs table can be
+        readable by dashboards."""
         data: dict[str, Any] = json.loads(self.model_dump_json())
+        if data.get("storage", {}).get("url"):
+            data["storage"]["url"] = mask_url(data["storage"]["url"])
         return data
 
     def config_hash(self) -> str:

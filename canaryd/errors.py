@@ -23,6 +23,7 @@ __all__ = [
     "ProvisioningError",
     "RunNotFoundError",
     "SinceError",
+    "StatusServerError",
     "UnknownCategoryError",
 ]
 
@@ -103,3 +104,14 @@ class RunNotFoundError(CanarydError, LookupError):
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         super().__init__(f"no run {run_id!r} in the database; `canaryd status` lists the latest")
+
+
+class StatusServerError(CanarydError, OSError):
+    """The status server could not listen on its configured address."""
+
+    def __init__(self, listen: str, reason: str) -> None:
+        self.listen, self.reason = listen, reason
+        super().__init__(
+            f"cannot serve /metrics on {listen!r}: {reason}: set server.listen "
+            f"(or CANARYD_SERVER__LISTEN) to a free host:port"
+        )

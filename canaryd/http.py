@@ -20,27 +20,16 @@ from typing import Any
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from canaryd.errors import CanarydError
+from canaryd.errors import StatusServerError
 from canaryd.metrics import CanarydMetrics
 
-__all__ = ["Probe", "StatusServer", "StatusServerError"]
+__all__ = ["Probe", "StatusServer"]
 
 log = structlog.get_logger(__name__)
 
 Probe = Callable[[], tuple[bool, dict[str, Any]]]
 _JSON = "application/json"
 _REQUEST_TIMEOUT_S = 10.0  # a stalled client must not hold a handler thread for ever
-
-
-class StatusServerError(CanarydError, OSError):
-    """The status server could not listen on its configured address."""
-
-    def __init__(self, listen: str, reason: str) -> None:
-        self.listen, self.reason = listen, reason
-        super().__init__(
-            f"cannot serve /metrics on {listen!r}: {reason}: set server.listen "
-            f"(or CANARYD_SERVER__LISTEN) to a free host:port"
-        )
 
 
 def _split_listen(listen: str) -> tuple[str, int]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine.errors import MetricsFormatError
 from engine.types import AcceptanceSource, SpeculativeStats
 
 Counters = dict[str, float]
@@ -36,14 +37,6 @@ VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 TGI_SKIPPED = "tgi_request_skipped_tokens"
-
-
-class MetricsFormatError(ValueError):
-    """A /metrics or /server_info body that does not parse."""
-
-    def __init__(self, what: str, reason: str) -> None:
-        self.what, self.reason = what, reason
-        super().__init__(f"unparseable {what}: {reason}")
 
 
 def counter_delta(before: float, after: float) -> float:

@@ -29,3 +29,11 @@ class EngineConfigError(EngineError, ValueError):
     def __init__(self, key: str, reason: str) -> None:
         self.key, self.reason = key, reason
         super().__init__(f"engine config {key}: {reason}")
+
+
+class MetricsFormatError(ValueError):
+    """A /metrics or /server_info body that does not parse."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        self.what, self.reason = what, reason
+        super().__init__(f"unparseable {what}: {reason}")

@@ -17,7 +17,7 @@ LatencyMetric = Literal["e2e", "ttft", "tpot"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class GateConfigBase(_Strict):

@@ -37,6 +37,12 @@ __all__ = [
 EXPECTED_URL_FORMS = "sqlite:///path or postgresql+psycopg://user:pass@host/db"
 SQLITE_BUSY_TIMEOUT_S = 30.0  # a writer waits this long for another writer; `?timeout=` overrides
 POSTGRESQL_CONNECT_TIMEOUT_S = 10  # `?connect_timeout=` overrides
+# Server-side limits (one named in `?options=-c name=value` overrides its default): a
+# held row lock, a stuck query or a session left idle in a transaction fails instead of
+# hanging the daemon or the kill switch, which then takes its emergency path.
+POSTGRESQL_STATEMENT_TIMEOUT_MS = 30_000
+POSTGRESQL_LOCK_TIMEOUT_MS = 10_000
+POSTGRESQL_IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000
 SQLITE_IMMEDIATE = "canaryd_sqlite_immediate"  # execution option read by _sqlite_on_begin
 _SUPPORTED_DRIVERS = {
     "sqlite": "sqlite",
@@ -47,14 +53,22 @@ _SUPPORTED_DRIVERS = {
 }
 
 
+_SECRET_QUERY_KEYS = {"password", "passwd", "sslpassword", "passfile", "sslkey"}
+
+
 def mask_url(url: str | URL) -> str:
-    """The URL with its password replaced by `***`, even when it does not parse."""
-    if isinstance(url, URL):
-        return url.render_as_string(hide_password=True)
+    """The URL with its password — in the netloc or as a query parameter such as
+    `?password=` — replaced by `***`, even when it does not parse."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = url if isinstance(url, URL) else make_url(url)
     except (ArgumentError, ValueError):
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+        text = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", str(url))
+        keys = "|".join(sorted(_SECRET_QUERY_KEYS))
+        return re.sub(rf"([?&](?:{keys})=)[^&]*", r"\1***", text, flags=re.IGNORECASE)
+    secret = [k for k in parsed.query if k.lower() in _SECRET_QUERY_KEYS]
+    if secret:
+        parsed = parsed.update_query_dict({k: "***" for k in secret})
+    return parsed.render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
 
 
 def parse_url(url: str) -> URL:
@@ -127,9 +141,26 @@ def make_engine(url: str, *, create: bool = False) -> Engine:
         connect_args["connect_timeout"] = POSTGRESQL_CONNECT_TIMEOUT_S
     if "application_name" not in parsed.query:
         connect_args["application_name"] = "canaryd"
+    limits = _postgresql_limits(str(parsed.query.get("options", "")))
+    if limits:
+        connect_args["options"] = " ".join(
+            [*([str(parsed.query["options"])] if "options" in parsed.query else []), limits]
+        )
     # pre-ping: a connection the server dropped while idle in the pool is replaced at
     # checkout instead of failing the next save.
     return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+
+
+def _postgresql_limits(user_options: str) -> str:
+    """`-c` options for the default limits the URL's own `options` does not set."""
+    defaults = {
+        "statement_timeout": POSTGRESQL_STATEMENT_TIMEOUT_MS,
+        "lock_timeout": POSTGRESQL_LOCK_TIMEOUT_MS,
+        "idle_in_transaction_session_timeout": POSTGRESQL_IDLE_IN_TRANSACTION_TIMEOUT_MS,
+    }
+    return " ".join(
+        f"-c {name}={value}" for name, value in defaults.items() if name not in user_options
+    )
 
 
 def driver_message(exc: DBAPIError) -> str:

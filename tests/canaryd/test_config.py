@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from canaryd.cli.app import app
 from canaryd.config import load_settings
 from canaryd.errors import ConfigError
 from engine.config import FakeEngineConfig, TransformersEngineConfig
@@ -150,3 +152,35 @@ class TestStateFile:
         assert load_settings(path).switch.resolved_state_file() == tmp_path / "file.json"
         monkeypatch.setenv("CANARYD_SWITCH__STATE_FILE", str(tmp_path / "env.json"))
         assert load_settings(path).switch.resolved_state_file() == tmp_path / "env.json"
+
+
+class TestNonFiniteValues:
+    @pytest.mark.parametrize(
+        ("section", "key", "value"),
+        [
+            ("gates.policy", "cooldown_seconds", "inf"),
+            ("gates.error", "window_seconds", "nan"),
+            ("storage", "raw_retention_days", "inf"),
+            ("schedule", "pair_interval_s", "-inf"),
+        ],
+    )
+    def test_inf_and_nan_are_refused_naming_the_key(
+        self, tmp_path: Path, section: str, key: str, value: str
+    ) -> None:
+        """`inf`/`nan` in a policy, window, retention or schedule value fail at load with
+        one line naming the file and the key (an infinite cooldown would disarm the
+        switch for ever)."""
+        path = write(tmp_path, f"[{section}]\n{key} = {value}\n")
+        with pytest.raises(ConfigError) as caught:
+            load_settings(path)
+        message = str(caught.value)
+        assert message.startswith(f"{path}: {section}.{key}: ")
+        assert "finite" in message
+        assert "\n" not in message
+
+    def test_the_cli_exits_2_on_an_infinite_cooldown(self, tmp_path: Path) -> None:
+        """`canaryd status --config` with `cooldown_seconds = inf`: exit 2, the key named."""
+        path = write(tmp_path, "[gates.policy]\ncooldown_seconds = inf\n")
+        result = CliRunner().invoke(app, ["status", "--config", str(path)])
+        assert result.exit_code == 2
+        assert "gates.policy.cooldown_seconds" in result.output

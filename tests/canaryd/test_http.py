@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
-from canaryd.errors import CanarydError
-from canaryd.http import StatusServer, StatusServerError
+from canaryd.errors import CanarydError, StatusServerError
+from canaryd.http import StatusServer
 from canaryd.metrics import CanarydMetrics
 
 
