@@ -56,6 +56,17 @@ _CHECK_KINDS: Final[tuple[str, ...]] = get_args(CheckKind)
 
 
 @dataclass(frozen=True, slots=True)
+class _TurnReference:
+    """What a question file says about the answer to one turn."""
+
+    text: str | None = None
+    check: Check | None = None
+
+
+_NO_REFERENCE: Final = _TurnReference()
+
+
+@dataclass(frozen=True, slots=True)
 class Suite:
     """The prompts of one suite file; `sha256` identifies the exact file content run."""
 
@@ -403,16 +414,14 @@ class _FileParser:
         if "turns" in record and not _is_text_list(turns):
             self.problem("turns must be a non-empty list of non-empty strings")
             ok = False
-        references = record.get("reference")
-        if references is not None and not _is_text_list(references):
-            self.problem("reference must be a non-empty list of non-empty strings")
-            ok = False
-        if not ok:
+        answers = self.mtbench_references(record["reference"]) if "reference" in record else []
+        if not ok or answers is None:
             return
         base_id = f"mtbench-{question_id}"
         label = sanitise_category(cast(str, category))
         turns = cast(list[str], turns)
-        references = cast(list[str] | None, references)
+        first = answers[0] if answers else _NO_REFERENCE
+        second = answers[1] if len(answers) > 1 else _NO_REFERENCE
         source = f"{self.path}:{self.line}"
         self.prompts.append(
             Prompt(
@@ -420,29 +429,55 @@ class _FileParser:
                 category=label,
                 messages=(Message("user", turns[0]),),
                 max_tokens=self.mtbench_max_tokens,
-                reference=references[0] if references else None,
+                reference=first.text,
+                check=first.check,
                 suite=self.path.stem,
                 source=source,
             )
         )
         # The second turn needs a first answer to condition on; only a reference gives one
         # that is the same on both arms and on every run.
-        if references and len(turns) > 1 and self.claim_id(f"{base_id}-t2"):
+        if first.text is not None and len(turns) > 1 and self.claim_id(f"{base_id}-t2"):
             self.prompts.append(
                 Prompt(
                     id=f"{base_id}-t2",
                     category=label,
                     messages=(
                         Message("user", turns[0]),
-                        Message("assistant", references[0]),
+                        Message("assistant", first.text),
                         Message("user", turns[1]),
                     ),
                     max_tokens=self.mtbench_max_tokens,
-                    reference=references[1] if len(references) > 1 else None,
+                    reference=second.text,
+                    check=second.check,
                     suite=self.path.stem,
                     source=source,
                 )
             )
+
+    def mtbench_references(self, raw: Any) -> list[_TurnReference] | None:
+        """The reference of each turn.
+
+        Public question files write a turn without a reference as "" and a turn with
+        several acceptable answers as a list of strings; anything else is a mistake.
+        """
+        if not isinstance(raw, list):
+            self.problem(f"reference must be a list (one entry per turn), not {_json_type(raw)}")
+            return None
+        answers: list[_TurnReference] = []
+        ok = True
+        for index, entry in enumerate(raw):
+            if isinstance(entry, str):
+                answers.append(_TurnReference(entry) if entry.strip() else _NO_REFERENCE)
+            elif isinstance(entry, list) and all(isinstance(item, str) for item in entry):
+                answers.append(_any_of([item for item in entry if item.strip()]))
+            else:
+                self.problem(
+                    f"reference[{index}] must be a string or a list of strings, "
+                    f"not {_json_type(entry)}"
+                )
+                ok = False
+        return answers if ok else None
 
 
 def _parse_file(path: Path, mtbench_max_tokens: int) -> tuple[list[Prompt], list[str]]:
@@ -483,6 +518,18 @@ def _is_number(value: Any) -> bool:
 def _is_max_tokens(value: Any) -> bool:
     return (
         isinstance(value, int) and not isinstance(value, bool) and (1 <= value <= MAX_TOKENS_LIMIT)
+    )
+
+
+def _any_of(answers: list[str]) -> _TurnReference:
+    """A list of acceptable answers: the task score is a pass when the output contains
+    any of them (case-insensitively, any whitespace between words), where a single
+    string reference is scored by similarity. The first answer is the reference text."""
+    if not answers:
+        return _NO_REFERENCE
+    alternatives = (r"\s+".join(re.escape(word) for word in answer.split()) for answer in answers)
+    return _TurnReference(
+        answers[0], Check(kind="regex", value=f"(?i)(?:{'|'.join(alternatives)})")
     )
 
 

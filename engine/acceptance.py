@@ -7,11 +7,18 @@ Each server reports acceptance its own way, so each reader follows one upstream 
   response, exact for that request (`per_request`).
 - SGLang: `meta_info.spec_*` fields of its native responses, exact (`per_request`); over
   the OpenAI API only `/server_info`'s running `avg_spec_accept_length` (`window_aggregate`).
-- vLLM: the `vllm:spec_decode_*` Prometheus counters, differenced around a window
-  (`window_aggregate`: other traffic in that window is counted too).
+- vLLM: `metrics.speculative_decoding` on the final chunk when the server runs with
+  `--per-request-spec-decode-metrics` (`per_request`); otherwise the `vllm:spec_decode_*`
+  Prometheus counters, differenced around a window (`window_aggregate`: other traffic
+  in that window is counted too).
 - TGI: the `tgi_request_skipped_tokens` distribution (one observation per decode step:
   tokens emitted beyond the first), differenced around a window (`window_aggregate`).
 
+Verify steps are the steps that verified a draft, as each server counts them. A server
+that skips drafting on some steps (vLLM's n-gram proposer when nothing matches) emits
+tokens outside any verify step, so no reader derives steps or accepted tokens from the
+output length unless its server verifies on every step (SGLang, whose own accept length
+is output / steps) or reports nothing better (llama.cpp, see `llamacpp_stats`).
 A reader that finds nothing returns `None` — "not reported" — never a zero-filled figure;
 likewise a reader that finds steps and accepted tokens but no drafted count returns
 `draft_tokens=None`, and per-position figures it does not find stay empty.
@@ -91,7 +98,11 @@ def vllm_counters(text: str, model_name: str | None = None) -> Counters:
 def vllm_window_stats(before: Counters, after: Counters) -> SpeculativeStats | None:
     """Acceptance over the window between two vLLM scrapes; None when nothing was drafted
     in it (or the server exports no spec-decode counters: not a speculative server), or
-    when it exports no accepted-token counter (not reported, never a zero)."""
+    when it exports no accepted-token counter (not reported, never a zero).
+
+    `vllm:spec_decode_num_drafts` counts only the steps that drafted, so it is the verify
+    step count and the length is vLLM's own `1 + accepted / drafts`.
+    """
     if "drafts" not in after or "accepted_tokens" not in after:
         return None
     change = deltas(before, after)
@@ -111,6 +122,51 @@ def vllm_window_stats(before: Counters, after: Counters) -> SpeculativeStats | N
         accepted_tokens=int(change["accepted_tokens"]),
         accepted_per_position=per_position,
         source=AcceptanceSource.WINDOW_AGGREGATE,
+    )
+
+
+def vllm_request_stats(metrics: Mapping[str, Any]) -> SpeculativeStats | None:
+    """Exact acceptance of one vLLM request from the `metrics` object of its response
+    (in a stream: the final chunk, the one that carries `usage`).
+
+    Follows vllm/v1/metrics/stats.py (`RequestSpecDecodeMetrics.to_dict`) and
+    vllm/entrypoints/generate/base/protocol.py (`SpeculativeDecodingMetrics`), present
+    when the server runs with `--per-request-spec-decode-metrics summary|detailed`:
+    `num_spec_steps` verify steps (steps that drafted), `num_accepted_draft_tokens`,
+    `num_draft_tokens`, and `acceptance_histogram` (entry j: steps that kept exactly j
+    drafts). `detailed` adds `per_step_drafted`, which gives drafted tokens per position.
+    None when the request never drafted or the figures contradict each other.
+    """
+    spec = metrics.get("speculative_decoding")
+    if not isinstance(spec, Mapping):
+        return None
+    steps = _first_int(spec, "num_spec_steps")
+    accepted = _first_int(spec, "num_accepted_draft_tokens")
+    drafted = _first_int(spec, "num_draft_tokens")
+    if steps is None or accepted is None or steps <= 0 or accepted < 0:
+        return None
+    if drafted is not None and accepted > drafted:
+        return None
+    histogram = _int_list(spec.get("acceptance_histogram"))
+    per_position: tuple[int, ...] = ()
+    if histogram is not None:
+        if sum(histogram) != steps or sum(j * n for j, n in enumerate(histogram)) != accepted:
+            return None
+        # steps that kept draft i+1 = steps that kept at least i+1 drafts
+        per_position = tuple(sum(histogram[i + 1 :]) for i in range(len(histogram) - 1))
+    per_step = _int_list(spec.get("per_step_drafted"))
+    drafted_per_position: tuple[int, ...] = ()
+    if per_step is not None and len(per_step) == steps and per_position:
+        drafted_per_position = tuple(
+            sum(1 for n in per_step if n > i) for i in range(len(per_position))
+        )
+    return SpeculativeStats(
+        verify_steps=steps,
+        draft_tokens=drafted,
+        accepted_tokens=accepted,
+        accepted_per_position=per_position,
+        drafted_per_position=drafted_per_position,
+        source=AcceptanceSource.PER_REQUEST,
     )
 
 
@@ -135,9 +191,11 @@ def tgi_counters(text: str) -> Counters:
 def tgi_window_stats(
     before: Counters, after: Counters, num_draft_tokens: int | None
 ) -> SpeculativeStats | None:
-    """Acceptance over a TGI window. TGI does not export how many tokens it drafted:
-    `draft_tokens` is steps × k when k is configured (TGI drafts a fixed k per step), else
-    None: not reported (and so is the rate)."""
+    """Acceptance over a TGI window. Steps are the histogram's observations and accepted
+    tokens its sum, so the length is `1 + sum / count`, whatever this request's own
+    output length. TGI does not export how many tokens it drafted: `draft_tokens` is
+    steps × k when k is configured (TGI drafts a fixed k per step), else None: not
+    reported (and so is the rate)."""
     if "steps" not in after:
         return None
     change = deltas(before, after)
@@ -154,11 +212,15 @@ def tgi_window_stats(
 
 
 def llamacpp_stats(timings: Mapping[str, Any], output_tokens: int) -> SpeculativeStats | None:
-    """Exact acceptance of one llama.cpp request from its `timings` object.
+    """Exact drafted and accepted tokens of one llama.cpp request from its `timings`.
 
     Follows llama.cpp tools/server (`result_timings::to_json`): `draft_n` and
-    `draft_n_accepted` are present only when the request drafted (`draft_n > 0`). Every
-    verify step emits one token of the target's own, so steps = output − accepted.
+    `draft_n_accepted` are present only when the request drafted (`draft_n > 0`).
+    llama.cpp reports no count of the steps that drafted, and it skips drafting when a
+    draft comes out shorter than `--draft-min`, so steps = output − accepted counts
+    every target step, drafting or not (each emits one token of the target's own). The
+    length is then tokens per target step: never above the true per-draft figure, and
+    equal to it when every step drafted.
     """
     drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
     if not isinstance(drafted, int) or not isinstance(accepted, int) or drafted <= 0:
@@ -183,6 +245,14 @@ def _first_int(meta: Mapping[str, Any], *keys: str) -> int | None:
     return None
 
 
+def _int_list(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+    ):
+        return value
+    return None
+
+
 def sglang_stats(meta_info: Mapping[str, Any], output_tokens: int) -> SpeculativeStats | None:
     """Exact acceptance of one SGLang request from its `meta_info`.
 
@@ -200,7 +270,9 @@ def sglang_stats(meta_info: Mapping[str, Any], output_tokens: int) -> Speculativ
         meta_info, "spec_num_correct_drafts", "spec_accept_token_num", "spec_accepted_drafts"
     )
     if accepted is None:
-        accepted = output_tokens - steps  # each step keeps its drafts plus one bonus token
+        # SGLang verifies on every decode step and itself reports completion / steps as
+        # the accept length: accepted = output − steps gives exactly that figure.
+        accepted = output_tokens - steps
         if accepted < 0:  # inconsistent counts: not a figure to store
             return None
     drafted = _first_int(
@@ -242,7 +314,9 @@ def sglang_avg_accept_length(server_info: Any) -> float | None:
 
 def stats_from_accept_length(accept_length: float, output_tokens: int) -> SpeculativeStats | None:
     """Steps and accepted tokens implied by a server-wide average acceptance length for a
-    request of `output_tokens`: a window figure, never exact for this request. The
+    request of `output_tokens`: a window figure, never exact for this request, whose
+    `1 + accepted / steps` is that average (rounded to whole steps). SGLang verifies on
+    every decode step, so the output splits into steps plus accepted tokens. The
     average says nothing about how many tokens were drafted: `draft_tokens` is None."""
     if accept_length < 1.0 or output_tokens <= 0:
         return None

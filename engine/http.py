@@ -20,7 +20,8 @@ any token was streamed (the server said it did not take the work; Retry-After ho
 A request that streamed anything, or failed with any other status, is never retried:
 it may have run, and a retried latency would not be the latency of one request.
 
-Acceptance (speculative arms only) is read per `server_kind` by `engine.acceptance`.
+Acceptance (speculative arms only) is read per `server_kind` by `engine.acceptance`:
+exact figures the response carries win over a window scraped around it.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class _Stream:
     usage: dict[str, Any] | None = None
     timings: dict[str, Any] | None = None  # llama.cpp
     meta_info: dict[str, Any] | None = None  # SGLang
+    metrics: dict[str, Any] | None = None  # vLLM --per-request-spec-decode-metrics
 
 
 class OpenAIEngine:
@@ -382,7 +384,7 @@ class OpenAIEngine:
             raise _Failure(
                 ErrorKind.HTTP, f"error event: {json.dumps(error)[:_DETAIL_CHARS]}", status
             )
-        for key in ("usage", "timings", "meta_info"):
+        for key in ("usage", "timings", "meta_info", "metrics"):
             value = chunk.get(key)
             if isinstance(value, dict):
                 setattr(stream, key, value)
@@ -454,6 +456,10 @@ class OpenAIEngine:
                     return exact
             if after is not None and after.accept_length is not None:
                 return acceptance.stats_from_accept_length(after.accept_length, output_tokens)
+        if cfg.server_kind == "vllm" and stream.metrics is not None:
+            exact = acceptance.vllm_request_stats(stream.metrics)
+            if exact is not None:
+                return exact
         if before is None or after is None:
             return None
         if cfg.server_kind == "vllm":

@@ -72,9 +72,11 @@ class SpeculativeStats:
 
     `verify_steps` target forward passes each verified a draft of some length;
     `accepted_tokens` of the `draft_tokens` proposed were kept. Every step also emits
-    one token from the target itself (the bonus token), so
-    ``output_tokens == accepted_tokens + verify_steps`` and the acceptance length
-    ``output_tokens / verify_steps`` lies in 1 … k+1.
+    one token from the target itself (the bonus token), so the acceptance length
+    ``1 + accepted_tokens / verify_steps`` lies in 1 … k+1. Only an engine that drafts
+    on every step has ``output_tokens == accepted_tokens + verify_steps``: servers that
+    skip drafting when nothing matches (vLLM's n-gram proposer) count only the steps
+    that drafted, so the output length says nothing about the steps.
     `accepted_per_position[i]` counts steps whose draft token at position i+1 was
     accepted; it sums to `accepted_tokens`.
     `draft_tokens` is None when the engine reports accepted tokens and verify steps but
@@ -119,9 +121,10 @@ class GenerationResult:
 
     @property
     def acceptance_length(self) -> float | None:
+        """Tokens per verify step, 1 + accepted / steps (vLLM's mean acceptance length)."""
         if self.speculative is None or self.speculative.verify_steps == 0:
             return None
-        return self.output_tokens / self.speculative.verify_steps
+        return 1.0 + self.speculative.accepted_tokens / self.speculative.verify_steps
 
     @property
     def tokens_per_s(self) -> float | None:

@@ -163,10 +163,10 @@ class PairFacts:
 
     @property
     def acceptance_length(self) -> float | None:
-        """Same definition as `GenerationResult.acceptance_length`: output / verify steps."""
-        if self.verify_steps is None or self.verify_steps == 0:
+        """Same definition as `GenerationResult.acceptance_length`: 1 + accepted / steps."""
+        if self.verify_steps is None or self.verify_steps == 0 or self.accepted_tokens is None:
             return None
-        return self.speculative.output_tokens / self.verify_steps
+        return 1.0 + self.accepted_tokens / self.verify_steps
 
 
 def _arm_facts(result: GenerationResult) -> ArmFacts:

@@ -13,6 +13,7 @@ from jsonschema.validators import validator_for
 
 from canaryd.errors import PromptFileError, UnknownCategoryError
 from canaryd.paths import prompts_dir
+from canaryd.scoring.pair import task_score
 from canaryd.suites import (
     Suite,
     load_default_suites,
@@ -216,6 +217,75 @@ class TestMtBenchImport:
         assert sanitise_category(raw) == label
 
 
+class TestPublicQuestionFiles:
+    """FastChat-format files as published (MT-Bench, Spec-Bench): "" for a turn without a
+    reference, a list of acceptable answers, and categories beyond MT-Bench's eight."""
+
+    PATH = FIXTURES / "question_public.jsonl"
+
+    def test_loads_as_it_is(self) -> None:
+        """The file has no problems, and all thirteen categories survive as labels."""
+        assert validate_path(self.PATH) == []
+        suite = load_suite(self.PATH)
+        assert suite.categories == [
+            "coding",
+            "extraction",
+            "humanities",
+            "math",
+            "math_reasoning",
+            "qa",
+            "rag",
+            "reasoning",
+            "roleplay",
+            "stem",
+            "summarization",
+            "translation",
+            "writing",
+        ]
+
+    def test_empty_string_means_no_reference(self) -> None:
+        """An empty reference is none for that turn: no reference, no check, and a first
+        turn without one gives no second-turn prompt."""
+        by_id = {p.id: p for p in load_suite(self.PATH).prompts}
+        coding = by_id["mtbench-121"]
+        assert (coding.reference, coding.check) == (None, None)
+        assert "mtbench-121-t2" not in by_id
+        assert (by_id["mtbench-131"].reference, by_id["mtbench-131"].check) == (None, None)
+        reasoning, second = by_id["mtbench-101"], by_id["mtbench-101-t2"]
+        assert reasoning.reference == "You are in second place."
+        assert second.messages[1] == Message("assistant", "You are in second place.")
+        assert (second.reference, second.check) == (None, None)
+
+    def test_list_means_any_answer_passes(self) -> None:
+        """A list of acceptable answers: the first is the reference text, and the task
+        check passes on any of them, case-insensitively, and on nothing else."""
+        by_id = {p.id: p for p in load_suite(self.PATH).prompts}
+        orwell = by_id["mtbench-321"]
+        assert orwell.reference == "George Orwell"
+        assert orwell.check is not None and orwell.check.kind == "regex"
+        for answer in ("It was George Orwell.", "eric arthur  blair", "ORWELL, of course"):
+            assert task_score(orwell, answer) == 1.0, answer
+        assert task_score(orwell, "Aldous Huxley") == 0.0
+        canberra = by_id["mtbench-322"]
+        assert canberra.reference == "Canberra" and canberra.check is not None
+        assert task_score(canberra, "The capital is Canberra.") == 1.0
+        assert task_score(canberra, "Sydney") == 0.0
+
+    def test_list_answers_are_matched_literally(self) -> None:
+        """Answers are text, not patterns: punctuation in them matches only itself, and
+        blank alternatives inside a list are dropped (they would match anything)."""
+        nile = {p.id: p for p in load_suite(self.PATH).prompts}["mtbench-481"]
+        assert nile.reference == "6650 km"
+        assert task_score(nile, "It is 6,650 kilometres long.") == 1.0
+        assert task_score(nile, "It is 6x650 kilometres long.") == 0.0
+        assert task_score(nile, "It is very long.") == 0.0
+
+    def test_single_string_reference_is_scored_by_similarity(self) -> None:
+        """A plain string reference keeps its similarity score: no check is attached."""
+        area = {p.id: p for p in load_suite(self.PATH).prompts}["mtbench-111"]
+        assert (area.reference, area.check) == ("Area is 3", None)
+
+
 BROKEN_EXPECTATIONS: dict[str, list[str]] = {
     "syntax.jsonl": [
         "2: invalid JSON: Expecting ',' delimiter (column 34)",
@@ -256,10 +326,14 @@ BROKEN_EXPECTATIONS: dict[str, list[str]] = {
     ],
     "mtbench.jsonl": [
         "1: turns must be a non-empty list of non-empty strings",
-        "2: reference must be a non-empty list of non-empty strings",
+        "2: reference must be a list (one entry per turn), not a string",
         "3: duplicate id 'mtbench-81' (first defined at line 1)",
         "4: unknown key 'model'",
         "4: missing key 'question_id'",
+        "5: reference[0] must be a string or a list of strings, not a number",
+        "6: reference[1] must be a string or a list of strings, not an array",
+        "7: reference[0] must be a string or a list of strings, not null",
+        "8: category must be a string",
     ],
 }
 
