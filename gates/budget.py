@@ -2,7 +2,8 @@
 
 One budget (`gates.budget`, default 0.1 false rollbacks per 30 days at one pair every
 10 s) is split equally between the sequential detectors of the enforce gates: the error
-gate's paired and ceiling detectors, one per latency metric × quantile (and SLO), the
+gate's paired and ceiling detectors, per latency metric one on the median ratio and one
+per quantile (and one per SLO), the
 quality gate's mismatch, score and loop detectors, the speedup detector and the drift
 gate (whose share is split again between the monitored categories). False-alarm rates
 add, so a detector given ARL0 = N × pairs-per-30-days / budget pairs keeps the sum within
@@ -29,7 +30,7 @@ def detector_count(config: GatesConfig) -> int:
     if enforced(config.error):
         count += 2
     if enforced(config.latency):
-        count += len(config.latency.metrics) * len(config.latency.quantiles)
+        count += len(config.latency.metrics) * (1 + len(config.latency.quantiles))
         count += len(config.latency.slos)
     if enforced(config.quality):
         count += 3

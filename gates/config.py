@@ -33,7 +33,7 @@ class GateConfigBase(_Strict):
     min_samples: int = Field(default=100, ge=1)
     window_pairs: int | None = Field(default=5000, ge=1)
     window_seconds: float | None = Field(default=24 * 3600.0, gt=0)
-    confidence: float = Field(default=0.9, gt=0.5, lt=1.0)
+    confidence: float = Field(default=0.8, gt=0.5, lt=1.0)
 
     @model_validator(mode="after")
     def _some_window(self) -> GateConfigBase:
@@ -74,6 +74,12 @@ class LatencyGateConfig(GateConfigBase):
         gt=1,
         description="the sequential detector's alternative: the speculative arm exceeds "
         "max_ratio × the baseline quantile this many times as often as 1 − quantile",
+    )
+    median_alarm_share: float = Field(
+        default=0.6,
+        gt=0.5,
+        lt=1,
+        description="the median detector's alternative: this share of pairs above max_ratio",
     )
     bootstrap_resamples: int = Field(default=1000, ge=100)
     bootstrap_seed: int = 0

@@ -23,6 +23,11 @@ from gates.sequential import LlrCusum, bernoulli_llr, llr_cusum
 from gates.stats import clopper_pearson
 from gates.window import Window, decision
 
+# The level of the plug-in estimates a detector's in-control model rests on (the
+# baseline's own rates, a reference sd). Fixed, and higher than the PASS `confidence`:
+# a loose estimate here would spend more than the detector's share of the budget.
+CALIBRATION_CONFIDENCE = 0.95
+
 
 def sequential_state(
     cusum: LlrCusum, h: float, n: int, min_samples: int, passed: bool, warned: bool
@@ -66,17 +71,27 @@ def rate_check(
     h: float,
     statistic: str,
     note: str = "",
+    judged: tuple[float, float, float] | None = None,
     **extra: Any,
 ) -> GateDecision:
     """A rate that must stay at or below `tolerance`: Bernoulli CUSUM of Bernoulli(p1)
-    against Bernoulli(p0) for FAIL, the Clopper–Pearson upper bound for PASS."""
+    against Bernoulli(p0) for FAIL, the Clopper–Pearson upper bound for PASS — or, when
+    the tolerance is on a statistic of its own, `judged` = (estimate, lower, upper) of it."""
     n = len(hits)
     count = sum(1 for x in hits if x)
     cusum = llr_cusum(bernoulli_increments(hits, p0, p1), h)
     rate = count / n if n else 0.0
     lower, upper = clopper_pearson(count, n, config.confidence) if n else (0.0, 1.0)
+    estimate = rate
+    if judged is not None:
+        estimate, lower, upper = judged
     state = sequential_state(
-        cusum, h, n, config.min_samples, passed=upper <= tolerance, warned=rate > tolerance
+        cusum,
+        h,
+        n,
+        config.min_samples,
+        passed=upper <= tolerance,
+        warned=estimate > tolerance,
     )
     return decision(
         name,
@@ -87,11 +102,11 @@ def rate_check(
         statistic=statistic,
         n_baseline=n,
         n_speculative=n,
-        estimate=rate,
+        estimate=estimate,
         lower=lower,
         upper=upper,
         threshold=tolerance,
-        detail=f"{statistic} {count}/{n} = {rate:.4f} (upper bound {upper:.4f}) vs max "
-        f"{tolerance:g}; {cusum_note(cusum, h)} for p {p0:.4g} → {p1:.4g}{note}",
+        detail=f"{statistic} {estimate:.4f} (upper bound {upper:.4f}) vs max {tolerance:g}; "
+        f"{count}/{n} hits, {cusum_note(cusum, h)} for p {p0:.4g} → {p1:.4g}{note}",
         **extra,
     )

@@ -3,7 +3,7 @@
 Per category, the window's acceptance lengths (output tokens per verify step, speculative
 arm), oldest first, feed a Gaussian likelihood-ratio CUSUM of N(μ1, σ²) against N(μ0, σ²),
 where μ0 is the reference mean, μ1 = μ0 × (1 − `max_relative_drop`) is the smallest drop
-that matters, and σ is the reference sd's upper confidence bound (floored at
+that matters, and σ is the reference sd's 95 % chi-square upper bound (floored at
 `sd_floor_fraction` of the mean), so an uncertain reference makes the detector more
 cautious, not less. The drift gate's share of the false-alarm budget is split between
 the monitored categories by their share of the pairs. A category PASSes when its mean's
@@ -27,7 +27,7 @@ from scipy.stats import chi2
 from gates.budget import DEFAULT_ARL0
 from gates.config import DriftGateConfig
 from gates.core import GateDecision, GateState
-from gates.detectors import cusum_note, sequential_state
+from gates.detectors import CALIBRATION_CONFIDENCE, cusum_note, sequential_state
 from gates.records import PairRecord
 from gates.sequential import gaussian_llr, llr_cusum, lorden_threshold
 from gates.stats import mean_t_bounds
@@ -159,7 +159,7 @@ def _category(
     reference: ReferenceStats,
     h: float,
 ) -> tuple[float, GateDecision]:
-    sigma = cautious_sd(reference, config.confidence, config.sd_floor_fraction)
+    sigma = cautious_sd(reference, CALIBRATION_CONFIDENCE, config.sd_floor_fraction)
     mu0 = reference.mean
     mu1 = mu0 * (1.0 - config.max_relative_drop)
     cusum = llr_cusum(gaussian_llr(values, mu0, mu1, sigma), h)

@@ -7,8 +7,9 @@ nothing about the speculative arm (a shared outage) and are left out of both.
   rate in the same window (equal arms fail alone equally often) plus `max_excess_rate`;
   its alternative is `alarm_factor` × p0. An excess within the tolerance pushes the
   statistic down, never up.
-  PASS when the upper bound of the speculative-only rate is within the baseline-only rate
-  plus `max_excess_rate`.
+  PASS when the paired excess (speculative-only minus baseline-only rate) has an upper
+  bound — the speculative-only rate's Clopper–Pearson upper bound minus the
+  baseline-only rate's lower bound — within `max_excess_rate`.
 - ceiling: a Bernoulli CUSUM on speculative failures among pairs whose baseline
   succeeded, Bernoulli(`alarm_factor` × `max_error_rate`) against
   Bernoulli(`max_error_rate`); PASS when the Clopper–Pearson upper bound is under the
@@ -24,7 +25,7 @@ from datetime import datetime
 from gates.budget import DEFAULT_ARL0
 from gates.config import ErrorGateConfig
 from gates.core import GateDecision
-from gates.detectors import rate_check
+from gates.detectors import CALIBRATION_CONFIDENCE, rate_check
 from gates.records import PairRecord
 from gates.sequential import lorden_threshold
 from gates.stats import clopper_pearson
@@ -51,8 +52,14 @@ def error_gate(
     n = len(judged)
     both_failed = len(window.records) - n
     baseline_only = sum(1 for r in judged if not r.baseline.ok)
-    baseline_rate = baseline_only / n
-    _, baseline_upper = clopper_pearson(baseline_only, n, config.confidence)
+    _, baseline_upper = clopper_pearson(baseline_only, n, CALIBRATION_CONFIDENCE)
+    speculative_only = sum(1 for r in judged if not r.speculative.ok)
+    excess = (speculative_only - baseline_only) / n
+    # Bounds on the paired excess from the two rates' Clopper–Pearson bounds (each at
+    # `confidence`): conservative, and exact on small windows where a normal bound is not.
+    spec_lower, spec_upper = clopper_pearson(speculative_only, n, config.confidence)
+    base_lower, base_upper = clopper_pearson(baseline_only, n, config.confidence)
+    excess_bounds = (excess, spec_lower - base_upper, spec_upper - base_lower)
     # The edge of acceptable: the baseline's own rate (its upper bound) plus the excess
     # tolerated; the alarm is for `alarm_factor` times that.
     p0 = min(max(baseline_upper, _RATE_FLOOR) + config.max_excess_rate, 0.5)
@@ -62,13 +69,14 @@ def error_gate(
         window,
         now,
         hits=[not r.speculative.ok for r in judged],
-        tolerance=min(baseline_rate + config.max_excess_rate, 1.0),
+        tolerance=config.max_excess_rate,
         p0=p0,
         p1=min(config.alarm_factor * p0, 0.99),
         h=h,
-        statistic="speculative-only failure rate",
-        note=f"; baseline-only failures {baseline_only}/{n}; {both_failed} pairs where both "
-        "arms failed left out",
+        statistic="excess failure rate speculative-only − baseline-only",
+        judged=excess_bounds,
+        note=f"; speculative-only {speculative_only}, baseline-only {baseline_only} of {n}; "
+        f"{both_failed} pairs where both arms failed left out",
     )
     healthy_baseline = [r for r in judged if r.baseline.ok]
     ceiling = rate_check(

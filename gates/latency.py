@@ -4,7 +4,13 @@ One decision for the gate, with one component per (metric, quantile) ratio and p
 absolute SLO. Only pairs where both arms succeeded count: failures belong to the error
 gate.
 
-FAIL comes from a sequential exceedance detector. The limit is `max_ratio` × the
+Per metric, a median component watches the whole distribution: a sign detector on "this
+pair's speculative value is above `max_ratio` × its baseline value" (0.5 at a median
+paired ratio of exactly `max_ratio`, alarm at `median_alarm_share`); PASS when the median
+ratio's order-statistic upper bound is within `max_ratio`. A slowdown of every request
+shows here long before a noisy, stall-dominated tail can show it.
+
+FAIL also comes from a sequential exceedance detector on the tail. The limit is `max_ratio` × the
 baseline's q-quantile in the window; if the speculative arm's q-quantile is within the
 limit, at most 1 − q of its values exceed it, so a Bernoulli CUSUM of
 `alarm_factor` × (1 − q) against 1 − q on "the speculative value exceeds the limit",
@@ -89,6 +95,7 @@ def latency_gate(
         if not paired:
             skipped.append(f"{metric} not reported")
             continue
+        components.append(_median(config, window, now, metric, paired, h))
         for q in config.quantiles:
             components.append(_ratio(config, window, now, metric, q, paired, h))
     for slo in config.slos:
@@ -102,6 +109,52 @@ def latency_gate(
     if not components:
         return nodata(NAME, config, window, now, 0)
     return combined(NAME, config, window, now, components, skipped)
+
+
+def _median(
+    config: LatencyGateConfig,
+    window: Window,
+    now: datetime,
+    metric: LatencyMetric,
+    paired: list[tuple[float, float]],
+    h: float,
+) -> GateDecision:
+    """The whole distribution shifted: at a median paired ratio of exactly `max_ratio`,
+    half of the pairs have speculative > `max_ratio` × baseline, so a sign detector of
+    `median_alarm_share` against 0.5 alarms only on a real, broad slowdown."""
+    name = f"{NAME}.{metric}.median"
+    n = len(paired)
+    ratios = [s / b for b, s in paired]
+    slower = [r > config.max_ratio for r in ratios]
+    cusum = llr_cusum(bernoulli_increments(slower, 0.5, config.median_alarm_share), h)
+    estimate = quantile(ratios, 0.5)
+    assert estimate is not None  # paired is non-empty
+    lower, upper = order_statistic_bounds(ratios, 0.5, config.confidence)
+    state = sequential_state(
+        cusum,
+        h,
+        n,
+        config.min_samples,
+        passed=upper is not None and upper <= config.max_ratio,
+        warned=estimate > config.max_ratio,
+    )
+    return decision(
+        name,
+        config,
+        window,
+        now,
+        state=state,
+        statistic=f"{metric} median paired ratio speculative/baseline",
+        n_baseline=n,
+        n_speculative=n,
+        estimate=estimate,
+        lower=lower,
+        upper=upper,
+        threshold=config.max_ratio,
+        detail=f"{metric} median ratio {estimate:.3f} [{_fmt(lower)}, {_fmt(upper)}] vs max "
+        f"{config.max_ratio:g} ({sum(slower)}/{n} pairs above it); {cusum_note(cusum, h)} "
+        f"for share above 0.5 → {config.median_alarm_share:g}",
+    )
 
 
 def _ratio(

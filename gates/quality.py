@@ -26,7 +26,7 @@ from datetime import datetime
 from gates.budget import DEFAULT_ARL0
 from gates.config import QualityGateConfig
 from gates.core import GateDecision
-from gates.detectors import cusum_note, rate_check, sequential_state
+from gates.detectors import CALIBRATION_CONFIDENCE, cusum_note, rate_check, sequential_state
 from gates.records import PairRecord, PairScores
 from gates.sequential import gaussian_llr, llr_cusum, lorden_threshold
 from gates.stats import clopper_pearson, mean_t_bounds
@@ -87,7 +87,7 @@ def quality_gate(
     scores: list[PairScores] = [s for _, s in scored]
     n = len(scores)
     baseline_only = sum(1 for s in scores if s.baseline_loop and not s.speculative_loop)
-    _, baseline_upper = clopper_pearson(baseline_only, n, config.confidence)
+    _, baseline_upper = clopper_pearson(baseline_only, n, CALIBRATION_CONFIDENCE)
     p0 = min(max(baseline_upper, _RATE_FLOOR) + config.max_loop_rate, 0.5)
     components.append(
         rate_check(

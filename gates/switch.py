@@ -18,7 +18,11 @@ Rules, applied by `step` — human events first, in order, then the gates:
   restore (only with `auto_restore`) needs `restore_passes` consecutive ones since the trip.
 Only evaluations after the last transition count, so old failures never re-trip a
 restored switch and old passes never restore a tripped one. Every change is a
-`Transition` and bumps `generation`, which never decreases.
+`Transition` and bumps `generation`, which never decreases; the generation, not a time,
+orders transitions. Times are only as good as the clock: a `since` ahead of `now` (the
+clock went back after a transition) is pulled back to `now`, and so are a cooldown and
+trips ahead of it, so the policy is blind for one evaluation at most, never until the
+clock catches up.
 """
 
 from __future__ import annotations
@@ -162,6 +166,18 @@ class _Machine:
             )
         )
 
+    def repair_clock(self) -> None:
+        """Pull times the clock has gone back behind to `now` (no transition: the state
+        is the same, its times are re-based on the clock the evidence is stamped with)."""
+        state, now = self.state, self.now
+        cooldown = timedelta(seconds=self.policy.cooldown_seconds)
+        since = now if state.since is not None and state.since > now else state.since
+        until = state.cooldown_until
+        if until is not None and until - now > cooldown:
+            until = now + cooldown
+        trips = tuple(min(t, now) for t in state.recent_trips)
+        self.state = replace(state, since=since, cooldown_until=until, recent_trips=trips)
+
     def counted(self, history: Sequence[Evaluation]) -> list[Evaluation]:
         since = self.state.since
         return sorted(
@@ -293,6 +309,7 @@ def step(
 ) -> SwitchOutcome:
     """The switch's next state at `now`: human `events` first, then the gates' evidence."""
     machine = _Machine(state, policy, now)
+    machine.repair_clock()
     for event in events:
         machine.human(event, history)
     machine.gates(history)

@@ -111,7 +111,7 @@ class TestSelectSince:
 class TestGrossFaults:
     def test_greedy_mismatch_storm_fails_quality_within_twenty_pairs(self) -> None:
         """80 % greedy mismatches add about 0.8 · log 4 per pair to the mismatch CUSUM
-        (0.5 % → 2 %), which crosses h = log(ARL0) ≈ 17.1 after 16 pairs: FAIL long
+        (0.5 % → 2 %), which crosses h = log(ARL0) ≈ 17.3 after 16 pairs: FAIL long
         before min_samples = 100 pairs."""
         records = [record(i, pair_scores=scores(exact=i % 5 == 4)) for i in range(40)]
         config = QualityGateConfig()
@@ -120,14 +120,14 @@ class TestGrossFaults:
         assert decision.detail.startswith("FAIL by quality.mismatch")
         assert decision.statistic == "greedy mismatch rate"
 
-    def test_dead_speculative_arm_fails_the_error_gate_within_25_pairs(self) -> None:
+    def test_dead_speculative_arm_fails_the_error_gate_within_26_pairs(self) -> None:
         """Every speculative request failing, the baseline fine: each pair adds log 2 to
-        the ceiling CUSUM (2 % → 4 %), so it alarms at ⌈h / log 2⌉ = 25 pairs, although
-        min_samples is 100."""
+        the ceiling CUSUM (2 % → 4 %), so it alarms at ⌈h / log 2⌉ = ⌈17.33 / 0.693⌉ = 26
+        pairs, although min_samples is 100."""
         records = [record(i, speculative=result(ok=False)) for i in range(60)]
         config = ErrorGateConfig()
         n, decision = first_fail(records, error_gate, config)
-        assert n == math.ceil(math.log(DEFAULT_ARL0) / math.log(2.0)) == 25
+        assert n == math.ceil(math.log(DEFAULT_ARL0) / math.log(2.0)) == 26
         assert n < config.min_samples
         assert decision.detail.startswith("FAIL by error.")
-        assert decision.n_baseline == 25
+        assert decision.n_baseline == 26

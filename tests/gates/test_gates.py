@@ -74,12 +74,15 @@ class TestConfig:
 
 class TestLatencyGate:
     def test_faster_speculative_passes(self) -> None:
-        """A speculative arm at half the baseline latency PASSes with the ratio as evidence."""
+        """A speculative arm at half the baseline latency PASSes with the ratio as evidence:
+        per metric the median paired ratio first, then each quantile's ratio."""
         decision = latency_gate(latency_records(200, 0.5), FAST_LATENCY, now=at(200))
         assert decision.state is GateState.PASS
         assert decision.estimate == pytest.approx(0.5)
         assert decision.n_baseline == decision.n_speculative == 200
-        assert decision.components[0].name == "latency.e2e.p99"
+        assert [c.name for c in decision.components] == ["latency.e2e.median", "latency.e2e.p99"]
+        assert all(c.state is GateState.PASS for c in decision.components)
+        assert all(c.estimate == pytest.approx(0.5) for c in decision.components)
 
     def test_clearly_slower_fails(self) -> None:
         """A ratio of 1.5 with tight bounds is above 1.2: FAIL."""
@@ -89,21 +92,35 @@ class TestLatencyGate:
 
     def test_straddling_interval_warns_or_is_inconclusive(self) -> None:
         """60 pairs of independent lognormal arms: the P99 interval is wide and straddles
-        1.2 — WARN with the estimate at 1.3, INCONCLUSIVE at 1.1, never PASS or FAIL."""
+        1.2 — its component WARNs with the estimate at 1.3 and is INCONCLUSIVE at 1.1. The
+        median paired ratio's interval straddles 1.2 too (at 1.1: 1.229 in [1.015, 1.273],
+        31 of 60 pairs above 1.2) with its CUSUM far under h, so it WARNs at both, and so
+        does the gate — never PASS or FAIL."""
         rng = np.random.default_rng(2)
         base, spec = rng.lognormal(0, 0.4, 60), rng.lognormal(0, 0.4, 60)
         spec = spec / (np.quantile(spec, 0.99) / np.quantile(base, 0.99))  # ratio exactly 1
 
-        def gate(ratio: float) -> GateState:
+        def gate(ratio: float) -> tuple[GateState, dict[str, GateState]]:
             records = [
                 record(i, baseline=result(float(b)), speculative=result(float(s) * ratio))
                 for i, (b, s) in enumerate(zip(base, spec, strict=True))
             ]
             config = FAST_LATENCY.model_copy(update={"bootstrap_resamples": 200})
-            return latency_gate(records, config, now=at(60)).state
+            decision = latency_gate(records, config, now=at(60))
+            return decision.state, {c.name: c.state for c in decision.components}
 
-        assert gate(1.3) is GateState.WARN
-        assert gate(1.1) is GateState.INCONCLUSIVE
+        high, high_components = gate(1.3)
+        assert high_components == {
+            "latency.e2e.median": GateState.WARN,
+            "latency.e2e.p99": GateState.WARN,
+        }
+        assert high is GateState.WARN
+        low, low_components = gate(1.1)
+        assert low_components == {
+            "latency.e2e.median": GateState.WARN,
+            "latency.e2e.p99": GateState.INCONCLUSIVE,
+        }
+        assert low is GateState.WARN
 
     def test_below_min_samples_is_nodata(self) -> None:
         """Too few complete pairs: NODATA, never PASS."""
@@ -166,7 +183,7 @@ class TestErrorGate:
     def test_sustained_speculative_only_errors_warn_then_fail(self) -> None:
         """A speculative-only failure on every 30th pair (3.3 %, tolerance: the baseline's
         rate + 1 %) is a slow fault for the paired CUSUM (p0 = edge of tolerance, p1 = 2 ×
-        p0): at 300 pairs it is far under h = log(ARL0) ≈ 17.1, so the gate WARNs on the
+        p0): at 300 pairs it is far under h = log(ARL0) ≈ 17.3, so the gate WARNs on the
         estimate; the same rate sustained for 3,000 pairs alarms it — FAIL."""
         early = error_gate(self.make(300, set(range(0, 300, 30))), ErrorGateConfig(), now=at(300))
         assert early.state is GateState.WARN
@@ -230,12 +247,17 @@ class TestErrorGate:
             assert decision.state is not GateState.FAIL, decision.detail
 
     def test_small_excess_warns_and_few_pairs_are_inconclusive(self) -> None:
-        """2 speculative-only failures in 100 pairs: excess 2 % but p = 0.25 — WARN; a clean
-        window too short to bound the rate under 2 % is INCONCLUSIVE."""
+        """2 speculative-only failures in 100 pairs: an excess of 2 % is over the 1 %
+        tolerance (its 80 % upper bound 3.4 %), but the CUSUM is far from h — WARN. A clean
+        window too short to bound the rates under their tolerances is INCONCLUSIVE: at 60
+        pairs (min_samples 50) the excess bound is 1.4 % > 1 % and the ceiling's
+        Clopper–Pearson bound 2.6 % > 2 %."""
         warn = error_gate(self.make(100, {3, 50}), ErrorGateConfig(), now=at(100))
         assert warn.state is GateState.WARN
-        short = error_gate(self.make(100, set()), ErrorGateConfig(), now=at(100))
+        config = ErrorGateConfig(min_samples=50)
+        short = error_gate(self.make(60, set()), config, now=at(60))
         assert short.state is GateState.INCONCLUSIVE
+        assert [c.state for c in short.components] == [GateState.INCONCLUSIVE] * 2
 
     def test_excess_within_tolerance_never_fails(self) -> None:
         """Speculative-only failures on 0.5 % of pairs with a clean baseline are within
@@ -256,8 +278,8 @@ class TestErrorGate:
 class TestQualityGate:
     def test_identical_outputs_pass(self) -> None:
         """500 identical greedy pairs: every check's bound is within tolerance — PASS. At
-        300 the mismatch bound (0 of 300: 0.77 %) is not yet under the 0.5 % tolerance,
-        which takes 460 pairs at 90 % confidence — INCONCLUSIVE, never PASS early."""
+        300 the mismatch bound (0 of 300: 0.535 %) is not yet under the 0.5 % tolerance,
+        which takes 322 pairs at 80 % confidence — INCONCLUSIVE, never PASS early."""
         records = [record(i) for i in range(500)]
         assert quality_gate(records, QualityGateConfig(), now=at(500)).state is GateState.PASS
         early = quality_gate(records[:300], QualityGateConfig(), now=at(300))
@@ -266,7 +288,7 @@ class TestQualityGate:
 
     def test_mismatches_above_tolerance_fail(self) -> None:
         """5 % greedy mismatches (tolerance 0.5 %) add about 0.055 per pair to the mismatch
-        CUSUM (0.5 % → 2 %): 16.5 after 300 pairs, just under h ≈ 17.1 — WARN; after 400
+        CUSUM (0.5 % → 2 %): 16.5 after 300 pairs, just under h ≈ 17.3 — WARN; after 400
         pairs it has alarmed — FAIL."""
         records = [record(i, pair_scores=scores(exact=i % 20 != 0)) for i in range(400)]
         early = quality_gate(records[:300], QualityGateConfig(), now=at(300))
@@ -491,7 +513,7 @@ class TestDriftGate:
 
     def test_since_excludes_older_pairs(self) -> None:
         """Ten pairs of a 30 % drop before `since`, then 40 steady ones: over the whole
-        window the CUSUM peaked past h (about 28 vs 17.1) before falling back — WARN; with
+        window the CUSUM peaked past h (about 28 vs 17.3) before falling back — WARN; with
         `since` at the last dropped pair only the steady pairs count — PASS."""
         records = acceptance_records("code", [1.925] * 10) + acceptance_records(
             "code", [2.75] * 40, 10
@@ -531,4 +553,5 @@ class TestEvaluateAll:
         decision = latency_gate(latency_records(100, 0.5), FAST_LATENCY, now=at(100))
         payload = json.loads(json.dumps(decision.to_dict()))
         assert payload["state"] == "PASS"
-        assert payload["components"][0]["name"] == "latency.e2e.p99"
+        names = [c["name"] for c in payload["components"]]
+        assert names == ["latency.e2e.median", "latency.e2e.p99"]

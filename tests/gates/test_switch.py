@@ -290,3 +290,40 @@ class TestManualOverride:
     def test_speculative_enabled_follows_mode(self, mode: SwitchMode) -> None:
         """Production reads speculative_enabled: on only in auto mode."""
         assert SwitchState(mode=mode).speculative_enabled is (mode is SwitchMode.AUTO)
+
+
+class TestClockBehind:
+    """The clock went back after a transition: its times are ahead of `now`."""
+
+    def test_a_since_ahead_of_now_is_pulled_back_and_the_next_failure_trips(self) -> None:
+        """A restore stamped a year ahead does not blind the gates until next year: the
+        first step re-bases `since` on now (no transition), the next failure trips."""
+        restored = SwitchState(generation=4, since=minute(60 * 24 * 365), actor="user:bob")
+        history = [evaluation(1, gate(F, critical=True))]
+        first = step(restored, history, POLICY, now=minute(1))
+        assert first.transitions == () and first.state.since == minute(1)
+        assert first.state.generation == 4
+        history.append(evaluation(2, gate(F, critical=True)))
+        second = step(first.state, history, POLICY, now=minute(2))
+        assert second.state.mode is SwitchMode.ROLLED_BACK and second.state.generation == 5
+
+    def test_a_cooldown_and_trips_ahead_of_now_are_capped(self) -> None:
+        """A trip stamped a year ahead would hold the cooldown for a year and count in
+        the latch window for ever: both are re-based on now."""
+        far = minute(60 * 24 * 365)
+        tripped = SwitchState(
+            mode=SwitchMode.ROLLED_BACK,
+            generation=1,
+            since=far,
+            cooldown_until=far + timedelta(seconds=600),
+            recent_trips=(far,),
+        )
+        outcome = step(tripped, [], AUTO_RESTORE, now=minute(1))
+        assert outcome.state.cooldown_until == minute(1) + timedelta(seconds=600)
+        assert outcome.state.recent_trips == (minute(1),)
+        assert outcome.state.since == minute(1) and outcome.transitions == ()
+
+    def test_times_behind_now_are_left_alone(self) -> None:
+        """Without a clock jump the state is returned unchanged."""
+        state = SwitchState(generation=2, since=minute(1), cooldown_until=minute(5))
+        assert step(state, [], POLICY, now=minute(3)).state == state
