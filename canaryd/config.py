@@ -1,7 +1,9 @@
 """canaryd's one configuration model: a TOML file plus `CANARYD_` environment overrides.
 
-`load_settings(path)` reads the file named by `--config` or `CANARYD_CONFIG` (none: all
-defaults, which run the embedded model on both arms), applies environment overrides
+`load_settings(path)` reads the file named by `--config` or `CANARYD_CONFIG`, else
+`/etc/canaryd/canaryd.toml` when it exists (none: all defaults, which run the embedded
+model on both arms), so that an operator's command and the service read the same file
+without being told; it applies environment overrides
 (`CANARYD_STORAGE__URL=...`, `__` for nesting) and validates everything at once. A bad
 file fails with the file, the key and the reason (`ConfigError`).
 """
@@ -38,6 +40,8 @@ from gates import GatesConfig
 
 CONFIG_ENV = "CANARYD_CONFIG"
 DATABASE_URL_ENV = "CANARYD_DATABASE_URL"
+# The file the systemd unit runs with; read by every command that names no other.
+DEFAULT_CONFIG_PATH = Path("/etc/canaryd/canaryd.toml")
 
 
 class _Section(BaseModel):
@@ -93,6 +97,9 @@ class StorageConfig(_Section):
     buffer_pairs: int = Field(
         default=1000,
         ge=1,
+        # Each pair holds both outputs' text and token ids (tens of kB at max_tokens):
+        # the bound keeps a long outage from growing the daemon without limit.
+        le=100_000,
         description="pairs kept in memory while the database is unreachable; when full, "
         "the oldest is dropped and counted",
     )
@@ -289,11 +296,14 @@ _TOP_LEVEL_KEYS = set(Settings.model_fields)
 
 
 def config_path(explicit: Path | None) -> Path | None:
-    """`--config`, else `CANARYD_CONFIG`, else no file (all defaults)."""
+    """`--config`, else `CANARYD_CONFIG` (set but empty: no file), else
+    `DEFAULT_CONFIG_PATH` when it exists, else no file (all defaults)."""
     if explicit is not None:
         return explicit
     env = os.environ.get(CONFIG_ENV)
-    return Path(env) if env else None
+    if env is not None:
+        return Path(env) if env else None
+    return DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.is_file() else None
 
 
 def _key(loc: tuple[int | str, ...]) -> str:

@@ -21,6 +21,7 @@ __all__ = [
     "ModelNotFoundError",
     "PromptFileError",
     "ProvisioningError",
+    "RecordRejectedError",
     "RunNotFoundError",
     "SinceError",
     "StatusServerError",
@@ -61,6 +62,15 @@ class UnknownCategoryError(CanarydError, LookupError):
 
 class DatabaseError(CanarydError, RuntimeError):
     """The database URL is bad, the server is unreachable, or the schema is not current."""
+
+
+class RecordRejectedError(DatabaseError):
+    """The database refused a record for what it holds (a number out of range, a
+    character it cannot store): the database is fine, and retrying cannot help."""
+
+    def __init__(self, action: str, reason: str) -> None:
+        self.action, self.reason = action, reason
+        super().__init__(f"{action} was refused by the database: {reason}")
 
 
 class MetricUnavailableError(CanarydError, ImportError):

@@ -5,10 +5,12 @@ the store the pairs that cover the longest configured gate window, pins drift re
 for categories that have none yet (from the window, only while speculative decoding is
 on), runs `gates.evaluate_all`, stores the decisions (one evaluation), exports the gate
 metrics, and lets `SwitchService` step the policy under the switch's row lock and apply
-the outcome. The first call (or `start()`) re-applies the last stored state, so a
-restarted daemon rewrites the state file and re-runs hooks whose last attempt failed.
-At start and on every run, an emergency rollback the CLI wrote to the state file while
-the database was down (`pending_sync`) is adopted into the database, never reverted.
+the outcome. `start()` (the daemon calls it before loading engines) or else the first
+run re-applies the last stored state, so a restarted daemon rewrites the state file from
+the database even when its engines then fail to load, and re-runs hooks whose last
+attempt failed; every run refreshes the file's `confirmed_at`. At start and on every
+run, an emergency rollback the CLI wrote to the state file while the database was down
+(`pending_sync`) is adopted into the database, never reverted.
 """
 
 from __future__ import annotations
@@ -96,9 +98,8 @@ class SwitchGates:
             service = SwitchService(
                 self._store, settings.switch, settings.gates.policy, metrics=self.metrics
             )
-            report = service.ensure_applied()
+            report = service.start()
             record = service.record()
-            service.export_metrics(record.state)
             log.info(
                 "switch.started",
                 mode=record.state.mode.value,
@@ -111,7 +112,8 @@ class SwitchGates:
         return self._service
 
     def start(self) -> None:
-        """Open the store and re-apply the last state now instead of at the first run."""
+        """Open the store and write the last stored state to the state file now (and
+        re-run failed hooks) instead of at the first run; idempotent."""
         with self._lock:
             _ = self.service
 

@@ -1,9 +1,12 @@
 """The daemon's status endpoints: `/metrics`, `/healthz` and `/readyz` on `server.listen`.
 
-`StatusServer` runs a standard-library `ThreadingHTTPServer` in a daemon thread. It holds
-no state of its own: `/metrics` renders the `CanarydMetrics` registry, and the two probes
-call the daemon's `health` and `ready` callables, answering 200 with their JSON details
-when they say yes and 503 (with the details saying why) when they say no or raise.
+`StatusServer` runs a standard-library `ThreadingHTTPServer` in a daemon thread, with at
+most `MAX_CONNECTIONS` connections served at once: one more is answered 503 and closed,
+so a flood of (or stalled) clients cannot grow threads without bound. It holds no state
+of its own: `/metrics` renders the `CanarydMetrics` registry, and the two probes call the
+daemon's `health` and `ready` callables, answering 200 with their JSON details when they
+say yes and 503 (with the details saying why) when they say no or raise. Probe answers
+are scrubbed of credentials (`canaryd.redact`) before they are served.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -22,14 +26,23 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from canaryd.errors import StatusServerError
 from canaryd.metrics import CanarydMetrics
+from canaryd.redact import redact_value
 
-__all__ = ["Probe", "StatusServer"]
+__all__ = ["MAX_CONNECTIONS", "Probe", "StatusServer"]
 
 log = structlog.get_logger(__name__)
 
 Probe = Callable[[], tuple[bool, dict[str, Any]]]
 _JSON = "application/json"
 _REQUEST_TIMEOUT_S = 10.0  # a stalled client must not hold a handler thread for ever
+# Connections served at once (one thread each). Scrapers and probes keep a few
+# keep-alive connections; more than this is a flood, answered 503 without a thread.
+MAX_CONNECTIONS = 16
+_BUSY_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+    b"Content-Length: 5\r\nRetry-After: 1\r\nConnection: close\r\n\r\nbusy\n"
+)
+_BUSY_LOG_INTERVAL_S = 60.0
 
 
 def _split_listen(listen: str) -> tuple[str, int]:
@@ -41,9 +54,54 @@ def _split_listen(listen: str) -> tuple[str, int]:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    block_on_close = False  # daemon threads are not tracked; stop() must not wait on them
     # SO_REUSEADDR lets a restarted daemon rebind while old connections sit in TIME_WAIT;
     # on Linux it still refuses a port another process listens on.
     allow_reuse_address = True
+    max_connections = MAX_CONNECTIONS
+    request_queue_size = 64  # listen backlog: a burst is accepted (or refused) at once
+
+    def server_activate(self) -> None:
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._busy_logged_at = -float("inf")
+        self.refused = 0
+        super().server_activate()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # Runs in the serving thread: a connection beyond the limit gets a canned 503
+        # (a few bytes into an empty socket buffer, so this never blocks) and no thread.
+        if not self._slots.acquire(blocking=False):
+            self._refuse(request, client_address)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _refuse(self, request: Any, client_address: Any) -> None:
+        self.refused += 1
+        try:
+            request.sendall(_BUSY_RESPONSE)
+        except OSError:
+            pass  # the client is gone already; closing is all that is left
+        self.shutdown_request(request)
+        now = time.monotonic()
+        if now - self._busy_logged_at >= _BUSY_LOG_INTERVAL_S:
+            self._busy_logged_at = now
+            log.warning(
+                "http.busy",
+                client=str(client_address[0]) if client_address else "",
+                max_connections=self.max_connections,
+                refused_total=self.refused,
+                reason="too many connections at once; this one was answered 503",
+            )
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the host's FQDN, which can stall for the resolver
@@ -149,7 +207,7 @@ class StatusServer:
             # A probe that raises is a failing probe; the daemon keeps serving.
             log.exception("http.probe_raised", path=path)
             ok, detail = False, {"error": f"{type(exc).__name__}: {exc}"}
-        body = {**detail, "status": "ok" if ok else "unavailable"}
+        body = redact_value({**detail, "status": "ok" if ok else "unavailable"})
         return (200 if ok else 503), _JSON, json.dumps(body, default=str).encode()
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:

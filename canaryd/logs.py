@@ -3,8 +3,11 @@ readable console renderer on a TTY. Logs go to stderr so that stdout stays machi
 
 `configure_logging` honours `LoggingConfig` (level, format, include_text). Prompt and
 output text may be sensitive: the keys in `TEXT_KEYS` are removed from every event unless
-`include_text` is set, so a stray `log.info(..., prompt_text=...)` cannot leak them. The
-standard library's loggers (APScheduler, SQLAlchemy) are rendered the same way.
+`include_text` is set, so a stray `log.info(..., prompt_text=...)` cannot leak them.
+Credentials never reach a log line: every event, its rendered exception included, is
+passed through `canaryd.redact` (URL passwords, secret parameters, values under
+secret-named keys). The standard library's loggers (APScheduler, SQLAlchemy) are
+rendered, and redacted, the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 import structlog
 
 from canaryd.config import LoggingConfig
+from canaryd.redact import redact_value
 
 TEXT_KEYS = frozenset({"prompt_text", "baseline_text", "speculative_text"})
 
@@ -47,6 +51,15 @@ def _drop_text(
 ) -> MutableMapping[str, Any]:
     for key in TEXT_KEYS & event_dict.keys():
         del event_dict[key]
+    return event_dict
+
+
+def _redact(
+    _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    redacted = redact_value(dict(event_dict))
+    event_dict.clear()
+    event_dict.update(redacted)
     return event_dict
 
 
@@ -82,7 +95,7 @@ def configure_logging(
     if not config.include_text:
         shared.append(_drop_text)
     structlog.configure(
-        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        processors=[*shared, structlog.processors.format_exc_info, _redact, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level_name]
         ),
@@ -97,7 +110,11 @@ def configure_logging(
                 structlog.processors.add_log_level,
                 structlog.processors.TimeStamper(fmt="iso", utc=True),
             ],
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                _redact,
+                renderer,
+            ],
         )
     )
     root = logging.getLogger()

@@ -7,7 +7,10 @@ set: `arm` (baseline, speculative), `category` (the suites' categories, capped, 
 folded into `other`), `outcome`, `kind` (an `ErrorKind`, or a capped store error kind) and
 `position` (1 … 15, then `16+`); for gates and the switch, `gate` (capped at 16), `state`
 (the five gate states), `target`, `actor_kind` and `actuator`. Figures an engine did not
-report are counted as "not reported", never observed as zeros. `metrics_reference()`
+report are counted as "not reported", never observed as zeros. `canaryd_build_info`
+exports only an allowlist of each engine's identity (`BUILD_IDENTITY_KEYS`), its
+`base_url` reduced to scheme, host, port and path, so no credential reaches a label.
+`metrics_reference()`
 renders the table that docs/metrics.md carries verbatim, from the same declarations that
 build the registry.
 """
@@ -29,11 +32,13 @@ from prometheus_client import (
     generate_latest,
 )
 
+from canaryd.redact import public_url, redact_text
 from engine.types import ErrorKind, GenerationResult
 from gates.records import ARMS, Arm, PairRecord
 
 __all__ = [
     "ACCEPTANCE_LENGTH_BUCKETS",
+    "BUILD_IDENTITY_KEYS",
     "LATENCY_BUCKETS",
     "MAX_POSITION_LABEL",
     "OTHER",
@@ -78,6 +83,16 @@ _LABEL_VALUE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # as suites.CATEGORY_PATTE
 _LABEL_NAME = re.compile(r"[^a-zA-Z0-9_]")
 _BUILD_VALUE_MAX = 128
 _BUILD_KEYS_MAX = 8  # per identity dict: an engine identity is a handful of fields
+# The engine identity fields exported as build-info labels; anything else an engine
+# reports stays in the run record. URLs among them are exported by `public_url` only.
+BUILD_IDENTITY_KEYS: Final = frozenset(
+    {
+        "kind", "mode", "model", "device", "dtype", "method", "num_draft_tokens",
+        "max_ngram_size", "draft_model", "early_exit_layer", "server_kind", "api",
+        "base_url", "seed",
+    }
+)  # fmt: skip
+_URL_IDENTITY_KEYS = frozenset({"base_url"})
 
 PairOutcome = Literal["complete", "baseline_error", "speculative_error", "both_error"]
 PAIR_OUTCOMES: Final[tuple[PairOutcome, ...]] = (
@@ -208,8 +223,8 @@ class CanarydMetrics:
         )
         self.acceptance_length = self._histogram(
             "canaryd_speculative_acceptance_length",
-            "Tokens per verify step of successful speculative generations (output tokens / "
-            "verify steps, 1 ... k+1); only when the engine reports acceptance.",
+            "Tokens per verify step of successful speculative generations (1 + accepted "
+            "tokens / verify steps, 1 ... k+1); only when the engine reports acceptance.",
             ("category",),
             "histogram_quantile(0.5, sum by (category, le)"
             " (rate(canaryd_speculative_acceptance_length_bucket[1h])))",
@@ -336,6 +351,20 @@ class CanarydMetrics:
             "Failed store operations, by kind (as the store names them, capped).",
             ("kind",),
             "sum by (kind) (increase(canaryd_store_errors_total[15m]))",
+        )
+        self.pairs_quarantined = self._counter(
+            "canaryd_pairs_quarantined_total",
+            "Pairs the database refused for their content (a number out of range, a value "
+            "it cannot store), written to the quarantine file instead of the database.",
+            (),
+            "increase(canaryd_pairs_quarantined_total[1h]) > 0",
+        )
+        self.pairs_sanitised = self._counter(
+            "canaryd_pairs_sanitised_total",
+            "Pairs stored after their text was made storable (NUL characters replaced by "
+            "U+FFFD).",
+            (),
+            "increase(canaryd_pairs_sanitised_total[1h])",
         )
         self.pending = self._gauge(
             "canaryd_store_pending_pairs",
@@ -523,6 +552,14 @@ class CanarydMetrics:
         """A store operation failed; `kind` is a short lower-case identifier."""
         self.store_errors.labels(kind=self._store_error_kind(kind)).inc()
 
+    def pair_quarantined(self) -> None:
+        """A pair went to the quarantine file instead of the database."""
+        self.pairs_quarantined.inc()
+
+    def pair_sanitised(self) -> None:
+        """A pair was stored with its text made storable."""
+        self.pairs_sanitised.inc()
+
     def heartbeat(self, timestamp: float) -> None:
         self.heartbeat_timestamp.set(timestamp)
 
@@ -542,7 +579,10 @@ class CanarydMetrics:
         baseline: dict[str, str],
         speculative: dict[str, str],
     ) -> None:
-        """Replace the build info (one series; a config reload may change the engines)."""
+        """Replace the build info (one series; a config reload may change the engines).
+
+        Of each engine identity only the `BUILD_IDENTITY_KEYS` are exported, URLs without
+        userinfo, query or fragment, other values with any credential masked."""
         labels = {
             "version": version,
             "python": python,
@@ -550,10 +590,12 @@ class CanarydMetrics:
             "transformers": transformers,
         }
         for prefix, identity in (("baseline", baseline), ("speculative", speculative)):
-            for key in sorted(identity)[:_BUILD_KEYS_MAX]:
+            exported = sorted(key for key in identity if key in BUILD_IDENTITY_KEYS)
+            for key in exported[:_BUILD_KEYS_MAX]:
                 name = f"{prefix}_{_LABEL_NAME.sub('_', key).lower()}"
-                labels[name] = str(identity[key])
-        self.build.info({k: v[:_BUILD_VALUE_MAX] for k, v in labels.items()})
+                value = str(identity[key])
+                labels[name] = public_url(value) if key in _URL_IDENTITY_KEYS else value
+        self.build.info({k: redact_text(v)[:_BUILD_VALUE_MAX] for k, v in labels.items()})
 
     def observe_gates(self, decisions: Iterable[tuple[str, str]]) -> None:
         """One evaluation's `(gate name, state)` pairs: count each, and set the state

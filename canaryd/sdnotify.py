@@ -87,7 +87,9 @@ def reloading() -> bool:
 
 
 def watchdog() -> bool:
-    """The keep-alive ping for `WatchdogSec=`: the scheduler is still running jobs."""
+    """The keep-alive ping for `WatchdogSec=`: cycles still progress (the daemon calls
+    this from its heartbeat only while a pair finished or a cycle started recently, so a
+    wedged generation or check ends in a watchdog restart, not a silent stall)."""
     return notify("WATCHDOG=1")
 
 

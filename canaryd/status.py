@@ -61,7 +61,7 @@ class WindowStatus:
     complete_pairs: int
     pairs_by_category: dict[str, int]
     rolled_up_pairs: int  # of `pairs`, how many are known only through roll-ups
-    acceptance_length_mean: float | None  # mean over complete pairs of output / verify steps
+    acceptance_length_mean: float | None  # mean over complete pairs of 1 + accepted / steps
     exact_match_rate: float | None  # over scored (complete) pairs
     baseline: ArmStatus
     speculative: ArmStatus

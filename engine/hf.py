@@ -7,7 +7,8 @@ counts acceptance *inside* the decoding loop: the candidate generator that
 verification result (`update_candidate_strategy`, called with the number of draft
 tokens the target kept) is recorded. Timings come from a streamer that stamps each
 batch of tokens as the loop emits it, so TTFT is the time to the first token actually
-produced, not an estimate.
+produced, not an estimate. Weights are loaded once per (source, device, dtype) and
+shared by the engines that name them; the last engine to close releases them.
 """
 
 from __future__ import annotations
@@ -142,6 +143,7 @@ class _LoadedModel:
         self.tokenizer = tokenizer
         self.lock = threading.Lock()  # one generate at a time: seeds are process-global
         self.counter: _AcceptanceCounter | None = None
+        self.users = 0  # engines holding it through `_load_shared`
         original = model._get_candidate_generator
 
         def recording_candidate_generator(*args: Any, **kwargs: Any) -> Any:
@@ -154,7 +156,8 @@ class _LoadedModel:
         model._get_candidate_generator = recording_candidate_generator
 
 
-_LOADED: dict[tuple[str, str, str], _LoadedModel] = {}
+_LoadedKey = tuple[str, str, str]
+_LOADED: dict[_LoadedKey, _LoadedModel] = {}
 _LOADED_LOCK = threading.Lock()
 
 
@@ -168,7 +171,23 @@ def _load_shared(source: str, device: str, dtype: str, models_dir: Path | None) 
                 source, device=device, dtype=dtype, models_dir=models_dir
             )
             _LOADED[key] = _LoadedModel(model, tokenizer)
+        _LOADED[key].users += 1
         return _LOADED[key]
+
+
+def _release_shared(key: _LoadedKey) -> None:
+    """One engine no longer uses the weights of `key`; the last one frees them (a
+    reload to another model must not keep the old one in GPU memory)."""
+    with _LOADED_LOCK:
+        loaded = _LOADED.get(key)
+        if loaded is None:
+            return
+        loaded.users -= 1
+        if loaded.users > 0:
+            return
+        del _LOADED[key]
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 class TransformersEngine:
@@ -188,6 +207,8 @@ class TransformersEngine:
         self._shared = _LoadedModel(model, tokenizer) if model is not None else None
         self._draft_model = draft_model
         self._loaded = False
+        # What `_load_shared` gave this engine ("target", "draft"); close() releases it.
+        self._held: dict[str, _LoadedKey] = {}
 
     # -- identity -----------------------------------------------------------------
     @property
@@ -222,12 +243,14 @@ class TransformersEngine:
             self._shared = _load_shared(
                 self.config.model, self.config.device, self.config.dtype, self._models_dir
             )
+            self._held["target"] = (self.config.model, self.config.device, self.config.dtype)
         spec = self.config.speculative
         if spec is not None and spec.method == "draft_model" and self._draft_model is None:
             assert spec.draft_model is not None  # guaranteed by SpeculativeConfig
             self._draft_model = _load_shared(
                 spec.draft_model, self.config.device, self.config.dtype, self._models_dir
             ).model
+            self._held["draft"] = (spec.draft_model, self.config.device, self.config.dtype)
         if spec is not None and spec.method == "early_exit":
             layers = int(self._shared.model.config.num_hidden_layers)
             if spec.early_exit_layer is None or spec.early_exit_layer >= layers:
@@ -242,6 +265,15 @@ class TransformersEngine:
 
     def close(self) -> None:
         self._loaded = False
+        # A model handed to the constructor is the caller's; only shared weights are
+        # released, this engine's references dropped first so the last release frees them.
+        held, self._held = self._held, {}
+        if "target" in held:
+            self._shared = None
+        if "draft" in held:
+            self._draft_model = None
+        for key in held.values():
+            _release_shared(key)
 
     @property
     def _device(self) -> torch.device:

@@ -80,3 +80,12 @@ def _reset_structlog() -> Iterator[None]:
 
     yield
     structlog.reset_defaults()
+
+
+@pytest.fixture(autouse=True)
+def _no_installed_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command reads /etc/canaryd/canaryd.toml when no config is named; on a host
+    where canaryd is installed, tests must not pick it up."""
+    from canaryd import config
+
+    monkeypatch.setattr(config, "DEFAULT_CONFIG_PATH", Path("/nonexistent/canaryd/canaryd.toml"))

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from canaryd.config import Settings, load_settings
+from canaryd.config import DEFAULT_CONFIG_PATH, Settings, load_settings
 from canaryd.store import EXPECTED_URL_FORMS
 
 __all__ = [
@@ -22,7 +22,10 @@ __all__ = [
     "settings_and_url",
 ]
 
-CONFIG_HELP = "TOML config file (default: env CANARYD_CONFIG, else built-in defaults)."
+CONFIG_HELP = (
+    f"TOML config file (default: env CANARYD_CONFIG, else {DEFAULT_CONFIG_PATH} if it "
+    "exists, else built-in defaults; CANARYD_CONFIG= (empty) reads no file)."
+)
 URL_HELP = (
     f"Database URL ({EXPECTED_URL_FORMS}); default: the config's storage.url "
     "(or env CANARYD_STORAGE__URL), else env CANARYD_DATABASE_URL, else the SQLite file "
@@ -48,6 +51,7 @@ SinceOption = Annotated[
 
 
 def settings_and_url(config: Path | None, url: str | None) -> tuple[Settings, str]:
-    """The settings `--config` names and the database URL `--url` overrides."""
+    """The settings `--config` names (else the default file: `config_path`) and the
+    database URL `--url` overrides."""
     settings = load_settings(config)
     return settings, settings.storage.resolved_url(url)

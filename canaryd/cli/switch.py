@@ -1,37 +1,51 @@
 """`canaryd switch`: the rollback switch from a terminal — status, the kill switch, restore.
 
-Every command works with the daemon stopped: it opens the database itself (a rollback
-creates it if needed), changes the switch under the same row lock as the daemon, writes
-the state file and runs the configured hooks. Exit codes: 0 done (or nothing to do);
-1 the state was recorded but the state file or a hook failed (the daemon re-applies it),
-or a restore was refused; 2 a configuration or database problem.
+Every command works with the daemon stopped and reads the service's settings (the
+default config file when none is named): it opens the database itself, never creating
+one, changes the switch under the same row lock as the daemon, writes the state file, runs
+the configured hooks, and prints the config, database (password masked) and state file it
+used. Exit codes: 0 done (or nothing to do; a hook that cannot be built here, such as a
+webhook whose secret only the service's environment holds, is reported and recorded as a
+failed actuation for the daemon to re-send); 1 the state was recorded but the state file
+or a hook failed (the daemon re-applies it), or a restore was refused; 2 a configuration
+or database problem.
 
-The kill switch outlives the database: when it is unreachable, `rollback` writes the state
-file alone (marked `pending_sync`), runs the hooks and exits 0; the next command or gate
-run that reaches the database adopts it. `restore` and `auto` refuse without the database.
+The kill switch outlives the database: when it fails in any way (unreachable, missing,
+corrupt, read-only, permission denied, locked), `rollback` writes the state file alone
+(marked `pending_sync`), runs the hooks and exits 0 with a warning that the database was
+not updated; the next command or gate run that reaches the database adopts it. `restore`
+and `auto` refuse without the database.
 """
 
 from __future__ import annotations
 
 import getpass
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from canaryd import paths
 from canaryd.cli.common import fail, handle_errors
 from canaryd.cli.options import ConfigOption, UrlOption, settings_and_url
-from canaryd.config import Settings
-from canaryd.errors import DatabaseError
+from canaryd.config import DEFAULT_CONFIG_PATH, Settings, config_path
+from canaryd.errors import ActuatorError, DatabaseError
+from canaryd.logs import configure_logging
 from canaryd.store import SqlStore, mask_url
+from canaryd.store.database import driver_message
 from canaryd.switch import (
     PENDING_SYNC,
     SwitchChange,
     SwitchService,
+    build_actuators,
     emergency_rollback,
     read_state_file,
+    shows,
     state_object,
 )
 from gates import Evaluation, SwitchEvent
@@ -72,7 +86,35 @@ def _adopted_line(change: SwitchChange) -> str | None:
     )
 
 
-def _report(change: SwitchChange, service: SwitchService, verb: str) -> int:
+def _sources(
+    config: Path | None,
+    url: str,
+    settings: Settings,
+    *,
+    err: bool = False,
+    state_file: bool = True,
+) -> None:
+    """Which config, database and state file this command used; a warning when the
+    database or state file are the built-in defaults, which the service may not use."""
+    typer.echo(f"config: {config if config is not None else 'none (built-in defaults)'}", err=err)
+    typer.echo(f"database: {mask_url(url)}", err=err)
+    if state_file:
+        typer.echo(f"state file: {settings.switch.resolved_state_file()}", err=err)
+    defaults = []
+    if url == paths.default_database_url():
+        defaults.append("database")
+    if settings.switch.state_file is None:
+        defaults.append("state file")
+    if defaults:
+        typer.echo(
+            f"canaryd: warning: {' and '.join(defaults)}: canaryd's built-in default under "
+            f"{paths.data_dir()}, not necessarily the service's; name the service's config "
+            f"with --config (conventionally {DEFAULT_CONFIG_PATH})",
+            err=True,
+        )
+
+
+def _report(change: SwitchChange, service: SwitchService, verb: str, unbuilt: set[str]) -> int:
     state = change.state
     adopted = _adopted_line(change)
     if adopted is not None:
@@ -89,26 +131,48 @@ def _report(change: SwitchChange, service: SwitchService, verb: str) -> int:
             f"generation={state.generation} (since {state.since}, by {state.actor or '-'})"
         )
     report = change.report
-    if report is not None and report.file_skipped:
+    if report is None:
+        return 0
+    if report.file_skipped:
         typer.echo(f"state file {service.state_file} already holds a newer generation", err=True)
-    if report is not None and not report.ok:
-        for actuator, error in report.failures.items():
+    failed = False
+    for actuator, error in report.failures.items():
+        if actuator in unbuilt:
+            # Its secret lives in the service's environment: the daemon re-sends it.
+            typer.echo(
+                f"canaryd: warning: {actuator}: not run from here: {error} (recorded as a "
+                f"failed actuation; the daemon re-sends it on its next gate run)",
+                err=True,
+            )
+        else:
+            failed = True
             typer.echo(f"canaryd: warning: {actuator}: {error}", err=True)
+    if failed:
         typer.echo(
             "the state is recorded in the database; the daemon re-applies it on its next "
             "gate run (or rerun this command)",
             err=True,
         )
         return 1
-    typer.echo(f"state file: {service.state_file}")
     return 0
 
 
-def _open(url: str, *, create: bool) -> SqlStore:
+def _database_error(exc: Exception, url: str) -> DatabaseError:
+    """Any failure of the database as the one-line `DatabaseError` the CLI prints."""
+    if isinstance(exc, DatabaseError):
+        return exc
+    detail = driver_message(exc) if isinstance(exc, DBAPIError) else f"{exc}"
+    return DatabaseError(f"the database {mask_url(url)} failed: {type(exc).__name__}: {detail}")
+
+
+@contextmanager
+def _database_failures(url: str) -> Iterator[None]:
+    """Every failure of the database (not only an unreachable one: a corrupt file, a
+    read-only standby, a refused privilege, a lock held too long) as `DatabaseError`."""
     try:
-        return SqlStore.open(url, create=create)
-    except OSError as exc:  # e.g. the SQLite file's directory cannot be created
-        raise DatabaseError(f"cannot open the database {mask_url(url)!r}: {exc}") from exc
+        yield
+    except (DatabaseError, SQLAlchemyError, OSError) as exc:
+        raise _database_error(exc, url) from exc
 
 
 def _through_database(
@@ -116,32 +180,38 @@ def _through_database(
     reason: str,
     settings: Settings,
     url: str,
+    config: Path | None,
     *,
     force: bool,
-    create: bool,
 ) -> int:
-    # `create`: the kill switch must work on a box where the daemon never ran.
-    with _open(url, create=create) as store:
-        service = SwitchService(store, settings.switch, settings.gates.policy)
+    # Never `create`: a missing database is a wrong URL far more often than a new box,
+    # and the kill switch then takes the state-file path instead of hiding in a new file.
+    with _database_failures(url), SqlStore.open(url) as store:
+        unbuilt: list[ActuatorError] = []
+        actuators = build_actuators(settings.switch, on_error=unbuilt.append)
+        service = SwitchService(store, settings.switch, settings.gates.policy, actuators=actuators)
         now = datetime.now(UTC)
         if action == "restore":
             for line in evidence_lines(store.latest_evaluation(), now):
                 typer.echo(line)
         change = service.command(SwitchEvent(action, user(), reason, force=force))
-        for refusal in change.outcome.refused:
-            raise fail(refusal, 1)
-        return _report(
-            change,
-            service,
-            {"rollback": "rolled back", "restore": "restored", "auto": "handed to the gates"}[
-                action
-            ],
-        )
+    for refusal in change.outcome.refused:
+        raise fail(refusal, 1)
+    _sources(config, url, settings)
+    verb = {"rollback": "rolled back", "restore": "restored", "auto": "handed to the gates"}
+    return _report(change, service, verb[action], {e.actuator for e in unbuilt})
 
 
-def _emergency(settings: Settings, reason: str, error: DatabaseError) -> int:
-    """The kill switch with the database down: the state file alone, then the hooks."""
-    typer.echo(f"canaryd: warning: the database is unreachable: {error}", err=True)
+def _emergency(
+    settings: Settings, url: str, config: Path | None, reason: str, error: DatabaseError
+) -> int:
+    """The kill switch without the database: the state file alone, then the hooks."""
+    _sources(config, url, settings, state_file=False)  # the file: below, with its outcome
+    typer.echo(
+        f"canaryd: warning: the database is unreachable or unusable, so the database was "
+        f"NOT updated: {error}",
+        err=True,
+    )
     result = emergency_rollback(settings.switch, user(), reason)
     for actuator, failure in result.failures.items():
         typer.echo(f"canaryd: warning: {actuator}: {failure}", err=True)
@@ -149,21 +219,21 @@ def _emergency(settings: Settings, reason: str, error: DatabaseError) -> int:
     if not result.written:
         hooks = "" if result.failures else " (the configured hooks, if any, were run)"
         raise fail(
-            f"the database is unreachable and the state file could not be written either: "
+            f"the database was not updated and the state file could not be written either: "
             f"{result.file_error}; speculative decoding is NOT rolled back through the state "
             f"file{hooks} - flip production by hand",
             2,
         )
     state = result.state
     typer.echo(
-        f"switch rolled back IN THE STATE FILE ONLY (database unreachable): "
+        f"switch rolled back IN THE STATE FILE ONLY (database not updated): "
         f"mode={state['mode']} speculative_enabled=false generation={state['generation']} "
         f"actor={state['actor']}"
     )
     typer.echo(f"state file: {path} ({PENDING_SYNC}: true)")
     typer.echo(
         "to be synced: the daemon's next gate run or the next `canaryd switch` command "
-        "records it in the database once the database is reachable again"
+        "records it in the database once the database works again"
     )
     return 0
 
@@ -175,20 +245,21 @@ def _command(
     url: str | None,
     *,
     force: bool = False,
-    create: bool = False,
 ) -> None:
-    settings, resolved = settings_and_url(config, url)
+    configure_logging(level="WARNING")  # on stderr: stdout is what a person or script reads
+    source = config_path(config)
+    settings, resolved = settings_and_url(source, url)
     try:
-        code = _through_database(action, reason, settings, resolved, force=force, create=create)
+        code = _through_database(action, reason, settings, resolved, source, force=force)
     except DatabaseError as exc:
         if action != "rollback":
             # Re-enabling (or handing control back) must go through the authoritative store.
             raise fail(
-                f"switch {action} refused: the database is unreachable and only a rollback "
-                f"works without it ({exc})",
+                f"switch {action} refused: the database is unreachable or unusable and only "
+                f"a rollback works without it ({exc})",
                 2,
             ) from None
-        code = _emergency(settings, reason, exc)
+        code = _emergency(settings, resolved, source, reason, exc)
     if code:
         raise typer.Exit(code)
 
@@ -203,9 +274,11 @@ def status(
     config: ConfigOption = None,
 ) -> None:
     """The switch as stored: mode, reason, actor, generation; state file and hooks."""
-    settings, resolved = settings_and_url(config, url)
+    configure_logging(level="WARNING")
+    source = config_path(config)
+    settings, resolved = settings_and_url(source, url)
     path = settings.switch.resolved_state_file()
-    with SqlStore.open(resolved) as store:
+    with _database_failures(resolved), SqlStore.open(resolved) as store:
         on_disk = read_state_file(path)
         if on_disk is not None and on_disk.get(PENDING_SYNC) is True:
             change = SwitchService(store, settings.switch, settings.gates.policy).adopt_pending()
@@ -215,8 +288,10 @@ def status(
         record = store.switch()
     obj = state_object(record.state)
     if json_output:
+        _sources(source, resolved, settings, err=True)  # stderr: keeps `--json` parseable
         typer.echo(json.dumps(obj, indent=2, sort_keys=True))
         return
+    _sources(source, resolved, settings, state_file=False)  # the file: below, with its sync
     state = record.state
     typer.echo(
         f"mode: {state.mode.value} (speculative decoding "
@@ -230,7 +305,7 @@ def status(
     if state.cooldown_until is not None:
         typer.echo(f"cooldown until: {state.cooldown_until.isoformat()}")
     on_disk = read_state_file(path)
-    if on_disk == obj:
+    if shows(on_disk, record.state):
         typer.echo(f"state file: {path} (in sync)")
     else:
         seen = "missing" if on_disk is None else f"generation {on_disk.get('generation')}"
@@ -245,9 +320,9 @@ def status(
 @app.command()
 @handle_errors
 def rollback(reason: ReasonOption, url: UrlOption = None, config: ConfigOption = None) -> None:
-    """Kill switch: disable speculative decoding now; gates cannot undo it. With the
-    database unreachable, writes the state file alone (synced into the database later)."""
-    _command("rollback", reason, config, url, create=True)
+    """Kill switch: disable speculative decoding now; gates cannot undo it. When the
+    database fails in any way, writes the state file alone (synced into it later)."""
+    _command("rollback", reason, config, url)
 
 
 @app.command()

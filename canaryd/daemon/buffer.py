@@ -1,15 +1,20 @@
 """Where the daemon's pairs go: `PairWriter` saves each one to the history store and,
 while the database is away, holds it in `PendingPairs` (bounded, oldest first, dropping
-and counting the oldest when full) until the database answers again."""
+and counting the oldest when full) until the database answers again. No pair is dropped
+without a log line and a metric: text the database cannot hold (NUL) is made storable
+first, and a pair the database still refuses goes to the `Quarantine` file instead of
+stopping the cycle (or, buffered, blocking every pair behind it)."""
 
 from __future__ import annotations
 
 import threading
+import traceback
 from collections import deque
 
 import structlog
 
-from canaryd.errors import DatabaseError
+from canaryd.daemon.quarantine import Quarantine, default_quarantine_path, storable
+from canaryd.errors import DatabaseError, RecordRejectedError
 from canaryd.metrics import CanarydMetrics
 from canaryd.store import HistoryStore
 from gates.records import PairRecord
@@ -61,12 +66,18 @@ class PairWriter:
     saves them, oldest first, once it answers again.
 
     `lock` is the one turn-taking point for writes: saves, the flush, a buffer resize,
-    the store's close, and the daemon's run rows all go under it.
+    the store's close, and the daemon's run rows all go under it. A pair the store
+    refuses for its content (`RecordRejectedError`), or fails on with anything but a
+    `DatabaseError` (tried twice), goes to `quarantine` (default: the data directory's
+    `quarantined-pairs.jsonl`).
     """
 
-    def __init__(self, capacity: int, metrics: CanarydMetrics) -> None:
+    def __init__(
+        self, capacity: int, metrics: CanarydMetrics, quarantine: Quarantine | None = None
+    ) -> None:
         self.pending = PendingPairs(capacity)
         self.metrics = metrics
+        self.quarantine = quarantine or Quarantine(default_quarantine_path())
         self.lock = threading.Lock()
         self.abandoned = False  # True when shutdown left a pair generating (dropped whole)
         self.problem: str | None = None  # the last save's DatabaseError, until one works
@@ -94,24 +105,31 @@ class PairWriter:
         return self._store
 
     def save(self, record: PairRecord) -> bool:
-        """Store one pair; on `DatabaseError` buffer it. False when it was buffered."""
+        """Store one pair; on `DatabaseError` buffer it, and quarantine it when the
+        database refuses it. False when it was buffered."""
         with self.lock:
             if self._closed or self.abandoned:
                 log.warning("pair.dropped", pair_id=record.pair_id, reason="shutting down")
                 return True
+            record = self._storable(record)
             try:
                 self.store.save_pair(record)
+            except RecordRejectedError as exc:
+                self._quarantine(record, exc)
+                return True
             except DatabaseError as exc:
                 self._failed(exc)
                 self._buffer(record)
                 return False
+            except Exception as exc:
+                return self._retry_or_quarantine(record, exc)
             self._back()
             return True
 
     def buffer(self, record: PairRecord) -> None:
         """Queue `record` behind the pairs already waiting, without trying the database."""
         with self.lock:  # a reload may resize the buffer meanwhile
-            self._buffer(record)
+            self._buffer(self._storable(record))
 
     def flush(self, *, final: bool = False) -> bool:
         """Save buffered pairs oldest first, stopping at the first failure; True when the
@@ -124,9 +142,18 @@ class PairWriter:
                 record = self.pending.oldest()
                 try:
                     self.store.save_pair(record)
+                except RecordRejectedError as exc:
+                    # Left at the head, it would fail every flush and hold back the rest.
+                    self.pending.remove_oldest()
+                    self._quarantine(record, exc)
+                    continue
                 except DatabaseError as exc:
                     self._failed(exc)
                     break
+                except Exception as exc:
+                    self.pending.remove_oldest()
+                    self._quarantine(record, exc)
+                    continue
                 self.pending.remove_oldest()
                 saved += 1
             if saved:
@@ -162,6 +189,61 @@ class PairWriter:
             )
         self.metrics.pending_pairs(len(self.pending))
 
+    def _storable(self, record: PairRecord) -> PairRecord:
+        cleaned, changed = storable(record)
+        if changed:
+            self.metrics.pair_sanitised()
+            log.warning(
+                "pair.sanitised",
+                pair_id=record.pair_id,
+                reason="NUL characters in its text (which PostgreSQL cannot store) are "
+                "stored as U+FFFD",
+            )
+        return cleaned
+
+    def _retry_or_quarantine(self, record: PairRecord, exc: Exception) -> bool:
+        """One more try after an unexpected error (a prompt pruned by retention between
+        its lookup and the insert); quarantine the pair if that fails too."""
+        log.warning("pair.save_retried", pair_id=record.pair_id, reason=_one_line(exc))
+        try:
+            self.store.save_pair(record)
+        except DatabaseError as again:
+            if isinstance(again, RecordRejectedError):
+                self._quarantine(record, again)
+                return True
+            self._failed(again)
+            self._buffer(record)
+            return False
+        except Exception as again:
+            self._quarantine(record, again)
+            return True
+        self._back()
+        return True
+
+    def _quarantine(self, record: PairRecord, exc: Exception) -> None:
+        reason = _one_line(exc)
+        # The traceback goes to the file, not the log: SQLAlchemy's message carries the
+        # statement's parameters, which hold the pair's text.
+        detail = "" if isinstance(exc, RecordRejectedError) else _traceback(exc)
+        try:
+            self.quarantine.add(record, reason, detail)
+        except OSError as error:
+            self.metrics.store_error("pair_dropped")
+            log.error(
+                "pair.lost",
+                pair_id=record.pair_id,
+                reason=f"the database refused it ({reason}) and the quarantine file "
+                f"{str(self.quarantine.path)!r} cannot be written: {error}",
+            )
+            return
+        self.metrics.pair_quarantined()
+        log.error(
+            "pair.quarantined",
+            pair_id=record.pair_id,
+            reason=reason,
+            file=str(self.quarantine.path),
+        )
+
     def _failed(self, exc: DatabaseError) -> None:
         self.metrics.store_error("save_pair")
         if self.problem is None:
@@ -172,3 +254,16 @@ class PairWriter:
         if self.problem is not None:
             log.info("database.reachable", pending=len(self.pending))
         self.problem = None
+
+
+def _one_line(exc: Exception) -> str:
+    """What went wrong, on one bounded line (SQLAlchemy appends the statement and its
+    parameters, pair text included, on later lines)."""
+    if isinstance(exc, RecordRejectedError):
+        return str(exc)
+    first = str(exc).strip().split("\n", 1)[0]
+    return f"{type(exc).__name__}: {first}"[:500]
+
+
+def _traceback(exc: Exception) -> str:
+    return "".join(traceback.format_exception(exc))

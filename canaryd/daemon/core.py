@@ -1,13 +1,14 @@
 """The soak daemon's lifecycle: one owner for the store, engines, status server and scheduler.
 
-`Daemon.start()` enters every component through one `ExitStack` — store, status server,
-engines, the daemon run row, then the APScheduler jobs (pair cycle, gates, retention,
-heartbeat) — and `Daemon.stop()` closes that stack, so SIGTERM, SIGINT, an error at
-start-up and a test all take the same ordered path back out: stop scheduling, let the
-in-flight pair finish (or drop it whole after `schedule.shutdown_timeout_s`), flush the
-pairs buffered while the database was away, finish the run, close engines, stop HTTP,
-close the store. `Daemon.reload()` (SIGHUP) validates a new configuration completely
-before swapping it in.
+`Daemon.start()` enters every component through one `ExitStack` — store, the gate hook's
+start (the switch state file is written from the database before anything that can fail
+on a GPU or a model), status server, engines, the daemon run row, then the APScheduler
+jobs (pair cycle, gates, retention, heartbeat) — and `Daemon.stop()` closes that stack,
+so SIGTERM, SIGINT, an error at start-up and a test all take the same ordered path back
+out: stop scheduling, let the in-flight pair finish (or drop it whole after
+`schedule.shutdown_timeout_s`), flush the pairs buffered while the database was away,
+finish the run, close engines, stop HTTP, close the store. `Daemon.reload()` (SIGHUP)
+validates a new configuration completely before swapping it in.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from canaryd import paths
 from canaryd.assembly import new_run, pair_params, prompt_sampler, resolve_prompts
 from canaryd.config import Settings, load_settings
 from canaryd.daemon.buffer import PairWriter, PendingPairs
-from canaryd.daemon.probe import DatabaseProbe, health_report, readiness_report
+from canaryd.daemon.probe import DatabaseProbe, health_report, max_stall_s, readiness_report
 from canaryd.daemon.scheduling import reschedule, start_scheduler
 from canaryd.errors import CanarydError, DatabaseError, EngineError
 from canaryd.http import StatusServer
@@ -52,13 +53,19 @@ RESTART_ONLY = ("storage.url", "server.listen")
 
 
 class GateHook(Protocol):
-    """What the gate job calls on its interval; the gates/switch work plugs in here."""
+    """What the gate job calls on its interval; the gates/switch work plugs in here.
+    `start` runs once the store is open and before the engines load."""
+
+    def start(self) -> None: ...
 
     def evaluate(self, now: datetime) -> None: ...
 
 
 class NoGates:
     """The default gate hook: nothing is evaluated."""
+
+    def start(self) -> None:
+        return None
 
     def evaluate(self, now: datetime) -> None:
         return None
@@ -97,8 +104,9 @@ class Daemon:
         self.gates: GateHook = gates or NoGates()
         self.metrics = metrics or CanarydMetrics()
         self.manage_logging = manage_logging
-        # Called with the Unix time on every heartbeat: systemd's watchdog is fed from
-        # here, so a daemon whose scheduler has died is restarted.
+        # Called with the Unix time on every heartbeat while cycles progress: systemd's
+        # watchdog is fed from here, so a daemon whose scheduler has died, or whose cycle
+        # is wedged in a generation or a check, is restarted.
         self.heartbeat_hooks: list[Callable[[float], None]] = []
         self._pairs = PairWriter(settings.storage.buffer_pairs, self.metrics)
 
@@ -116,6 +124,9 @@ class Daemon:
         self._cycle_lock = threading.Lock()  # one cycle at a time; a reload swaps between
         self._started_at = time.monotonic()
         self._last_cycle_at: float | None = None
+        # A cycle starting, a pair finishing, a cycle finishing: the soak is not wedged.
+        self._progress_at = self._started_at
+        self._stalled = False
         self.last_heartbeat: float | None = None
         self.cycles = 0
 
@@ -189,6 +200,9 @@ class Daemon:
             self._probe = DatabaseProbe(url)
             stack.callback(self._probe.close)
             stack.callback(self._pairs.close)
+            # Production may have no state file at all (/run is emptied at boot): write
+            # the stored switch state before the engines, which may never load.
+            self.gates.start()
 
             self._server = StatusServer(
                 settings.server.listen, self.metrics, self.health, self.ready
@@ -211,7 +225,7 @@ class Daemon:
                 database=self._store.url,
                 categories=sampler.categories,
             )
-            self._started_at = time.monotonic()
+            self._started_at = self._progress_at = time.monotonic()
             if schedule:
                 self._scheduler = self._start_scheduler(settings)
                 stack.callback(self._stop_scheduler)
@@ -344,7 +358,7 @@ class Daemon:
         """One pair cycle: retry the buffered pairs, then run and store `pairs_per_cycle`."""
         with self._cycle_lock:
             self._idle.clear()
-            started = time.monotonic()
+            started = self._progress_at = time.monotonic()
             try:
                 if self._stopping.is_set() or self._plan is None:
                     return
@@ -356,7 +370,7 @@ class Daemon:
                 ok, interval = False, self.settings.schedule.pair_interval_s
             finally:
                 self._idle.set()
-            self._last_cycle_at = time.monotonic()
+            self._last_cycle_at = self._progress_at = time.monotonic()
             self.cycles += 1
             self.metrics.cycle_finished(time.time(), ok)
             took = self._last_cycle_at - started
@@ -378,6 +392,7 @@ class Daemon:
             if self._stopping.is_set():
                 break  # stop scheduling new pairs; the one that finished is stored
             record = plan.runner.run_pair(prompt)
+            self._progress_at = time.monotonic()
             self.metrics.observe_pair(record)
             if include_text:
                 log.info(
@@ -415,10 +430,13 @@ class Daemon:
         log.info("retention.done", report=repr(report))
 
     def heartbeat(self) -> None:
-        """The heartbeat job: proves the scheduler is alive to metrics and watchdogs."""
+        """The heartbeat job: proves the scheduler is alive to metrics and, while cycles
+        progress, to the watchdogs (`heartbeat_hooks`)."""
         now = time.time()
         self.last_heartbeat = now
         self.metrics.heartbeat(now)
+        if not self.progressing():
+            return
         for hook in self.heartbeat_hooks:
             try:
                 hook(now)
@@ -427,6 +445,29 @@ class Daemon:
 
     # -- probes -----------------------------------------------------------------------
 
+    def progressing(self) -> bool:
+        """Whether the soak made progress within `max_stall_s`; logs once when it stops
+        (a generation or a check is stuck: the watchdog is no longer fed) and resumes."""
+        age, limit = self.last_progress_age_s(), max_stall_s(self.settings)
+        stalled = age > limit
+        if stalled and not self._stalled:
+            log.error(
+                "cycle.stalled",
+                last_progress_age_s=round(age, 1),
+                max_stall_s=limit,
+                reason="no pair has finished and no cycle started or ended within the "
+                "limit: a generation or a check is stuck; systemd's watchdog is no longer "
+                "fed and will restart canaryd",
+            )
+        elif self._stalled and not stalled:
+            log.info("cycle.progressing", last_progress_age_s=round(age, 1))
+        self._stalled = stalled
+        return not stalled
+
+    def last_progress_age_s(self) -> float:
+        """Seconds since a cycle started, a pair finished or a cycle finished."""
+        return time.monotonic() - self._progress_at
+
     def last_cycle_age_s(self) -> float:
         """Seconds since the last cycle finished (since start, before the first)."""
         since = self._last_cycle_at if self._last_cycle_at is not None else self._started_at
@@ -434,7 +475,13 @@ class Daemon:
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         """/healthz: the scheduler runs and the last cycle is recent enough."""
-        return health_report(self._scheduler, self.last_cycle_age_s(), self.settings, self.cycles)
+        return health_report(
+            self._scheduler,
+            self.last_cycle_age_s(),
+            self.settings,
+            self.cycles,
+            progress_age_s=self.last_progress_age_s(),
+        )
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
         """/readyz: both engines loaded and the database reachable."""

@@ -1,7 +1,9 @@
 """The daemon's /healthz and /readyz answers: `DatabaseProbe` (does the database answer a
-cheap query on a fresh connection, within seconds), the limit on the age of the last
-finished cycle, and the two reports the status server serves, built from the daemon's
-scheduler, cycle age, engines, database and pending-pair buffer."""
+cheap query on a fresh connection, within seconds), the limits on the age of the last
+finished cycle and on the time without cycle progress (past which the daemon stops
+feeding systemd's watchdog), and the two reports the status server serves, built from
+the daemon's scheduler, cycle age, engines, database and pending-pair buffer. Driver
+messages in the reports are scrubbed of credentials before they are served."""
 
 from __future__ import annotations
 
@@ -16,11 +18,22 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from canaryd.config import Settings
 from canaryd.daemon.buffer import PendingPairs
+from canaryd.redact import redact_text
 from canaryd.store.database import make_engine
 
-__all__ = ["DatabaseProbe", "health_report", "max_cycle_age_s", "readiness_report"]
+__all__ = [
+    "STALL_MARGIN_S",
+    "DatabaseProbe",
+    "health_report",
+    "max_cycle_age_s",
+    "max_stall_s",
+    "readiness_report",
+]
 
 _PROBE_TIMEOUT_S = 2
+# Room for scoring a pair and for a flush of buffered pairs on top of the two
+# generations and the gap between cycles that `max_stall_s` allows for.
+STALL_MARGIN_S = 60.0
 _PROBE_CACHE_S = 1.0  # /readyz scraped by several probes hits the database once a second
 
 
@@ -56,7 +69,7 @@ class DatabaseProbe:
                     connection.execute(text("SELECT version_num FROM alembic_version")).all()
                 self._problem = None
             except SQLAlchemyError as exc:
-                self._problem = " ".join(str(getattr(exc, "orig", exc)).split())
+                self._problem = redact_text(" ".join(str(getattr(exc, "orig", exc)).split()))
             finally:
                 # A fresh connection every time: a pooled one would hide a dead server.
                 self._engine.dispose()
@@ -75,10 +88,33 @@ def max_cycle_age_s(settings: Settings) -> float:
     return 3 * settings.schedule.pair_interval_s + 2 * settings.prompts.timeout_s
 
 
+def max_stall_s(settings: Settings) -> float:
+    """How long the soak may go without progress (a cycle starting, a pair finishing, a
+    cycle finishing) before the daemon counts as wedged and stops feeding the watchdog:
+    `server.max_cycle_age_s` when set, else one gap between cycles plus one pair's two
+    generations plus `STALL_MARGIN_S`."""
+    configured = settings.server.max_cycle_age_s
+    if configured is not None:
+        return configured
+    schedule = settings.schedule
+    return (
+        schedule.pair_interval_s
+        + schedule.jitter_s
+        + 2 * settings.prompts.timeout_s
+        + STALL_MARGIN_S
+    )
+
+
 def health_report(
-    scheduler: BaseScheduler | None, cycle_age_s: float, settings: Settings, cycles: int
+    scheduler: BaseScheduler | None,
+    cycle_age_s: float,
+    settings: Settings,
+    cycles: int,
+    *,
+    progress_age_s: float | None = None,
 ) -> tuple[bool, dict[str, Any]]:
-    """/healthz: the scheduler runs and the last cycle is recent enough."""
+    """/healthz: the scheduler runs, the last cycle is recent enough and, given
+    `progress_age_s`, the cycle in flight is not wedged."""
     problems: list[str] = []
     state = {STATE_RUNNING: "running", STATE_PAUSED: "paused"}.get(
         scheduler.state if scheduler is not None else -1, "stopped"
@@ -94,6 +130,15 @@ def health_report(
         "max_cycle_age_s": limit,
         "cycles": cycles,
     }
+    if progress_age_s is not None:
+        stall_limit = max_stall_s(settings)
+        detail["last_progress_age_s"] = round(progress_age_s, 3)
+        detail["max_stall_s"] = stall_limit
+        if progress_age_s > stall_limit:
+            problems.append(
+                f"no cycle progress for {progress_age_s:.1f} s, over the {stall_limit:g} s "
+                "limit: a generation or a check is stuck; systemd's watchdog is not fed"
+            )
     if problems:
         detail["problems"] = problems
     return not problems, detail
@@ -109,7 +154,7 @@ def readiness_report(
     database = "reachable"
     if database_problem is not None:
         database = "unreachable"
-        problems.append(f"database unreachable: {database_problem}")
+        problems.append(f"database unreachable: {redact_text(database_problem)}")
     detail: dict[str, Any] = {
         "engines_loaded": engines_loaded,
         "database": database,

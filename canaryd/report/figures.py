@@ -120,7 +120,7 @@ class AcceptanceFigures:
     """The speculative arm's acceptance over complete pairs."""
 
     pairs: int  # complete pairs whose speculative arm reported acceptance
-    acceptance_length_mean: float | None  # output tokens / verify steps
+    acceptance_length_mean: float | None  # 1 + accepted tokens / verify steps
     acceptance_length_p50: float | None
     acceptance_length_p90: float | None
     acceptance_rate: float | None  # accepted / drafted, pooled where drafted is reported

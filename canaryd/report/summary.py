@@ -22,7 +22,7 @@ class CategorySummary:
     pairs: int
     complete_pairs: int
     speedup_median: float | None  # median over pairs of baseline e2e / speculative e2e
-    acceptance_length_mean: float | None  # output tokens / verify steps, speculative arm
+    acceptance_length_mean: float | None  # 1 + accepted / verify steps, speculative arm
     acceptance_length_p50: float | None
     acceptance_length_p90: float | None
     # accepted / drafted tokens, pooled over pairs that report drafted tokens

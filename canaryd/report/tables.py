@@ -125,7 +125,7 @@ def acceptance_table(figures: Mapping[str, AcceptanceFigures]) -> ReportTable:
             )
             for category, f in figures.items()
         ),
-        note="acceptance length = output tokens ÷ verify steps (bonus token included); "
+        note="acceptance length = 1 + accepted tokens ÷ verify steps (bonus token included); "
         "per position: accepted ÷ drafted at draft position i",
     )
 

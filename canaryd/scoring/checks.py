@@ -2,7 +2,10 @@
 
 Each kind reads the answer the way a grader would: `exact` after normalisation,
 `contains` case-insensitively, `regex` anywhere, `json_schema` on the first JSON
-value in the text (fenced or not), `numeric` on the last number in the text.
+value in the text (fenced or not), `numeric` on the last number in the text. A `regex`
+check runs on the `regex` engine with a time limit (`REGEX_TIMEOUT_S`): a pattern that
+backtracks catastrophically on a model's output fails that answer, logged, instead of
+wedging the pair cycle.
 """
 
 from __future__ import annotations
@@ -16,12 +19,19 @@ from functools import lru_cache
 from typing import Any
 
 import jsonschema
+import regex
+import structlog
 
 from gates.records import Check
+
+log = structlog.get_logger(__name__)
 
 # Relative tolerance applied on top of a check's absolute `tolerance`, so that large
 # values survive float round-off (1e15 parsed from "1,000,000,000,000,000").
 NUMERIC_RELATIVE_TOLERANCE = 1e-9
+# A grader's pattern matches a few kilobytes in microseconds; a second means it is
+# backtracking without end, and the cycle (and the watchdog) must not wait for it.
+REGEX_TIMEOUT_S = 1.0
 
 _WHITESPACE = re.compile(r"\s+")
 _QUOTES = "\"'`“”‘’«»「」『』"
@@ -142,9 +152,27 @@ def _contains(check: Check, text: str) -> bool:
     return str(check.value).casefold() in text.casefold()
 
 
+@lru_cache(maxsize=256)
+def _pattern(pattern: str) -> Any:
+    try:
+        return regex.compile(pattern, regex.DOTALL | regex.MULTILINE)
+    except regex.error as exc:
+        raise ValueError(f"regex check pattern {pattern!r} does not compile: {exc}") from None
+
+
 def _regex(check: Check, text: str) -> bool:
-    # `re` caches compiled patterns, so a suite's few patterns compile once.
-    return re.search(str(check.value), text, re.DOTALL | re.MULTILINE) is not None
+    pattern = _pattern(str(check.value))
+    try:
+        return pattern.search(text, timeout=REGEX_TIMEOUT_S) is not None
+    except TimeoutError:
+        log.warning(
+            "check.timed_out",
+            pattern=pattern.pattern[:200],
+            text_chars=len(text),
+            limit_s=REGEX_TIMEOUT_S,
+            reason="the pattern backtracks without end on this answer; the answer fails",
+        )
+        return False
 
 
 def _json_schema(check: Check, text: str) -> bool:

@@ -47,11 +47,17 @@ class StoredRun:
 @dataclass(frozen=True, slots=True)
 class RetentionReport:
     """What one `apply_retention` did: pairs rolled up (each then deleted with its
-    generations and scores), and roll-up rows deleted for being past their own cut-off."""
+    generations and scores), roll-up rows deleted for being past their own cut-off, and
+    the rows that only raw pairs or that history kept: prompts no pair uses any more,
+    finished runs without pairs that ended before the roll-up cut-off, and switch audit
+    rows older than it."""
 
     rolled_up_pairs: int
     deleted_pairs: int
     deleted_rollups: int
+    deleted_prompts: int = 0
+    deleted_runs: int = 0
+    deleted_audit_rows: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,8 @@
 
 This module owns parsing and masking the URL (which URL: `StorageConfig.resolved_url`),
 the supported drivers, and turning it into a
-configured engine (SQLite: WAL, busy timeout, foreign keys, transactional DDL;
+configured engine (SQLite: WAL, busy timeout, foreign keys, transactional DDL, synced
+commits for the switch;
 PostgreSQL: pre-ping, connect timeout). It also turns a driver failure into the one-line
 `DatabaseError` a person can act on (unreachable server, unwritable SQLite directory).
 """
@@ -25,6 +26,7 @@ __all__ = [
     "EXPECTED_URL_FORMS",
     "POSTGRESQL_CONNECT_TIMEOUT_S",
     "SQLITE_BUSY_TIMEOUT_S",
+    "SQLITE_DURABLE",
     "SQLITE_IMMEDIATE",
     "connecting",
     "driver_message",
@@ -44,6 +46,7 @@ POSTGRESQL_STATEMENT_TIMEOUT_MS = 30_000
 POSTGRESQL_LOCK_TIMEOUT_MS = 10_000
 POSTGRESQL_IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000
 SQLITE_IMMEDIATE = "canaryd_sqlite_immediate"  # execution option read by _sqlite_on_begin
+SQLITE_DURABLE = "canaryd_sqlite_durable"  # likewise: this transaction's commit is synced
 _SUPPORTED_DRIVERS = {
     "sqlite": "sqlite",
     "sqlite+pysqlite": "sqlite+pysqlite",
@@ -118,7 +121,13 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
 def _sqlite_on_begin(connection: Connection) -> None:
     # `sqlite_immediate` (the switch's read-modify-write) takes the write lock at BEGIN,
     # so a second writer waits for the busy timeout instead of reading a stale row.
-    immediate = connection.get_execution_options().get(SQLITE_IMMEDIATE, False)
+    options = connection.get_execution_options()
+    immediate = options.get(SQLITE_IMMEDIATE, False)
+    # Under WAL, NORMAL may lose the last commits to a power cut (never corrupts); a
+    # switch transition must not be lost, so its transaction syncs the log at commit.
+    # The level is per connection and the pool shares them: every BEGIN sets its own.
+    durable = options.get(SQLITE_DURABLE, False)
+    connection.exec_driver_sql(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
     connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 

@@ -4,8 +4,9 @@ PostgreSQL, behind `canaryd.store.abc.Store`.
 This module owns opening a store (URL, engine and schema check, or migrating an empty
 database with `create`), the transactions and queries behind every `Store` method
 (retention batches, the switch's locked read-modify-write), and turning a lost or
-unusable database mid-run into `DatabaseError` with one line that says what failed;
-constraint violations are bugs and keep SQLAlchemy's exception. Engines live in
+unusable database mid-run into `DatabaseError` with one line that says what failed, and
+a value it refuses into `RecordRejectedError`; constraint violations are bugs and keep
+SQLAlchemy's exception. Engines live in
 `canaryd.store.database`, migrations in `canaryd.store.migrations`, and the mapping
 between records and rows in `canaryd.store.mapping`.
 """
@@ -19,16 +20,23 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
-from sqlalchemy import Engine, Select, delete, func, select, text, update
+from sqlalchemy import Delete, Engine, Select, delete, exists, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import (
+    DataError,
+    DBAPIError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+)
 from sqlalchemy.orm import Session, sessionmaker
 
-from canaryd.errors import DatabaseError
+from canaryd.errors import DatabaseError, RecordRejectedError
 from canaryd.store.abc import RETENTION_BATCH_PAIRS, History, RetentionReport, StoredRun
 from canaryd.store.database import (
+    SQLITE_DURABLE,
     SQLITE_IMMEDIATE,
     driver_message,
     make_engine,
@@ -144,9 +152,15 @@ class SqlStore:
 
     @contextmanager
     def _translating(self, action: str) -> Iterator[None]:
-        """A lost or unusable database becomes `DatabaseError`; the caller may buffer."""
+        """A lost or unusable database becomes `DatabaseError`; the caller may buffer. A
+        value the database refuses (NUL in text, an integer out of range) becomes
+        `RecordRejectedError`, which buffering cannot cure."""
         try:
             yield
+        except DataError as exc:
+            raise RecordRejectedError(f"{action} on {self.url}", driver_message(exc)) from exc
+        except OverflowError as exc:  # SQLite's driver: an integer beyond 64 bits
+            raise RecordRejectedError(f"{action} on {self.url}", str(exc)) from exc
         except (OperationalError, InterfaceError) as exc:
             raise DatabaseError(f"{action} failed on {self.url}: {driver_message(exc)}") from exc
         except DBAPIError as exc:
@@ -271,9 +285,12 @@ class SqlStore:
         Each batch of at most `batch_pairs` pairs is one transaction: read, merge into the
         `pair_rollups` rows of their (hour, category), delete exactly those pairs with their
         generations and scores. A crash or a lost database mid-batch leaves the batch
-        entirely raw, so re-running never counts a pair twice. Prompts stay (they are
-        small and shared). Raises `ValueError` for a naive `now` or a policy where
-        roll-ups would not outlive the raw rows they summarise.
+        entirely raw, so re-running never counts a pair twice. Then the rows only raw
+        pairs or history kept go: prompts no pair refers to, finished runs without pairs
+        that ended before the roll-up cut-off, and switch audit rows older than it (the
+        newest transition is always kept: it says why the switch is where it is). Raises
+        `ValueError` for a naive `now` or a policy where roll-ups would not outlive the
+        raw rows they summarise.
         """
         aware(now, "retention now")
         if raw_retention_days <= 0 or rollup_retention_days < raw_retention_days:
@@ -301,7 +318,49 @@ class SqlStore:
             )
             deleted_rollups = int(getattr(result, "rowcount", 0))
         return RetentionReport(
-            rolled_up_pairs=rolled_up, deleted_pairs=rolled_up, deleted_rollups=deleted_rollups
+            rolled_up_pairs=rolled_up,
+            deleted_pairs=rolled_up,
+            deleted_rollups=deleted_rollups,
+            deleted_prompts=self._prune("unused prompts", self._unused_prompts()),
+            deleted_runs=self._prune("old runs", self._old_runs(rollup_cutoff)),
+            deleted_audit_rows=self._prune("old switch audit rows", self._old_audit(rollup_cutoff)),
+        )
+
+    def _prune(self, what: str, statement: Delete) -> int:
+        """Run one retention deletion in its own transaction; how many rows went. A pair
+        saved meanwhile that refers to a row being deleted (PostgreSQL: a prompt picked
+        up again) wins: the deletion fails on the foreign key, is rolled back whole, and
+        the rows wait for the next run."""
+        try:
+            with self._transaction(f"deleting {what}") as session:
+                return int(getattr(session.execute(statement), "rowcount", 0))
+        except IntegrityError:
+            return 0
+
+    @staticmethod
+    def _unused_prompts() -> Delete:
+        # Only raw pairs refer to prompts; roll-ups are per category and keep none.
+        return delete(PromptRow).where(~exists().where(PairRow.prompt_ref == PromptRow.id))
+
+    @staticmethod
+    def _old_runs(cutoff: datetime) -> Delete:
+        # A run still running (or killed: never finished) is kept, and so is any run
+        # with pairs: its rows are what the pairs were measured under.
+        return delete(RunRow).where(
+            RunRow.finished_at.is_not(None),
+            RunRow.finished_at < cutoff,
+            ~exists().where(PairRow.run_id == RunRow.run_id),
+        )
+
+    @staticmethod
+    def _old_audit(cutoff: datetime) -> Delete:
+        newest_transition = (
+            select(func.max(SwitchAuditRow.id))
+            .where(SwitchAuditRow.kind == "transition")
+            .scalar_subquery()
+        )
+        return delete(SwitchAuditRow).where(
+            SwitchAuditRow.at < cutoff, SwitchAuditRow.id != func.coalesce(newest_transition, 0)
         )
 
     def _roll_up_batch(self, cutoff: datetime, batch_pairs: int) -> int:
@@ -424,9 +483,11 @@ class SqlStore:
     @contextmanager
     def _switch_locked(self, action: str) -> Iterator[tuple[Session, SwitchStateRow]]:
         """A transaction holding the switch row's lock (created if missing): SQLite
-        `BEGIN IMMEDIATE`, PostgreSQL `SELECT … FOR UPDATE`. CLI and daemon serialise here."""
+        `BEGIN IMMEDIATE`, PostgreSQL `SELECT … FOR UPDATE`. CLI and daemon serialise here.
+        On SQLite its commit is synced (`synchronous=FULL`): a switch transition survives
+        a power loss, which the pairs' faster NORMAL level does not promise under WAL."""
         with self._translating(action), self._engine.connect() as connection:
-            connection.execution_options(**{SQLITE_IMMEDIATE: True})
+            connection.execution_options(**{SQLITE_IMMEDIATE: True, SQLITE_DURABLE: True})
             with Session(bind=connection) as session, session.begin():
                 session.execute(
                     self._insert_ignoring_duplicates(
@@ -448,15 +509,16 @@ class SqlStore:
     ) -> SwitchOutcome:
         """Read-modify-write of the switch under its row lock, in one transaction.
 
-        `decide` gets the stored state and the last `history` evaluations (oldest first)
-        and returns the policy's outcome; its state is stored, each transition becomes a
+        `decide` gets the stored state and the last `history` evaluations up to `now`
+        (oldest first; ones stamped later by a clock that was ahead cannot crowd out
+        today's) and returns the policy's outcome; its state is stored, each transition becomes a
         `transition` audit row and each refusal a `refused` row by `actor` (with the
         latest evaluation as evidence). A generation below the stored one is refused.
         """
         aware(now, "switch change time")
         with self._switch_locked("changing the switch") as (session, row):
             current = switch_record(row).state
-            evaluations = self._evaluations(session, history)
+            evaluations = self._evaluations(session, history, until=now)
             outcome = decide(current, evaluations)
             new = outcome.state
             if new.generation < current.generation:
@@ -512,23 +574,25 @@ class SqlStore:
         with self._transaction("saving gate decisions") as session:
             session.add_all(gate_decision_rows(evaluation))
 
-    def _evaluations(self, session: Session, limit: int) -> list[Evaluation]:
+    def _evaluations(
+        self, session: Session, limit: int, *, until: datetime | None = None
+    ) -> list[Evaluation]:
         if limit < 1:
             return []
+        times_query = select(GateDecisionRow.evaluated_at).distinct()
+        rows_query = select(GateDecisionRow)
+        if until is not None:
+            times_query = times_query.where(GateDecisionRow.evaluated_at <= until)
+            rows_query = rows_query.where(GateDecisionRow.evaluated_at <= until)
         times = list(
-            session.scalars(
-                select(GateDecisionRow.evaluated_at)
-                .distinct()
-                .order_by(GateDecisionRow.evaluated_at.desc())
-                .limit(limit)
-            )
+            session.scalars(times_query.order_by(GateDecisionRow.evaluated_at.desc()).limit(limit))
         )
         if not times:
             return []
         rows = session.scalars(
-            select(GateDecisionRow)
-            .where(GateDecisionRow.evaluated_at >= min(times))
-            .order_by(GateDecisionRow.evaluated_at, GateDecisionRow.id)
+            rows_query.where(GateDecisionRow.evaluated_at >= min(times)).order_by(
+                GateDecisionRow.evaluated_at, GateDecisionRow.id
+            )
         )
         grouped: dict[datetime, list[Any]] = {}
         for row in rows:

@@ -2,8 +2,9 @@
 kill switch while the database is down, and the service that changes and applies it.
 
 `statefile` owns `switch.json` and its atomic write, `actuators` the command, webhook and
-Alertmanager hooks, `emergency` the database-down rollback and its adoption, `service`
-the `SwitchService` that ties the policy, the store and the actuators together.
+Alertmanager hooks, `delivery` sending states to them in generation order, `emergency`
+the database-down rollback and its adoption, `service` the `SwitchService` that ties the
+policy, the store and the actuators together.
 """
 
 from __future__ import annotations
@@ -27,15 +28,19 @@ from canaryd.switch.emergency import (
 )
 from canaryd.switch.service import ApplyReport, SwitchChange, SwitchService
 from canaryd.switch.statefile import (
+    CONFIRMED_AT,
     PENDING_SYNC,
     STATE_FILE_ACTUATOR,
     read_state_file,
+    shows,
     state_object,
+    without_freshness,
     write_state_file,
 )
 
 __all__ = [
     "ALERT_NAME",
+    "CONFIRMED_AT",
     "EMERGENCY_REASON_PREFIX",
     "PENDING_SYNC",
     "STATE_FILE_ACTUATOR",
@@ -53,7 +58,9 @@ __all__ = [
     "build_actuators",
     "emergency_rollback",
     "read_state_file",
+    "shows",
     "sign",
     "state_object",
+    "without_freshness",
     "write_state_file",
 ]

@@ -26,6 +26,7 @@ from canaryd.metrics import CanarydMetrics
 
 __all__ = [
     "ALERT_NAME",
+    "COMMAND_ENV_ALLOWLIST",
     "SIGNATURE_HEADER",
     "Actuator",
     "AlertmanagerActuator",
@@ -43,6 +44,19 @@ log = structlog.get_logger("canaryd.switch")
 ALERT_NAME = "CanarydSpeculativeRolledBack"
 SIGNATURE_HEADER = "X-Canaryd-Signature"
 _OUTPUT_TAIL = 300  # characters of a failed command's output kept in the error
+# What the command hook inherits from canaryd's environment, and nothing else: the
+# daemon's holds the database URL and the webhook secret, which a hook has no use for.
+COMMAND_ENV_ALLOWLIST = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+)
 
 
 def utcnow() -> datetime:
@@ -78,7 +92,8 @@ def _env_value(value: Any) -> str:
 class CommandActuator:
     """Runs `argv` (no shell) with the state in CANARYD_SWITCH_* environment variables
     (MODE, SPECULATIVE_ENABLED, REASON, SINCE, ACTOR, GENERATION, CONTROL, LATCHED, and
-    JSON for the whole object); a non-zero exit or the timeout is a failure."""
+    JSON for the whole object) and only `COMMAND_ENV_ALLOWLIST` from canaryd's own
+    environment; a non-zero exit or the timeout is a failure."""
 
     name = "command"
 
@@ -88,7 +103,7 @@ class CommandActuator:
         self.backoff_s = config.backoff_s
 
     def apply(self, state: dict[str, Any]) -> None:
-        env = dict(os.environ)
+        env = {name: os.environ[name] for name in COMMAND_ENV_ALLOWLIST if name in os.environ}
         for key, value in state.items():
             env[f"CANARYD_SWITCH_{key.upper()}"] = _env_value(value)
         env["CANARYD_SWITCH_JSON"] = json.dumps(state, sort_keys=True)
@@ -238,11 +253,44 @@ def actuator_factories(
     return factories
 
 
+class _UnbuiltActuator:
+    """Stands in for a hook that could not be built (a webhook secret this process cannot
+    read): every attempt fails with that reason, so the failure is counted and recorded
+    on the switch row like any other, and the state change itself goes ahead."""
+
+    retries = 0
+    backoff_s = 0.0
+
+    def __init__(self, error: ActuatorError) -> None:
+        self.name = error.actuator
+        self.reason = error.reason
+
+    def apply(self, state: dict[str, Any]) -> None:
+        raise ActuatorError(self.name, self.reason)
+
+    def keepalive(self, state: dict[str, Any], now: datetime) -> bool:
+        return False
+
+
 def build_actuators(
-    config: SwitchConfig, clock: Callable[[], datetime] | None = None
+    config: SwitchConfig,
+    clock: Callable[[], datetime] | None = None,
+    *,
+    on_error: Callable[[ActuatorError], None] | None = None,
 ) -> list[Actuator]:
-    """The configured hooks, in the order they run: command, webhook, Alertmanager."""
-    return [make() for make in actuator_factories(config, clock or utcnow)]
+    """The configured hooks, in the order they run: command, webhook, Alertmanager.
+    Never raises: a hook that cannot be built is logged, passed to `on_error`, and
+    replaced by one that fails every attempt with the reason."""
+    actuators: list[Actuator] = []
+    for make in actuator_factories(config, clock or utcnow):
+        try:
+            actuators.append(make())
+        except ActuatorError as exc:
+            log.error("switch.actuator_unbuilt", actuator=exc.actuator, error=exc.reason)
+            if on_error is not None:
+                on_error(exc)
+            actuators.append(_UnbuiltActuator(exc))
+    return actuators
 
 
 def run_actuator(

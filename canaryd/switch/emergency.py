@@ -1,8 +1,10 @@
-"""The kill switch while the database is down, and its adoption once it is back.
+"""The kill switch while the database cannot be used, and its adoption once it can.
 
-`emergency_rollback` is the one exception to "database first": it writes a manual
+`emergency_rollback` is the one exception to "database first": when the database is
+unreachable, missing, corrupt, read-only or refuses the write, it writes a manual
 rollback marked `pending_sync` to the state file by itself (same lock, same atomic
-write, one generation above the file's) and runs the hooks. Until the database holds
+write, one generation above the file's) and runs the hooks, those it cannot build
+included as failures. Until the database holds
 it, no writer may replace that file with an older or different state; `adoptable_state`
 and `pending_adoption` say what the switch service commits, under the row lock and before
 anything else, as soon as it sees the file.
@@ -20,9 +22,8 @@ from typing import Any
 import structlog
 
 from canaryd.config import SwitchConfig
-from canaryd.errors import ActuatorError
 from canaryd.metrics import CanarydMetrics
-from canaryd.switch.actuators import Actuator, actuator_factories, run_actuator, utcnow
+from canaryd.switch.actuators import Actuator, build_actuators, run_actuator, utcnow
 from canaryd.switch.statefile import (
     PENDING_SYNC,
     STATE_FILE_ACTUATOR,
@@ -47,7 +48,7 @@ __all__ = [
 
 log = structlog.get_logger("canaryd.switch")
 
-EMERGENCY_REASON_PREFIX = "EMERGENCY (database unreachable): "
+EMERGENCY_REASON_PREFIX = "EMERGENCY (database not updated): "
 SYNCED_NOTE = "synced from state file after database outage"
 
 
@@ -91,11 +92,11 @@ def emergency_rollback(
     actuators: Sequence[Actuator] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> EmergencyRollback:
-    """The kill switch while the database is unreachable: write a manual rollback marked
+    """The kill switch while the database cannot be used: write a manual rollback marked
     `pending_sync` to the state file (same lock, same atomic write, one generation above
     the file's), then run the hooks. Production reads the file; the database adopts it
-    when it is back (`SwitchService.adopt_pending`). Never raises for the file or a hook:
-    the result says what failed."""
+    when it is back (`SwitchService.adopt_pending`). Never raises for the file or a hook,
+    nor for a hook that cannot be built: the result says what failed."""
     path = config.resolved_state_file()
     now = now or utcnow()
     obj = _emergency_object(read_state_file(path), user, reason, now)
@@ -121,13 +122,7 @@ def emergency_rollback(
     )
     failures: dict[str, str] = {}
     if actuators is None:
-        built: list[Actuator] = []
-        for make in actuator_factories(config, utcnow):
-            try:
-                built.append(make())
-            except ActuatorError as exc:  # one hook's bad secret must not stop the others
-                failures[exc.actuator] = exc.reason
-        actuators = built
+        actuators = build_actuators(config, utcnow)
     for actuator in actuators:
         error = run_actuator(actuator, obj, metrics=metrics, sleep=sleep)
         if error is not None:
@@ -138,10 +133,11 @@ def emergency_rollback(
 def adoptable_state(on_disk: dict[str, Any] | None, stored: SwitchState) -> SwitchState | None:
     """The state to adopt into the database from a `pending_sync` state file: the file's
     mode, control, actor, reason, time and latch at its generation, or one above the
-    stored one when the database reached that generation with another state meanwhile.
-    None when the file is not pending, is older than the database (a generation below
-    it and written before its last transition), is already adopted,
-    or cannot be read as a state."""
+    stored one when the database reached that generation, or passed it, with another
+    state meanwhile (the file lagged: lost with /run at a reboot, a failed write). None
+    when the file is not pending, is already held by the database (its state, whatever
+    the generation), or cannot be read as a state. No clock is compared: a kill switch
+    stamped by a clock that is behind is still a kill switch."""
     if on_disk is None or not is_pending(on_disk):
         return None
     generation = generation_of(on_disk)
@@ -154,13 +150,6 @@ def adoptable_state(on_disk: dict[str, Any] | None, stored: SwitchState) -> Swit
             since = since.replace(tzinfo=UTC)
     except ValueError as exc:
         log.error("switch.pending_file_unreadable", error=f"{type(exc).__name__}: {exc}")
-        return None
-    if generation < stored.generation and (
-        since is None or stored.since is None or since <= stored.since
-    ):
-        # The database moved on after adopting it; the file is stale. A pending file that
-        # is below the database yet written after its last transition is a new kill switch
-        # on a file that lagged (lost with /run at a reboot, a failed write): adopted.
         return None
     try:
         adopted = replace(
@@ -176,6 +165,10 @@ def adoptable_state(on_disk: dict[str, Any] | None, stored: SwitchState) -> Swit
     except (KeyError, TypeError, ValueError) as exc:
         log.error("switch.pending_file_unreadable", error=f"{type(exc).__name__}: {exc}")
         return None
+    if generation <= stored.generation and state_object(
+        replace(adopted, generation=stored.generation)
+    ) == state_object(stored):
+        return None  # adopted above its generation; only the file's rewrite is missing
     return adopted
 
 

@@ -3,11 +3,13 @@
 The database row is the truth; everything else mirrors it, in a fixed order: the policy's
 outcome is committed under the row lock first, then the state file production reads is
 rewritten atomically, then the optional hooks run (command, webhook, Alertmanager), each
-retried with exponential back-off. A failed actuator is counted, logged and recorded on
-the row (`canaryd switch status` shows it); it never changes or reverts the state, and
-`SwitchService.ensure_applied()` (the daemon at start and on every gate run) re-applies a
-generation whose last application failed. A pending emergency rollback in the state file
-is adopted under the row lock before anything else. CLI and daemon both go through it.
+retried with exponential back-off and delivered in generation order. A failed actuator
+is counted, logged and recorded on the row (`canaryd switch status` shows it); it never
+changes or reverts the state, and `SwitchService.ensure_applied()` (the daemon at start
+and on every gate run) re-applies a generation whose last application failed and, for the
+daemon, refreshes the state file's `confirmed_at`. A pending emergency rollback in the
+state file is adopted under the row lock before anything else. CLI and daemon both go
+through it.
 """
 
 from __future__ import annotations
@@ -23,14 +25,19 @@ import structlog
 from canaryd.config import SwitchConfig
 from canaryd.metrics import CanarydMetrics
 from canaryd.store import SwitchRecord, SwitchStore
-from canaryd.switch.actuators import Actuator, build_actuators, run_actuator, utcnow
+from canaryd.switch.actuators import Actuator, build_actuators, utcnow
+from canaryd.switch.delivery import deliver, newest
 from canaryd.switch.emergency import pending_adoption
 from canaryd.switch.statefile import (
     STATE_FILE_ACTUATOR,
     file_generation,
+    file_object,
     is_pending,
     read_state_file,
+    remove_leftover_temps,
+    shows,
     state_object,
+    without_freshness,
     write_state_file,
 )
 from gates import (
@@ -115,7 +122,12 @@ class SwitchService:
         return self.store.switch()
 
     def _change(
-        self, events: Sequence[SwitchEvent], now: datetime, actor: str = ""
+        self,
+        events: Sequence[SwitchEvent],
+        now: datetime,
+        actor: str = "",
+        *,
+        confirm: bool = False,
     ) -> SwitchChange:
         adoption: Transition | None = None
 
@@ -134,12 +146,32 @@ class SwitchService:
                 outcome.transitions if adoption is None else (adoption, *outcome.transitions)
             )
             if not transitions:
-                return SwitchOutcome(state, (), outcome.refused)
+                # Only the policy's clock repair (a `since` ahead of `now`) is kept; the
+                # file's generation floor is for the next transition to build on.
+                kept = replace(outcome.state, generation=state.generation)
+                if kept != state:
+                    log.warning(
+                        "switch.clock_behind",
+                        since=state.since.isoformat() if state.since else None,
+                        now=now.isoformat(),
+                        reason="the last transition is stamped after now; its times are "
+                        "re-based on now so that new evidence counts",
+                    )
+                return SwitchOutcome(kept, (), outcome.refused)
+            if adoption is not None and not outcome.transitions:
+                # The adopted state exactly as the operator's file holds it, so that the
+                # file's rewrite without the mark is not refused; any clock repair of its
+                # times waits for the next run.
+                return SwitchOutcome(start, transitions, outcome.refused)
             return SwitchOutcome(outcome.state, transitions, outcome.refused)
 
         outcome = self.store.change_switch(decide, now=now, history=self._history(), actor=actor)
         self._log(outcome, adoption)
-        report = self.apply(outcome.state) if outcome.transitions else self.ensure_applied()
+        report = (
+            self.apply(outcome.state)
+            if outcome.transitions
+            else self.ensure_applied(confirm=confirm)
+        )
         self.export_metrics(outcome.state)
         return SwitchChange(outcome, report, adoption)
 
@@ -195,8 +227,24 @@ class SwitchService:
         return self._change([event], self.clock(), actor=f"user:{event.user}")
 
     def step_gates(self, now: datetime) -> SwitchChange:
-        """Let the policy act on the stored evaluations at `now`, then apply."""
-        return self._change([], now)
+        """Let the policy act on the stored evaluations at `now`, then apply; the state
+        file's `confirmed_at` is refreshed (the daemon's gate run confirms the state)."""
+        return self._change([], now, confirm=True)
+
+    def start(self) -> ApplyReport | None:
+        """The daemon's start, before anything slow: remove temp files a killed writer
+        left, adopt a pending emergency rollback, write the stored state to the state
+        file (confirmed now) and re-run hooks whose last attempt failed."""
+        try:
+            removed = remove_leftover_temps(self.state_file)
+        except OSError as exc:
+            log.warning("switch.temp_cleanup_failed", path=str(self.state_file), error=str(exc))
+        else:
+            if removed:
+                log.warning("switch.temp_files_removed", files=[str(p) for p in removed])
+        report = self.ensure_applied(confirm=True)
+        self.export_metrics(self.record().state)
+        return report
 
     def export_metrics(self, state: SwitchState) -> None:
         if self.metrics is not None:
@@ -206,8 +254,35 @@ class SwitchService:
                 latched=state.latched,
             )
 
-    def _attempt(self, actuator: Actuator, state: dict[str, Any]) -> str | None:
-        return run_actuator(actuator, state, metrics=self.metrics, sleep=self.sleep)
+    def _latest(self) -> dict[str, Any] | None:
+        """The newest state a hook may be sent, read again just before sending: the
+        database's, or a pending emergency rollback in the state file above it."""
+        on_disk = read_state_file(self.state_file)
+        pending = without_freshness(on_disk) if is_pending(on_disk) and on_disk else None
+        try:
+            stored: dict[str, Any] | None = state_object(self.store.switch().state)
+        except Exception as exc:  # the re-read only improves the order; never stop a hook
+            log.warning("switch.hook_reread_failed", error=f"{type(exc).__name__}: {exc}")
+            stored = None
+        return newest(pending, stored)
+
+    def _attempt(
+        self, actuator: Actuator, state: dict[str, Any], *, again: bool = False
+    ) -> str | None:
+        return deliver(
+            actuator,
+            state,
+            state_file=self.state_file,
+            latest=self._latest,
+            metrics=self.metrics,
+            sleep=self.sleep,
+            again=again,
+        )
+
+    def _write_file(self, state: SwitchState) -> bool:
+        """Write `state` to the state file, confirmed now; False when a newer (or the
+        operator's pending) file was left in place. Raises OSError."""
+        return write_state_file(self.state_file, file_object(state, self.clock()))
 
     def apply(self, state: SwitchState, *, hooks: bool = True) -> ApplyReport:
         """Mirror `state` to the state file, then run the hooks; record the result on the
@@ -216,7 +291,7 @@ class SwitchService:
         failures: dict[str, str] = {}
         skipped = False
         try:
-            skipped = not write_state_file(self.state_file, obj)
+            skipped = not self._write_file(state)
         except OSError as exc:
             failures[STATE_FILE_ACTUATOR] = f"cannot write {str(self.state_file)!r}: {exc}"
             if self.metrics is not None:
@@ -230,25 +305,29 @@ class SwitchService:
         self.store.record_actuation(state.generation, failures, self.clock())
         return ApplyReport(state.generation, failures, skipped)
 
-    def ensure_applied(self) -> ApplyReport | None:
+    def ensure_applied(self, *, confirm: bool = False) -> ApplyReport | None:
         """Re-apply the stored state when its last application failed or the state file
         does not show it (a restart, a CLI whose hook failed, a file deleted by hand);
         None when nothing was needed. Alertmanager is re-pushed while rolled back. A
-        pending emergency rollback in the state file is adopted first, never overwritten."""
+        pending emergency rollback in the state file is adopted first, never overwritten.
+        `confirm` (the daemon) rewrites a file that shows the state with a new
+        `confirmed_at`, at the same generation."""
         adopted = self.adopt_pending()
         if adopted is not None:
             return adopted.report
         record = self.store.switch()
         state = record.state
         on_disk = read_state_file(self.state_file)
-        if not record.applied or on_disk != state_object(state):
+        if not record.applied or not shows(on_disk, state):
             return self.apply(state, hooks=not record.applied)
+        if confirm:
+            self._confirm(state)
         now = self.clock()
         obj = state_object(state)
         failures: dict[str, str] = {}
         for actuator in self.actuators:
             if actuator.keepalive(obj, now):
-                error = self._attempt(actuator, obj)
+                error = self._attempt(actuator, obj, again=True)
                 if error is not None:
                     failures[actuator.name] = error
         if failures:
@@ -256,5 +335,15 @@ class SwitchService:
             return ApplyReport(state.generation, failures)
         return None
 
+    def _confirm(self, state: SwitchState) -> None:
+        # A failed refresh leaves the file correct but ageing: a router reading it falls
+        # back to its safe default once `confirmed_at` is too old, which is the point.
+        try:
+            self._write_file(state)
+        except OSError as exc:
+            if self.metrics is not None:
+                self.metrics.actuator_failed(STATE_FILE_ACTUATOR)
+            log.error("switch.state_file_failed", path=str(self.state_file), error=str(exc))
+
     def file_matches(self, record: SwitchRecord) -> bool:
-        return read_state_file(self.state_file) == state_object(record.state)
+        return shows(read_state_file(self.state_file), record.state)

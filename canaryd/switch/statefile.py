@@ -1,10 +1,12 @@
 """The switch state file production reads (`switch.json`): the state object written to
-it, and its atomic, locked, never-backwards write.
+it with its freshness (`confirmed_at`), and its atomic, locked, never-backwards write.
 
 Writers serialise on a lock file beside it, write a temp file in the same directory,
 fsync it, rename it over the file and fsync the directory. A file never goes back to a
 lower generation, and a `pending_sync` file (the kill switch written while the database
-was down) is only replaced by its adoption or a higher generation.
+was down) is only replaced by its adoption or a higher generation. `confirmed_at` says
+when canaryd last checked the file against the database; refreshing it rewrites the file
+at the same generation, and comparisons of the state leave it out.
 """
 
 from __future__ import annotations
@@ -15,27 +17,35 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from gates import SwitchState
 
 __all__ = [
+    "CONFIRMED_AT",
     "PENDING_SYNC",
     "STATE_FILE_ACTUATOR",
     "file_generation",
     "file_lock",
+    "file_object",
     "generation_of",
     "is_pending",
+    "open_lock_file",
     "read_state_file",
+    "remove_leftover_temps",
     "replace_file",
+    "shows",
     "state_object",
+    "without_freshness",
     "without_pending",
     "write_state_file",
 ]
 
 STATE_FILE_ACTUATOR = "state_file"  # its name among the actuators' failures
 PENDING_SYNC = "pending_sync"  # state-file field: written while the database was down
+CONFIRMED_AT = "confirmed_at"  # state-file field: when canaryd last confirmed it
 
 
 def state_object(state: SwitchState) -> dict[str, Any]:
@@ -50,6 +60,21 @@ def state_object(state: SwitchState) -> dict[str, Any]:
         "control": state.control.value,
         "latched": state.latched,
     }
+
+
+def file_object(state: SwitchState, confirmed_at: datetime) -> dict[str, Any]:
+    """What the state file holds: the state object and when it was confirmed against the
+    database (hooks get the state object alone)."""
+    return {**state_object(state), CONFIRMED_AT: confirmed_at.isoformat()}
+
+
+def without_freshness(data: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in data.items() if key != CONFIRMED_AT}
+
+
+def shows(data: dict[str, Any] | None, state: SwitchState) -> bool:
+    """True when a state file's object holds `state` (its freshness aside)."""
+    return data is not None and without_freshness(data) == state_object(state)
 
 
 def read_state_file(path: Path) -> dict[str, Any] | None:
@@ -82,13 +107,22 @@ def without_pending(data: dict[str, Any]) -> dict[str, Any]:
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
     """The writers' exclusive lock on `path`, held on a lock file beside it."""
-    lock = path.with_name(f".{path.name}.lock")
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_lock_file(path.with_name(f".{path.name}.lock"))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def open_lock_file(lock: Path) -> int:
+    """A descriptor to `flock` on `lock`, created if missing. Read-only when this user
+    may not write it: an operator's `sudo canaryd switch` may have created it as root,
+    and the daemon's user must still serialise on it."""
+    try:
+        return os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except PermissionError:
+        return os.open(lock, os.O_RDONLY)
 
 
 def replace_file(path: Path, state: dict[str, Any]) -> None:
@@ -129,10 +163,23 @@ def write_state_file(path: Path, state: dict[str, Any]) -> bool:
             and is_pending(on_disk)
             and not is_pending(state)
             and generation_of(on_disk) == generation
-            and without_pending(on_disk) != state
+            and without_freshness(without_pending(on_disk)) != without_freshness(state)
         ):
             # A writer that decided before the emergency file appeared lands on the same
             # generation; the operator's rollback wins until the database adopts it.
             return False
         replace_file(path, state)
     return True
+
+
+def remove_leftover_temps(path: Path) -> list[Path]:
+    """Delete the temp files a writer killed between its write and its rename left beside
+    `path`; under the writers' lock, so no live writer's file goes. Returns what went."""
+    if not path.parent.is_dir():
+        return []
+    removed: list[Path] = []
+    with file_lock(path):
+        for temp in path.parent.glob(f".{path.name}.*.tmp"):
+            temp.unlink(missing_ok=True)
+            removed.append(temp)
+    return removed

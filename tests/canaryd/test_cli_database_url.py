@@ -94,6 +94,7 @@ class TestStorageUrlOnly:
     def test_switch_rollback_then_status(self, setup: Setup) -> None:
         """`switch rollback` records the kill switch in the configured database and
         `switch status` reads it back from there."""
+        assert setup.invoke("db", "upgrade")[0] == 0
         code, out, err = setup.invoke("switch", "rollback", "--reason", "INC-7")
         assert code == 0, err
         assert "switch rolled back: mode=rolled_back speculative_enabled=false" in out
@@ -119,6 +120,7 @@ class TestStorageUrlOnly:
 
     def test_audit(self, setup: Setup) -> None:
         """`audit` lists the rollback recorded in the configured database."""
+        assert setup.invoke("db", "upgrade")[0] == 0
         assert setup.invoke("switch", "rollback", "--reason", "INC-8")[0] == 0
         code, out, err = setup.invoke("audit", "--since", "1h")
         assert code == 0, err
@@ -196,9 +198,12 @@ class TestPrecedence:
         config = tmp_path / "canaryd.toml"
         config.write_text(f'[storage]\nurl = "{url}"\n', encoding="utf-8")
         monkeypatch.setenv("CANARYD_CONFIG", str(config))
+        assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+        assert current_revision(url) == head_revision()
         result = runner.invoke(app, ["switch", "rollback", "--reason", "x"])
         assert result.exit_code == 0, result.output
-        assert current_revision(url) == head_revision()
+        with SqlStore.open(url) as store:
+            assert store.switch().state.reason == "x"
         assert read_state_file(tmp_path / "state" / "switch.json") is not None
         assert not clean_env.exists()
 

@@ -4,9 +4,13 @@ without losing a pair, shutdown drops an unfinished pair whole, and reloads are 
 
 from __future__ import annotations
 
+import gc
+import json
 import sqlite3
 import time
+import weakref
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,10 +21,13 @@ import pytest
 from canaryd.config import Settings, load_settings
 from canaryd.config_docs import config_reference
 from canaryd.daemon import CYCLE_JOB, Daemon, PendingPairs
-from canaryd.errors import DatabaseError
+from canaryd.daemon.buffer import PairWriter
+from canaryd.daemon.quarantine import Quarantine
+from canaryd.errors import DatabaseError, RecordRejectedError
+from canaryd.metrics import CanarydMetrics
 from canaryd.store import SqlStore
-from engine.types import ErrorKind, GenerationResult
-from gates.records import PairRecord, Prompt
+from engine.types import ErrorKind, GenerationResult, Message
+from gates.records import PairRecord, Prompt, RunInfo
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -408,3 +415,309 @@ class TestConfigReference:
         for section in Settings.model_fields:
             assert f"[{section}" in text
         assert settings.schedule.pair_interval_s > 0
+
+
+def run_info(run_id: str = "r") -> RunInfo:
+    return RunInfo(
+        run_id=run_id,
+        kind="daemon",
+        started_at=datetime.now(UTC),
+        config={},
+        config_hash="c" * 16,
+        baseline_identity={"kind": "fake"},
+        speculative_identity={"kind": "fake"},
+    )
+
+
+def answered(n: int, text: str = "an answer", output_tokens: int = 2) -> PairRecord:
+    """A complete pair numbered `n` whose arms answered `text` in `output_tokens` tokens."""
+    result = GenerationResult(
+        text=text,
+        token_ids=(1, 2),
+        finish_reason="stop",
+        prompt_tokens=3,
+        output_tokens=output_tokens,
+        ttft_s=0.01,
+        tpot_s=0.01,
+        e2e_s=0.02,
+    )
+    return replace(
+        record(n),
+        prompt=Prompt(
+            id="p", category="qa", messages=(Message("user", f"say {text}"),), max_tokens=4
+        ),
+        baseline=result,
+        speculative=result,
+    )
+
+
+@pytest.fixture
+def writer_on(
+    database_url: str, tmp_path: Path
+) -> Iterator[tuple[PairWriter, SqlStore, Quarantine, CanarydMetrics]]:
+    """A PairWriter on a fresh database (SQLite file, or a PostgreSQL schema of its own)."""
+    store = SqlStore.open(database_url, create=True)
+    store.create_run(run_info())
+    metrics = CanarydMetrics()
+    quarantine = Quarantine(tmp_path / "data" / "quarantined-pairs.jsonl")
+    writer = PairWriter(10, metrics, quarantine)
+    writer.open(store)
+    yield writer, store, quarantine, metrics
+    writer.close()
+    store.close()
+
+
+def quarantined(quarantine: Quarantine) -> list[dict[str, Any]]:
+    if not quarantine.path.exists():
+        return []
+    return [json.loads(line) for line in quarantine.path.read_text().splitlines()]
+
+
+def metric(metrics: CanarydMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+class TestStorageFaults:
+    def test_nul_in_text_is_stored_sanitised(
+        self, writer_on: tuple[PairWriter, SqlStore, Quarantine, CanarydMetrics]
+    ) -> None:
+        """A NUL character in the output and the prompt (which PostgreSQL refuses in text
+        and JSON) is stored as U+FFFD on every backend, counted and logged; the pair is
+        neither lost nor quarantined."""
+        writer, store, quarantine, metrics = writer_on
+        assert writer.save(answered(1, text="a\x00b"))
+        assert writer.save(answered(2))
+        (first, second) = sorted(store.pairs(), key=lambda p: p.pair_id)
+        assert first.baseline.text == "a\ufffdb" == first.speculative.text
+        assert first.prompt.messages[0].content == "say a\ufffdb"
+        assert second.baseline.text == "an answer"
+        assert metric(metrics, "canaryd_pairs_sanitised_total") == 1
+        assert quarantined(quarantine) == []
+        assert writer.problem is None
+
+    def test_an_integer_out_of_range_is_quarantined_and_the_next_pair_stored(
+        self, writer_on: tuple[PairWriter, SqlStore, Quarantine, CanarydMetrics]
+    ) -> None:
+        """A garbage token count (2**70: beyond SQLite's 64 bits and PostgreSQL's integer)
+        is refused by the database: the pair goes to the quarantine file with the reason,
+        counted, and the cycle's next pair is stored as usual (no buffering, the database
+        is not away)."""
+        writer, store, quarantine, metrics = writer_on
+        assert writer.save(answered(1, output_tokens=2**70))
+        assert writer.save(answered(2))
+        assert [p.pair_id for p in store.pairs()] == ["2"]
+        (entry,) = quarantined(quarantine)
+        assert entry["pair"]["pair_id"] == "1"
+        assert entry["pair"]["baseline"]["output_tokens"] == 2**70
+        assert "refused by the database" in entry["reason"]
+        assert metric(metrics, "canaryd_pairs_quarantined_total") == 1
+        assert len(writer.pending) == 0 and writer.problem is None
+        assert quarantine.path.stat().st_mode & 0o777 == 0o600
+
+    def test_a_refused_pair_in_the_buffer_does_not_hold_back_the_rest(
+        self, writer_on: tuple[PairWriter, SqlStore, Quarantine, CanarydMetrics]
+    ) -> None:
+        """Buffered while the database was away, a pair it then refuses is quarantined at
+        the flush and the pairs behind it are saved (it would otherwise fail every flush)."""
+        writer, store, quarantine, _metrics = writer_on
+        writer.buffer(answered(1, output_tokens=2**70))
+        writer.buffer(answered(2))
+        writer.buffer(answered(3, text="x\x00"))
+        assert writer.flush()
+        assert sorted(p.pair_id for p in store.pairs()) == ["2", "3"]
+        assert [e["pair"]["pair_id"] for e in quarantined(quarantine)] == ["1"]
+
+    def test_an_unexpected_error_is_retried_then_quarantined(self, tmp_path: Path) -> None:
+        """A store failing with something other than `DatabaseError` (a bug, a constraint
+        race) gets one more try; failing again, the pair is quarantined with its traceback
+        in the file, and save() reports it handled, so the cycle goes on."""
+
+        class Broken:
+            calls = 0
+
+            def save_pair(self, record: PairRecord) -> None:
+                self.calls += 1
+                raise RuntimeError("no such column\n[parameters: secret text]")
+
+        metrics = CanarydMetrics()
+        quarantine = Quarantine(tmp_path / "q.jsonl")
+        writer = PairWriter(10, metrics, quarantine)
+        broken = Broken()
+        writer.open(broken)  # type: ignore[arg-type]
+        assert writer.save(answered(1))
+        assert broken.calls == 2
+        (entry,) = quarantined(quarantine)
+        assert entry["reason"] == "RuntimeError: no such column"
+        assert "Traceback" in entry["detail"]
+        assert metric(metrics, "canaryd_pairs_quarantined_total") == 1
+
+    def test_an_unwritable_quarantine_is_a_counted_loss(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """When the quarantine file cannot be written either, the pair is lost loudly:
+        logged as `pair.lost` and counted as a dropped pair."""
+
+        class Refusing:
+            def save_pair(self, record: PairRecord) -> None:
+                raise RecordRejectedError("saving pair", "integer out of range")
+
+        blocker = tmp_path / "not-a-directory"
+        blocker.write_text("")
+        metrics = CanarydMetrics()
+        writer = PairWriter(10, metrics, Quarantine(blocker / "q.jsonl"))
+        writer.open(Refusing())  # type: ignore[arg-type]
+        assert writer.save(answered(1))
+        assert metric(metrics, "canaryd_store_errors_total", kind="pair_dropped") == 1
+        assert "pair.lost" in capsys.readouterr().out
+
+    def test_the_quarantine_file_is_bounded(self, tmp_path: Path) -> None:
+        """Past its size limit the file is rotated to one `.1` file: at most about twice
+        the limit is kept, newest entries last."""
+        quarantine = Quarantine(tmp_path / "q.jsonl", max_bytes=4000)
+        for n in range(40):
+            quarantine.add(answered(n), "refused")
+        assert quarantine.path.stat().st_size <= 4000
+        assert quarantine.rotated.stat().st_size <= 4000
+        assert not quarantine.path.with_name("q.jsonl.2").exists()
+        last = quarantine.path.read_text().splitlines()[-1]
+        assert json.loads(last)["pair"]["pair_id"] == "39"
+
+
+class TestStorageFaultsInTheDaemon:
+    def test_pairs_whose_prompt_holds_nul_are_stored(
+        self, tmp_path: Path, database_url: str
+    ) -> None:
+        """End to end, on SQLite and on a real PostgreSQL: a suite prompt holding NUL
+        characters (which PostgreSQL refused, failing every cycle) is run, its pairs
+        stored sanitised and counted, and no cycle fails."""
+        suite = tmp_path / "nul.jsonl"
+        prompt = {
+            "id": "nul-001",
+            "category": "qa",
+            "messages": [{"role": "user", "content": "echo a\u0000b a\u0000b"}],
+            "max_tokens": 8,
+        }
+        suite.write_text(json.dumps(prompt) + "\n")
+        path = write_config(tmp_path, fast_schedule() + f'[prompts]\nsuites = ["{suite}"]\n')
+        sqlite_url = f"sqlite:///{tmp_path / 'canaryd.db'}?timeout=0.2"
+        path.write_text(path.read_text().replace(sqlite_url, database_url))
+        daemon = Daemon(load_settings(path), config_path=path)
+        daemon.start()
+        try:
+            wait_for(lambda: daemon.cycles >= 2, what="2 cycles")
+            assert sample(daemon, "canaryd_cycles_total", outcome="failed") == 0
+            assert sample(daemon, "canaryd_pairs_sanitised_total") >= 2
+        finally:
+            daemon.stop()
+        with SqlStore.open(database_url) as store:
+            stored = store.pairs()
+        assert len(stored) >= 2
+        assert stored[0].prompt.messages[0].content == "echo a\ufffdb a\ufffdb"
+
+
+class TestWedgedCycle:
+    def test_a_stuck_generation_stops_feeding_the_watchdog_until_pairs_progress(
+        self, make_daemon: Callable[..., Daemon]
+    ) -> None:
+        """A generation stuck past `max_stall_s` (here `server.max_cycle_age_s = 1`) keeps
+        the heartbeat job running but stops calling the watchdog hooks, and /healthz says
+        why; once the pair finishes, the hooks are called again."""
+        stuck = FAKE_ARMS.replace(
+            "speculative = true", "speculative = true\nrealtime = true\nttft_s = 3.0"
+        )
+        daemon = make_daemon(
+            fast_schedule(shutdown_timeout_s=0.3), arms=stuck, server="max_cycle_age_s = 1.0"
+        )
+        fed: list[float] = []
+        daemon.heartbeat_hooks.append(fed.append)
+        health = wait_for(
+            lambda: (r := get(daemon, "/healthz")).status_code == 503
+            and "no cycle progress" in r.text
+            and r,
+            what="/healthz to report the stall",
+        )
+        assert health.json()["last_progress_age_s"] > 1.0
+        fed_at_stall, beats_at_stall = len(fed), daemon.last_heartbeat
+        time.sleep(0.6)
+        assert len(fed) == fed_at_stall, "the watchdog was fed while the cycle was stuck"
+        assert daemon.last_heartbeat != beats_at_stall  # the scheduler itself is alive
+        wait_for(lambda: len(fed) > fed_at_stall, timeout=10, what="the hooks again")
+        assert pairs_run(daemon) >= 1
+
+
+class TestSwitchStateAtStart:
+    def test_the_state_file_is_written_before_the_engines_fail_to_load(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """After a reboot /run is empty; the database says rolled back. A GPU that fails
+        at engine load stops the daemon, but production already has the stored state in
+        the state file, confirmed just now."""
+        from canaryd.gating import SwitchGates
+        from canaryd.switch import SwitchService, read_state_file
+        from engine.fake import FakeEngine
+        from gates import SwitchEvent
+
+        state_file = tmp_path / "run" / "switch.json"
+        path = write_config(tmp_path, f'[switch]\nstate_file = "{state_file}"\n')
+        settings = load_settings(path)
+        with SqlStore.open(settings.storage.resolved_url(), create=True) as store:
+            SwitchService(store, settings.switch, settings.gates.policy).command(
+                SwitchEvent("rollback", "alice", "INC-3")
+            )
+        state_file.unlink()  # the reboot
+
+        def broken_gpu(_engine: FakeEngine) -> None:
+            raise RuntimeError("CUDA error: no CUDA-capable device is detected")
+
+        monkeypatch.setattr(FakeEngine, "load", broken_gpu)
+        started = datetime.now(UTC)
+        gates = SwitchGates(settings)
+        daemon = Daemon(settings, config_path=path, gates=gates)
+        try:
+            with pytest.raises(RuntimeError, match="CUDA"):
+                daemon.start()
+        finally:
+            gates.close()
+        assert not daemon.running
+        data = read_state_file(state_file)
+        assert data is not None
+        assert data["mode"] == "rolled_back" and data["speculative_enabled"] is False
+        assert data["generation"] == 1 and data["reason"] == "INC-3"
+        assert datetime.fromisoformat(data["confirmed_at"]) >= started
+
+
+class TestReloadReleasesModels:
+    def test_a_reload_to_another_model_frees_the_old_one(
+        self, tmp_path: Path, make_daemon: Callable[..., Daemon], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Both arms on transformers model "a", reloaded onto model "b": "b" is loaded once
+        for both arms, and the old model object is freed (no engine or cache keeps it),
+        so a reload does not leave the old weights in (GPU) memory."""
+        import engine.loading
+        from engine.testing import tiny_llama
+
+        tokenizer = tiny_llama()[1]
+        loaded: dict[str, list[weakref.ref[Any]]] = {}
+
+        def load(path: str, **_kwargs: Any) -> tuple[Any, Any]:
+            model, _ = tiny_llama(tokenizer=tokenizer)
+            loaded.setdefault(str(path), []).append(weakref.ref(model))
+            return model, tokenizer
+
+        monkeypatch.setattr(engine.loading, "load_causal_lm", load)
+
+        def arms(model: str) -> str:
+            arm = f'kind = "transformers"\nmodel = "{model}"\ndevice = "cpu"\nwarmup_tokens = 0\n'
+            return (
+                f"[arms.baseline]\n{arm}[arms.speculative]\n{arm}"
+                '[arms.speculative.speculative]\nmethod = "prompt_lookup"\n'
+            )
+
+        slow = fast_schedule(pair_interval_s=1000) + "[prompts]\nmax_tokens = 2\n"
+        daemon = make_daemon(slow, arms=arms("a"))
+        assert [len(refs) for refs in loaded.values()] == [1]
+        write_config(tmp_path, slow, arms=arms("b"))
+        assert daemon.reload()
+        gc.collect()
+        assert len(loaded["b"]) == 1 and loaded["b"][0]() is not None
+        assert loaded["a"][0]() is None, "the old model is still referenced after reload"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 from canaryd.errors import CanarydError, StatusServerError
-from canaryd.http import StatusServer
+from canaryd.http import MAX_CONNECTIONS, StatusServer
 from canaryd.metrics import CanarydMetrics
 
 
@@ -201,3 +203,71 @@ class TestLifecycle:
             idle.sendall(b"GET /metrics HTTP/1.1\r\n")  # headers never finished
             response = httpx.get(f"http://{server.address}/healthz", timeout=5)
             assert response.status_code == 200
+
+
+def handler_threads() -> int:
+    """Live threads serving a connection (ThreadingMixIn names them `Thread-N (...)`)."""
+    return sum(1 for t in threading.enumerate() if "process_request_thread" in t.name)
+
+
+class TestConnectionLimit:
+    def test_idle_connections_beyond_the_limit_get_503_and_no_thread(
+        self, server: StatusServer
+    ) -> None:
+        """Clients that connect and send nothing hold at most MAX_CONNECTIONS handler
+        threads; further connections are answered 503 at once, and once the idle clients
+        leave, scrapes are served again."""
+        host, port = server.address.rsplit(":", 1)
+        before = handler_threads()
+        idle = [socket.create_connection((host, int(port))) for _ in range(MAX_CONNECTIONS + 40)]
+        try:
+            time.sleep(0.5)  # let the serving thread accept all of them
+            assert handler_threads() - before <= MAX_CONNECTIONS
+            response = httpx.get(f"http://{server.address}/metrics", timeout=5)
+            assert response.status_code == 503
+            assert response.headers["retry-after"] == "1"
+        finally:
+            for sock in idle:
+                sock.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if httpx.get(f"http://{server.address}/healthz", timeout=5).status_code == 200:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the server did not recover after the idle clients left")
+
+
+class TestSecretsInProbes:
+    def test_probe_details_are_scrubbed_of_credentials(
+        self, metrics: CanarydMetrics, health: Probe
+    ) -> None:
+        """A URL password, a `password=` parameter or a secret-named detail in a probe's
+        answer is masked before it is served."""
+        leaky = Probe(
+            False,
+            problems=[
+                "database unreachable: connection to postgresql://canaryd:hunter2@db/x failed",
+                "invalid dsn: host=db password=hunter2 dbname=x",
+            ],
+            api_key="sk-hunter2",
+            output_tokens=3,
+        )
+        with StatusServer("127.0.0.1:0", metrics, health, leaky) as server:
+            response = httpx.get(f"http://{server.address}/readyz", timeout=5)
+        assert response.status_code == 503
+        assert "hunter2" not in response.text
+        body = response.json()
+        assert "postgresql://canaryd:***@db/x" in body["problems"][0]
+        assert body["api_key"] == "***" and body["output_tokens"] == 3
+
+    def test_a_raising_probe_is_scrubbed_too(self, metrics: CanarydMetrics, health: Probe) -> None:
+        """The error text of a probe that raises is served without its credentials."""
+
+        def raising() -> tuple[bool, dict[str, Any]]:
+            raise RuntimeError("cannot reach https://user:hunter2@example.org/?token=abc")
+
+        with StatusServer("127.0.0.1:0", metrics, health, raising) as server:
+            response = httpx.get(f"http://{server.address}/readyz", timeout=5)
+        assert response.status_code == 503
+        assert "hunter2" not in response.text and "abc" not in response.text

@@ -356,7 +356,7 @@ class TestDaemonState:
             "0.1.0", "3.11.9", "2.13.0", "4.50.0", {"kind": "fake", "mode": "baseline"}, {}
         )
         metrics.set_build_info(
-            "0.1.1", "3.11.9", "2.13.0", "4.50.0", {"kind": "fake"}, {"model-sha": "x" * 300}
+            "0.1.1", "3.11.9", "2.13.0", "4.50.0", {"kind": "fake"}, {"model": "x" * 300}
         )
         samples = [s for f in metrics.registry.collect() if f.name == "canaryd_build"
                    for s in f.samples]  # fmt: skip
@@ -365,7 +365,33 @@ class TestDaemonState:
         assert labels["version"] == "0.1.1"
         assert labels["baseline_kind"] == "fake"
         assert "baseline_mode" not in labels
-        assert labels["speculative_model_sha"] == "x" * 128
+        assert labels["speculative_model"] == "x" * 128
+
+    def test_build_info_exports_no_credentials(self, metrics: CanarydMetrics) -> None:
+        """An engine's base_url is exported as scheme, host, port and path only; identity
+        fields outside the allowlist (an API key an engine might report) are not exported
+        at all, and a credential inside an allowed value is masked."""
+        metrics.set_build_info(
+            "0.1.0",
+            "3.11.9",
+            "2.13.0",
+            "4.50.0",
+            {
+                "kind": "openai",
+                "base_url": "https://canary:hunter2@llm.internal:8443/v1?api_key=sk-hunter2#x",
+                "api_key": "sk-hunter2",
+                "model": "https://user:hunter2@hub.example/m",
+            },
+            {"kind": "openai", "base_url": "http://[::1]:8000/v1"},
+        )
+        body = metrics.render().decode()
+        assert "hunter2" not in body
+        (sample,) = [s for f in metrics.registry.collect() if f.name == "canaryd_build"
+                     for s in f.samples]  # fmt: skip
+        assert sample.labels["baseline_base_url"] == "https://llm.internal:8443/v1"
+        assert sample.labels["speculative_base_url"] == "http://[::1]:8000/v1"
+        assert sample.labels["baseline_model"] == "https://user:***@hub.example/m"
+        assert "baseline_api_key" not in sample.labels
 
 
 class TestReference:

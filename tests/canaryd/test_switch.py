@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -17,7 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from canaryd.config import CommandHookConfig, Settings, SwitchConfig, WebhookConfig
+from canaryd.config import (
+    AlertmanagerConfig,
+    CommandHookConfig,
+    Settings,
+    SwitchConfig,
+    WebhookConfig,
+)
 from canaryd.errors import ActuatorError, CanarydError
 from canaryd.gating import SwitchGates
 from canaryd.metrics import CanarydMetrics
@@ -27,11 +34,14 @@ from canaryd.switch import (
     SYNCED_NOTE,
     SwitchService,
     WebhookActuator,
+    build_actuators,
     emergency_rollback,
     read_state_file,
     state_object,
+    without_freshness,
     write_state_file,
 )
+from canaryd.switch.actuators import COMMAND_ENV_ALLOWLIST, run_actuator
 from gates import (
     Control,
     Evaluation,
@@ -51,6 +61,12 @@ def service(
 ) -> SwitchService:
     switch = SwitchConfig(state_file=tmp_path / "state" / "switch.json", **config)  # type: ignore[arg-type]
     return SwitchService(store, switch, policy, metrics=CanarydMetrics(), sleep=lambda _s: None)
+
+
+def file_state(path: Path) -> dict[str, object] | None:
+    """The state file's state object, its `confirmed_at` aside."""
+    data = read_state_file(path)
+    return None if data is None else without_freshness(data)
 
 
 def rollback(reason: str = "p99 regression", user: str = "alice") -> SwitchEvent:
@@ -264,6 +280,73 @@ class TestActuatorFailure:
         assert service(store, tmp_path, command=fixed).ensure_applied() is None
 
 
+UNSET_SECRET = "CANARYD_TEST_UNSET_WEBHOOK_SECRET"
+
+
+@pytest.fixture
+def unset_secret(monkeypatch: pytest.MonkeyPatch) -> WebhookConfig:
+    """A webhook whose secret_env is not set here, as in an operator's shell."""
+    monkeypatch.delenv(UNSET_SECRET, raising=False)
+    return WebhookConfig(url="http://127.0.0.1:1/hook", secret_env=UNSET_SECRET, retries=0)
+
+
+class TestHooksThatCannotBeBuilt:
+    def test_build_actuators_stands_in_for_a_hook_it_cannot_build(
+        self, unset_secret: WebhookConfig
+    ) -> None:
+        """Every configured hook is there, in order; the one that cannot be built reports
+        why through `on_error` and fails each attempt with that reason, counted."""
+        config = SwitchConfig(
+            command=CommandHookConfig(argv=["true"]),
+            webhook=unset_secret,
+            alertmanager=AlertmanagerConfig(url="http://127.0.0.1:1"),
+        )
+        errors: list[ActuatorError] = []
+        actuators = build_actuators(config, on_error=errors.append)
+        assert [a.name for a in actuators] == ["command", "webhook", "alertmanager"]
+        assert [(e.actuator, e.reason) for e in errors] == [
+            ("webhook", f"secret_env {UNSET_SECRET!r} is not set")
+        ]
+        metrics = CanarydMetrics()
+        state = {"generation": 1, "mode": "rolled_back", "speculative_enabled": False}
+        error = run_actuator(actuators[1], state, metrics=metrics, sleep=lambda _s: None)
+        assert error == f"secret_env {UNSET_SECRET!r} is not set"
+        assert actuators[1].keepalive(state, datetime.now(UTC)) is False
+        assert (
+            metrics.registry.get_sample_value(
+                "canaryd_actuator_failures_total", {"actuator": "webhook"}
+            )
+            == 1
+        )
+
+    def test_a_hook_that_cannot_be_built_never_stops_the_change(
+        self, store: SqlStore, tmp_path: Path, unset_secret: WebhookConfig
+    ) -> None:
+        """The rollback is committed, the file written and the other hooks run; the
+        webhook is a failed actuation on the row, which the daemon re-applies."""
+        marker = tmp_path / "ran"
+        hook = CommandHookConfig(argv=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
+        change = service(store, tmp_path, command=hook, webhook=unset_secret).command(rollback())
+        assert change.state.mode is SwitchMode.ROLLED_BACK
+        assert change.report is not None
+        assert change.report.failures == {"webhook": f"secret_env {UNSET_SECRET!r} is not set"}
+        assert marker.exists()
+        assert read_state_file(tmp_path / "state" / "switch.json")["generation"] == 1  # type: ignore[index]
+        record = store.switch()
+        assert record.state.generation == 1 and not record.applied
+        assert record.actuator_errors == change.report.failures
+
+    def test_the_emergency_rollback_records_a_hook_it_cannot_build(
+        self, tmp_path: Path, unset_secret: WebhookConfig
+    ) -> None:
+        """With the database down too, the file is written and the webhook reported."""
+        switch = SwitchConfig(state_file=tmp_path / "state" / "switch.json", webhook=unset_secret)
+        result = emergency_rollback(switch, "alice", "db down", sleep=lambda _s: None)
+        assert result.written
+        assert result.failures == {"webhook": f"secret_env {UNSET_SECRET!r} is not set"}
+        assert read_state_file(tmp_path / "state" / "switch.json")["pending_sync"] is True  # type: ignore[index]
+
+
 # --- the kill switch while the database is down -----------------------------------------
 
 
@@ -383,7 +466,7 @@ class TestAdoption:
         assert entry.actor == "user:alice" and SYNCED_NOTE in entry.reason
         on_disk = read_state_file(tmp_path / "state" / "switch.json")
         assert on_disk is not None and "pending_sync" not in on_disk
-        assert on_disk == state_object(state)
+        assert without_freshness(on_disk) == state_object(state)
         assert service(store, tmp_path).ensure_applied() is None
 
     def test_the_generation_continues_after_adoption(self, store: SqlStore, tmp_path: Path) -> None:
@@ -437,12 +520,13 @@ class TestAdoption:
         assert report is not None and report.ok
         state = store.switch().state
         assert state.generation == 2 and state.actor == "user:alice"
-        assert read_state_file(path) == state_object(state)
+        assert file_state(path) == state_object(state)
 
     def test_a_stale_pending_file_below_the_database_is_replaced(
         self, store: SqlStore, tmp_path: Path
     ) -> None:
-        """A pending file older than the database is not adopted; today's rewrite applies."""
+        """A pending file below the database that cannot be read as a state (no mode,
+        control or actor) is not adopted; today's rewrite applies."""
         svc = service(store, tmp_path)
         svc.command(rollback())
         svc.command(SwitchEvent("restore", "bob", "fixed", force=True))
@@ -450,7 +534,7 @@ class TestAdoption:
         path.write_text(json.dumps({"generation": 1, "mode": "rolled_back", "pending_sync": True}))
         assert svc.adopt_pending() is None
         svc.ensure_applied()
-        assert read_state_file(path) == state_object(store.switch().state)
+        assert file_state(path) == state_object(store.switch().state)
         assert store.switch().state.generation == 2
 
     def test_an_emergency_below_a_lagging_file_is_adopted_not_reverted(
@@ -472,7 +556,7 @@ class TestAdoption:
         assert state.generation == 3
         on_disk = read_state_file(path)
         assert on_disk is not None and on_disk["speculative_enabled"] is False
-        assert on_disk == state_object(state)
+        assert without_freshness(on_disk) == state_object(state)
 
     def test_a_higher_file_without_the_mark_is_not_adopted(
         self, store: SqlStore, tmp_path: Path
@@ -502,8 +586,7 @@ class TestSwitchGatesAdoption:
         assert [SYNCED_NOTE in e.reason for e in store.audit()] == [True]
         hook.evaluate(datetime.now(UTC))
         assert store.switch().state == state
-        on_disk = read_state_file(tmp_path / "state" / "switch.json")
-        assert on_disk == state_object(state)
+        assert file_state(tmp_path / "state" / "switch.json") == state_object(state)
 
     def test_a_gate_run_adopts_a_file_written_while_the_daemon_ran(
         self, store: SqlStore, database_url: str, tmp_path: Path
@@ -521,3 +604,302 @@ class TestSwitchGatesAdoption:
         assert state.generation == written["generation"] and state.control is Control.MANUAL
         on_disk = read_state_file(tmp_path / "state" / "switch.json")
         assert on_disk is not None and "pending_sync" not in on_disk
+
+
+# --- hook order, freshness, clocks, hook environment, start-up clean-up -----------------
+
+
+class _OrderedReceiver(BaseHTTPRequestHandler):
+    """Records each delivery when it completes (when the receiver acts on it); a
+    generation in `delays` is held that long first, like a slow network or receiver."""
+
+    delays: dict[int, float]
+    arrived: threading.Event
+    delivered: list[dict[str, object]]
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        delay = self.delays.get(int(body["generation"]))
+        if delay is not None:
+            self.arrived.set()
+            threading.Event().wait(delay)
+        self.delivered.append(body)
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def ordered_receiver() -> Iterator[tuple[str, type[_OrderedReceiver]]]:
+    handler = type(
+        "OrderedReceiver",
+        (_OrderedReceiver,),
+        {"delays": {}, "arrived": threading.Event(), "delivered": []},
+    )
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook", handler
+    server.shutdown()
+    server.server_close()
+
+
+class TestHookOrder:
+    def test_a_slow_restore_never_lands_after_the_gates_rollback(
+        self,
+        store: SqlStore,
+        database_url: str,
+        tmp_path: Path,
+        ordered_receiver: tuple[str, type[_OrderedReceiver]],
+    ) -> None:
+        """An operator's restore (generation 2) is slow to deliver; meanwhile the gates
+        trip (generation 3) from another connection. The receiver gets 1, 2, 3 in that
+        order and ends on the rollback, which is delivered once."""
+        url, handler = ordered_receiver
+        operator = service(store, tmp_path, webhook=WebhookConfig(url=url, retries=0))
+        operator.command(rollback())
+        handler.delays[2] = 1.0
+        restoring = threading.Thread(
+            target=operator.command, args=(SwitchEvent("restore", "alice", "fixed", force=True),)
+        )
+        restoring.start()
+        try:
+            assert handler.arrived.wait(10), "the restore never reached the receiver"
+            with SqlStore.open(database_url) as own:
+                gates = service(own, tmp_path, webhook=WebhookConfig(url=url, retries=0))
+                now = datetime.now(UTC)
+                own.save_evaluation(liveness(GateState.FAIL, now))
+                change = gates.step_gates(now)
+        finally:
+            restoring.join()
+        assert change.state.generation == 3 and change.state.mode is SwitchMode.ROLLED_BACK
+        assert change.report is not None and change.report.ok
+        assert [body["generation"] for body in handler.delivered] == [1, 2, 3]
+        assert handler.delivered[-1]["speculative_enabled"] is False
+        assert store.switch().applied
+
+    def test_an_older_generation_is_never_sent_after_a_newer_one(
+        self, store: SqlStore, tmp_path: Path, ordered_receiver: tuple[str, type[_OrderedReceiver]]
+    ) -> None:
+        """Applying generation 1 again after 2 was delivered sends nothing: not to the
+        hook, not to the state file."""
+        url, handler = ordered_receiver
+        svc = service(store, tmp_path, webhook=WebhookConfig(url=url, retries=0))
+        first = svc.command(rollback()).state
+        svc.command(SwitchEvent("restore", "bob", "fixed", force=True))
+        report = svc.apply(first)
+        assert report.ok and report.file_skipped
+        assert [body["generation"] for body in handler.delivered] == [1, 2]
+        assert read_state_file(tmp_path / "state" / "switch.json")["generation"] == 2  # type: ignore[index]
+
+    def test_a_generation_already_delivered_is_not_sent_twice(
+        self, store: SqlStore, tmp_path: Path, ordered_receiver: tuple[str, type[_OrderedReceiver]]
+    ) -> None:
+        """A restart that re-applies a generation (its state file was deleted) sends the
+        hooks that already have it nothing more."""
+        url, handler = ordered_receiver
+        service(store, tmp_path, webhook=WebhookConfig(url=url)).command(rollback())
+        (tmp_path / "state" / "switch.json").unlink()
+        svc = service(store, tmp_path, webhook=WebhookConfig(url=url))
+        report = svc.ensure_applied()
+        assert report is not None and report.ok
+        assert [body["generation"] for body in handler.delivered] == [1]
+        assert read_state_file(tmp_path / "state" / "switch.json") is not None
+
+
+class TestFreshness:
+    def test_every_write_carries_confirmed_at(self, store: SqlStore, tmp_path: Path) -> None:
+        """The state file says when canaryd wrote it from the database; the hooks get the
+        state object alone."""
+        out = tmp_path / "hook.json"
+        hook = CommandHookConfig(
+            argv=[
+                sys.executable,
+                "-c",
+                "import os, sys; open(sys.argv[1], 'w').write(os.environ['CANARYD_SWITCH_JSON'])",
+                str(out),
+            ]
+        )
+        at = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+        switch = SwitchConfig(state_file=tmp_path / "state" / "switch.json", command=hook)
+        SwitchService(store, switch, POLICY, clock=lambda: at).command(rollback())
+        data = read_state_file(tmp_path / "state" / "switch.json")
+        assert data is not None and data["confirmed_at"] == at.isoformat()
+        assert json.loads(out.read_text()) == without_freshness(data)
+        assert "confirmed_at" not in json.loads(out.read_text())
+
+    def test_a_gate_run_refreshes_confirmed_at_without_a_new_generation(
+        self, store: SqlStore, tmp_path: Path, ordered_receiver: tuple[str, type[_OrderedReceiver]]
+    ) -> None:
+        """A gate run that changes nothing rewrites the file with the new confirmation
+        time at the same generation: no transition, no hook call."""
+        url, handler = ordered_receiver
+        clock = [datetime.now(UTC) - timedelta(minutes=10)]
+        switch = SwitchConfig(
+            state_file=tmp_path / "state" / "switch.json", webhook=WebhookConfig(url=url)
+        )
+        svc = SwitchService(store, switch, POLICY, clock=lambda: clock[0])
+        svc.command(rollback())
+        path = tmp_path / "state" / "switch.json"
+        assert read_state_file(path)["confirmed_at"] == clock[0].isoformat()  # type: ignore[index]
+        clock[0] += timedelta(minutes=1)
+        change = svc.step_gates(clock[0])
+        assert change.outcome.transitions == ()
+        data = read_state_file(path)
+        assert data is not None and data["confirmed_at"] == clock[0].isoformat()
+        assert data["generation"] == 1 and data["mode"] == "rolled_back"
+        assert [e.generation for e in store.audit()] == [1]
+        assert len(handler.delivered) == 1
+
+    def test_switch_commits_are_synced_on_sqlite(self, tmp_path: Path) -> None:
+        """A switch transition commits with synchronous=FULL (survives a power cut under
+        WAL); pairs and gate decisions keep the faster NORMAL on the same pooled
+        connection."""
+        from sqlalchemy import Connection, event
+
+        with SqlStore.open(f"sqlite:///{tmp_path / 'canaryd.db'}", create=True) as store:
+            levels: list[int] = []
+
+            def at_commit(connection: Connection) -> None:
+                raw = connection.connection.dbapi_connection
+                assert raw is not None
+                levels.append(raw.execute("PRAGMA synchronous").fetchone()[0])
+
+            event.listen(store._engine, "commit", at_commit)
+            store.save_evaluation(liveness(GateState.PASS, datetime.now(UTC)))
+            assert levels == [1]
+            levels.clear()
+            service(store, tmp_path).command(rollback())
+            assert levels and set(levels) == {2}  # the transition and its actuation record
+            levels.clear()
+            store.save_evaluation(liveness(GateState.PASS, datetime.now(UTC)))
+            assert levels == [1]
+
+
+class TestClockJumps:
+    def test_a_transition_stamped_ahead_does_not_blind_the_gates(
+        self, store: SqlStore, tmp_path: Path
+    ) -> None:
+        """A restore written while the clock was a year ahead leaves `since` in the
+        future. The next gate run pulls it back to now (same generation), and the run
+        after it trips on a failing critical gate."""
+        now = datetime.now(UTC)
+        ahead = SwitchService(
+            store,
+            SwitchConfig(state_file=tmp_path / "state" / "switch.json"),
+            POLICY,
+            clock=lambda: now + timedelta(days=365),
+        )
+        ahead.command(rollback())
+        ahead.command(SwitchEvent("restore", "bob", "fixed", force=True))
+        svc = service(store, tmp_path)
+        store.save_evaluation(liveness(GateState.FAIL, now))
+        first = svc.step_gates(now)
+        assert first.outcome.transitions == ()
+        state = store.switch().state
+        assert state.generation == 2 and state.since == now
+        later = now + timedelta(minutes=1)
+        store.save_evaluation(liveness(GateState.FAIL, later))
+        change = svc.step_gates(later)
+        assert change.state.mode is SwitchMode.ROLLED_BACK
+        assert change.state.generation == 3 and change.state.actor == "gate:liveness"
+        assert file_state(tmp_path / "state" / "switch.json") == state_object(change.state)
+
+    def test_evaluations_stamped_ahead_do_not_hide_new_ones(
+        self, store: SqlStore, tmp_path: Path
+    ) -> None:
+        """Ten passing evaluations stored while the clock was a year ahead are not the
+        history the policy reads today: a failure now trips."""
+        now = datetime.now(UTC)
+        svc = service(store, tmp_path)
+        for n in range(10):
+            store.save_evaluation(liveness(GateState.PASS, now + timedelta(days=365, minutes=n)))
+        store.save_evaluation(liveness(GateState.FAIL, now))
+        change = svc.step_gates(now)
+        assert change.state.mode is SwitchMode.ROLLED_BACK and change.state.generation == 1
+
+    def test_an_emergency_stamped_by_a_clock_behind_is_adopted(
+        self, store: SqlStore, tmp_path: Path
+    ) -> None:
+        """The state file was lost and the kill switch is written (generation 1) on a
+        host whose clock is an hour behind the database's last transition (generation
+        2, speculative on). It is adopted above the database, not discarded as old."""
+        svc = service(store, tmp_path)
+        svc.command(rollback())
+        svc.command(SwitchEvent("restore", "bob", "fixed", force=True))
+        path = tmp_path / "state" / "switch.json"
+        path.unlink()
+        switch = SwitchConfig(state_file=path)
+        behind = datetime.now(UTC) - timedelta(hours=1)
+        written = emergency_rollback(switch, "alice", "INC-12", now=behind, sleep=lambda _s: None)
+        assert written.written and written.state["generation"] == 1
+        svc.ensure_applied()
+        state = store.switch().state
+        assert state.mode is SwitchMode.ROLLED_BACK and state.control is Control.MANUAL
+        assert state.generation == 3 and state.actor == "user:alice"
+        on_disk = read_state_file(path)
+        assert on_disk is not None and on_disk["speculative_enabled"] is False
+        assert "pending_sync" not in on_disk
+
+    def test_an_adopted_emergency_is_not_adopted_again(
+        self, store: SqlStore, tmp_path: Path
+    ) -> None:
+        """A pending file the database already holds (adopted above its generation, the
+        file's rewrite lost) is not adopted a second time."""
+        path = tmp_path / "state" / "switch.json"
+        written = emergency(tmp_path)
+        service(store, tmp_path / "elsewhere").command(rollback(user="bob"))
+        service(store, tmp_path).ensure_applied()
+        assert store.switch().state.generation == 2
+        path.write_text(json.dumps(written))  # the rewrite without the mark was lost
+        assert service(store, tmp_path).adopt_pending() is None
+        assert store.switch().state.generation == 2
+
+
+class TestCommandEnvironment:
+    def test_the_command_hook_gets_only_the_allowlisted_environment(
+        self, store: SqlStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The daemon's database URL and webhook secret never reach the hook; PATH and the
+        CANARYD_SWITCH_* variables do."""
+        monkeypatch.setenv("CANARYD_STORAGE__URL", "postgresql+psycopg://canaryd:hunter2@db/c")
+        monkeypatch.setenv("CANARYD_WEBHOOK_SECRET", "s3cret-value")
+        monkeypatch.setenv("LANG", "C.UTF-8")
+        out = tmp_path / "env.json"
+        script = "import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1], 'w'))"
+        hook = CommandHookConfig(argv=[sys.executable, "-c", script, str(out)])
+        service(store, tmp_path, command=hook).command(rollback())
+        env = json.loads(out.read_text())
+        assert "hunter2" not in out.read_text() and "s3cret-value" not in out.read_text()
+        assert env["PATH"] == os.environ["PATH"] and env["LANG"] == "C.UTF-8"
+        assert env["CANARYD_SWITCH_MODE"] == "rolled_back"
+        allowed = set(COMMAND_ENV_ALLOWLIST)
+        # The interpreter itself may add a few of its own (macOS, locale coercion).
+        extra = {
+            k for k in env if k not in allowed and not k.startswith(("CANARYD_SWITCH_", "LC_"))
+        }
+        assert extra <= {"__CF_USER_TEXT_ENCODING", "PYTHONCOERCECLOCALE"}
+
+
+class TestStartCleanup:
+    def test_start_removes_leftover_temp_files_and_writes_the_state(
+        self, store: SqlStore, tmp_path: Path
+    ) -> None:
+        """A writer killed between its write and its rename leaves `.switch.json.*.tmp`;
+        the daemon's start removes it (and only it) and writes the stored state."""
+        svc = service(store, tmp_path)
+        svc.command(rollback())
+        directory = tmp_path / "state"
+        (directory / "switch.json").unlink()
+        leftover = directory / ".switch.json.k1ll3d.tmp"
+        leftover.write_text('{"generation": 0}')
+        unrelated = directory / "switch.json.bak"
+        unrelated.write_text("keep")
+        report = service(store, tmp_path).start()
+        assert report is not None and report.ok
+        assert not leftover.exists() and unrelated.read_text() == "keep"
+        assert (directory / ".switch.json.lock").exists()
+        data = read_state_file(directory / "switch.json")
+        assert data is not None and data["generation"] == 1 and data["confirmed_at"]

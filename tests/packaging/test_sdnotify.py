@@ -180,7 +180,13 @@ def free_port() -> int:
 
 
 def start_daemon(
-    tmp_path: Path, listener: Listener, arms: str, port: int
+    tmp_path: Path,
+    listener: Listener,
+    arms: str,
+    port: int,
+    *,
+    schedule: str = "",
+    server: str = "",
 ) -> subprocess.Popen[bytes]:
     config = tmp_path / "canaryd.toml"
     config.write_text(
@@ -194,8 +200,10 @@ url = "sqlite:///{tmp_path / "canaryd.db"}"
 pair_interval_s = 0.2
 jitter_s = 0
 heartbeat_interval_s = 0.2
+{schedule}
 [server]
 listen = "127.0.0.1:{port}"
+{server}
 [logging]
 format = "json"
 """
@@ -294,6 +302,39 @@ class TestDaemonNotifies:
             process.send_signal(signal.SIGTERM)
             wait_for_key(path_listener, "STOPPING=1", timeout=15)
             assert process.wait(timeout=30) == 0
+        finally:
+            stop(process)
+
+    def test_a_wedged_cycle_stops_the_watchdog_pings(
+        self, tmp_path: Path, path_listener: Listener
+    ) -> None:
+        """A generation stuck past the stall limit (`server.max_cycle_age_s = 1`): READY=1
+        comes as usual, then `cycle.stalled` is logged and WATCHDOG=1 stops while the
+        process still runs, so systemd's WatchdogSec restarts it."""
+        stuck = FAKE_ARMS.replace(
+            "speculative = true", "speculative = true\nrealtime = true\nttft_s = 60.0"
+        )
+        process = start_daemon(
+            tmp_path,
+            path_listener,
+            stuck,
+            free_port(),
+            schedule="shutdown_timeout_s = 0.5",
+            server="max_cycle_age_s = 1.0",
+        )
+        try:
+            wait_for_key(path_listener, "READY=1", 120, process)
+            deadline = time.monotonic() + 20
+            while '"cycle.stalled"' not in _log(process):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"no cycle.stalled logged:\n{_log(process)}")
+                time.sleep(0.1)
+            time.sleep(0.3)  # a ping sent just before the stall was noticed
+            path_listener.drain()
+            time.sleep(2.0)  # ten heartbeats
+            later = [line for message in path_listener.drain() for line in message]
+            assert "WATCHDOG=1" not in later
+            assert process.poll() is None
         finally:
             stop(process)
 

@@ -84,7 +84,19 @@ class TestUnitFile:
         env = dict(value.partition("=")[::2] for value in unit["Environment"])
         assert env["CANARYD_DATA_DIR"] == "/var/cache/canaryd"
         assert env["HF_HOME"].startswith("/var/cache/canaryd/")
-        assert env["CANARYD_STORAGE__URL"] == "sqlite:////var/lib/canaryd/canaryd.db"
+
+    def test_settings_live_in_the_config_file_not_the_environment(self) -> None:
+        """The unit sets no canaryd setting (CANARYD_<SECTION>__<KEY>), so the database and
+        state file come from the TOML file that `canaryd switch` also reads by default;
+        ExecStart names that very file. (The constant is read from the source: tests
+        point it elsewhere, so that an installed canaryd's file is never read.)"""
+        unit = directives(UNIT.read_text())
+        names = [value.partition("=")[0] for value in unit["Environment"]]
+        assert [name for name in names if "__" in name] == []
+        source = (REPO / "canaryd" / "config.py").read_text()
+        default = re.search(r'^DEFAULT_CONFIG_PATH = Path\("([^"]+)"\)$', source, re.MULTILINE)
+        assert default, "canaryd/config.py defines DEFAULT_CONFIG_PATH"
+        assert f"--config {default.group(1)}" in unit["ExecStart"][0]
 
     def test_watchdog_leaves_room_for_the_default_heartbeat(self) -> None:
         """WatchdogSec is at least twice the default heartbeat (10 s), so one late ping is
@@ -108,6 +120,17 @@ class TestUnitFile:
         """The example environment file only documents: every assignment is commented."""
         for line in ENV_EXAMPLE.read_text().splitlines():
             assert not line.strip() or line.startswith("#"), line
+
+    def test_env_example_holds_only_secrets(self) -> None:
+        """Its (commented) assignments are secrets or process environment, never a
+        canaryd setting such as CANARYD_STORAGE__URL or CANARYD_SWITCH__STATE_FILE."""
+        assigned = re.findall(r"^#([A-Z][A-Z0-9_]*)=", ENV_EXAMPLE.read_text(), re.MULTILINE)
+        assert "PGPASSWORD" in assigned
+        for name in assigned:
+            assert "__" not in name, name
+            assert name in {"PGPASSWORD", "CUDA_VISIBLE_DEVICES"} or name.endswith(
+                ("_API_KEY", "_SECRET")
+            ), name
 
 
 class TestSystemdAnalyze:

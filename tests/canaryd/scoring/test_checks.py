@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import jsonschema
 import pytest
 
 from canaryd.scoring import evaluate_check, extract_json, last_number, normalise_answer
+from canaryd.scoring.checks import REGEX_TIMEOUT_S
 from gates.records import Check
 
 
@@ -55,6 +57,27 @@ class TestRegexCheck:
     def test_fails(self) -> None:
         """No match fails."""
         assert not evaluate_check(Check("regex", r"\d{4}"), "in the year twenty")
+
+    @pytest.mark.timeout(30)
+    def test_catastrophic_backtracking_fails_the_answer_within_the_limit(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A pattern that backtracks exponentially on an answer (minutes to centuries with
+        a backtracking engine) fails that answer after `REGEX_TIMEOUT_S`, logged, instead
+        of wedging the pair cycle."""
+        started = time.monotonic()
+        assert not evaluate_check(Check("regex", r"(a|aa)+$"), "a" * 80 + "!")
+        assert time.monotonic() - started < REGEX_TIMEOUT_S + 4
+        assert "check.timed_out" in capsys.readouterr().out
+
+    def test_same_pattern_still_passes_a_matching_answer(self) -> None:
+        """The time limit changes nothing for answers the pattern decides quickly."""
+        assert evaluate_check(Check("regex", r"(a|aa)+$"), "b" + "a" * 80)
+
+    def test_pattern_that_does_not_compile_is_the_suites_bug(self) -> None:
+        """A broken pattern raises ValueError naming it (suites are validated at load)."""
+        with pytest.raises(ValueError, match="does not compile"):
+            evaluate_check(Check("regex", r"(unclosed"), "x")
 
 
 SCHEMA: dict[str, Any] = {

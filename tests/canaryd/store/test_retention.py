@@ -11,7 +11,13 @@ import pytest
 from sqlalchemy import func, select
 
 from canaryd.store import RetentionReport, SqlStore
-from canaryd.store.models import GenerationRow, PairRow, PairScoresRow
+from canaryd.store.models import (
+    GenerationRow,
+    PairRow,
+    PairScoresRow,
+    PromptRow,
+    SwitchAuditRow,
+)
 from canaryd.store.rollup import (
     ArmRollup,
     PairRollup,
@@ -20,7 +26,7 @@ from canaryd.store.rollup import (
     rollup_of,
 )
 from engine.types import ErrorKind, GenerationResult
-from gates.records import PairRecord
+from gates.records import PairRecord, RunInfo
 
 NOW = datetime(2025, 12, 20, 15, 30, tzinfo=UTC)
 OLD = datetime(2025, 12, 10, 9, 5, tzinfo=UTC)  # 10 days before NOW, in hour 09:00
@@ -74,7 +80,10 @@ class TestApplyRetention:
 
         report = store.apply_retention(NOW, raw_retention_days=7, rollup_retention_days=90)
 
-        assert report == RetentionReport(rolled_up_pairs=3, deleted_pairs=3, deleted_rollups=0)
+        # The "code" prompt was used by a rolled-up pair only; the other one is still used.
+        assert report == RetentionReport(
+            rolled_up_pairs=3, deleted_pairs=3, deleted_rollups=0, deleted_prompts=1
+        )
         assert store.pairs() == recent
         assert row_count(store, GenerationRow) == 2
         assert row_count(store, PairScoresRow) == 1
@@ -175,7 +184,9 @@ class TestApplyRetention:
         store.save_pair(pair(started_at=NOW - timedelta(days=100)))
         store.save_pair(pair(started_at=NOW - timedelta(days=89)))
         first = store.apply_retention(NOW, raw_retention_days=7, rollup_retention_days=90)
-        assert first == RetentionReport(rolled_up_pairs=2, deleted_pairs=2, deleted_rollups=1)
+        assert first == RetentionReport(
+            rolled_up_pairs=2, deleted_pairs=2, deleted_rollups=1, deleted_prompts=1
+        )
         (kept,) = store.rollups()
         assert kept.hour_start == datetime(2025, 9, 22, 15, tzinfo=UTC)
 
@@ -209,6 +220,93 @@ class TestApplyRetention:
         """Retention needs a timezone-aware `now`."""
         with pytest.raises(ValueError, match="naive"):
             store.apply_retention(datetime(2025, 12, 20), 7, 90)
+
+
+def add_run(
+    store: SqlStore,
+    run: RunInfo,
+    run_id: str,
+    started: datetime,
+    finished: datetime | None,
+) -> None:
+    store.create_run(dataclasses.replace(run, run_id=run_id, started_at=started))
+    if finished is not None:
+        store.finish_run(run_id, finished)
+
+
+def add_audit(store: SqlStore, at: datetime, kind: str, generation: int) -> None:
+    with store._sessions.begin() as session:
+        session.add(
+            SwitchAuditRow(
+                at=at,
+                kind=kind,
+                generation=generation,
+                previous="auto",
+                target="rolled_back",
+                control="manual",
+                actor="user:test",
+                reason=f"{kind} {generation}",
+                evidence=[],
+            )
+        )
+
+
+class TestRetentionOfHistoryRows:
+    def test_prompts_no_pair_uses_any_more_are_pruned(self, store: SqlStore, pair: Any) -> None:
+        """A prompt whose pairs were all rolled up is deleted; one a raw pair still uses
+        stays; the deleted one is stored again, unchanged, when it is next run."""
+        gone = pair(started_at=OLD, category="code")
+        store.save_pair(gone)
+        store.save_pair(pair(started_at=NOW - timedelta(hours=1)))
+        assert row_count(store, PromptRow) == 2
+
+        report = store.apply_retention(NOW, raw_retention_days=7, rollup_retention_days=90)
+
+        assert report.deleted_prompts == 1
+        assert row_count(store, PromptRow) == 1
+        again = pair(started_at=NOW, category="code")
+        store.save_pair(again)
+        assert store.pairs(category="code") == [again]
+
+    def test_finished_runs_without_pairs_are_pruned_past_the_rollup_cut_off(
+        self, store: SqlStore, pair: Any, run_info: Any
+    ) -> None:
+        """Only runs that finished before the roll-up cut-off and have no pairs left go; a
+        run that never finished (still running, or killed), a run with pairs and a run
+        that finished recently stay."""
+        long_ago, run = NOW - timedelta(days=200), run_info()
+        add_run(store, run, "old-finished", long_ago, NOW - timedelta(days=100))
+        add_run(store, run, "old-unfinished", long_ago, None)
+        add_run(store, run, "old-with-pairs", long_ago, NOW - timedelta(days=100))
+        add_run(store, run, "recently-finished", long_ago, NOW - timedelta(days=10))
+        store.save_pair(pair(run_id="old-with-pairs", started_at=NOW - timedelta(hours=1)))
+
+        report = store.apply_retention(NOW, raw_retention_days=7, rollup_retention_days=90)
+
+        assert report.deleted_runs == 1
+        kept = {run.info.run_id for run in store.runs(limit=None)}
+        assert kept == {"run-1", "old-unfinished", "old-with-pairs", "recently-finished"}
+
+    def test_old_audit_rows_are_pruned_but_the_newest_transition_is_kept(
+        self, store: SqlStore
+    ) -> None:
+        """Audit rows older than the roll-up cut-off go, except the newest transition,
+        which says why the switch is in its state however long ago that was."""
+        add_audit(store, NOW - timedelta(days=200), "transition", 1)
+        add_audit(store, NOW - timedelta(days=150), "refused", 1)
+        add_audit(store, NOW - timedelta(days=120), "transition", 2)
+        add_audit(store, NOW - timedelta(days=100), "refused", 2)
+        add_audit(store, NOW - timedelta(days=1), "refused", 2)
+
+        report = store.apply_retention(NOW, raw_retention_days=7, rollup_retention_days=90)
+
+        assert report.deleted_audit_rows == 3
+        assert [(e.kind, e.generation) for e in store.audit()] == [
+            ("transition", 2),
+            ("refused", 2),
+        ]
+        again = store.apply_retention(NOW, raw_retention_days=7, rollup_retention_days=90)
+        assert again.deleted_audit_rows == 0
 
 
 class TestRollupArithmetic:

