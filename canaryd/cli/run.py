@@ -40,11 +40,8 @@ def run(
         daemon.start()
     except KeyboardInterrupt:  # Ctrl-C during the warm-up: start() has undone itself
         raise typer.Exit(130) from None
-    try:
-        gates.start()  # the schema exists now: re-apply the last switch state
-    except Exception:
-        daemon.stop()
-        raise
+    # The switch state was written from the database inside `daemon.start()`, before
+    # the engines loaded (`GateHook.start`).
     running: Daemon = daemon
 
     def announce_ready() -> None:

@@ -46,6 +46,7 @@ class TestGatePower:
             cap=240,
             prefix_pairs=600,
             schedule_cap_hours=0.5,
+            stress_budgets=(1e6, 10.0),
             log=lambda _: None,
         )
         json.dumps(result)
@@ -57,6 +58,23 @@ class TestGatePower:
             assert row["trips_per_30_days_upper95"] > row["trips_per_30_days"]
             for key in ("trips_per_30_days", "trips_per_30_days_upper95"):
                 assert isinstance(row[key], float)
+        assert set(result["budget_stress"]) == {"realistic", "embedded_fit"}
+        for rows in result["budget_stress"].values():
+            assert set(rows) == {"1e+06", "10", "extrapolation", "wall_s"}
+            for key in ("1e+06", "10"):
+                row = rows[key]
+                assert row["simulated_pairs"] == 1200
+                assert row["evaluations"] >= 1
+                assert row["trips"] == row["false_trips"] + row["trips_beyond_tolerance"]
+                assert row["trips_per_30_days_upper95"] > row["trips_per_30_days"]
+                assert row["within_budget"] == (row["trips_per_30_days"] <= float(key))
+                assert row["observed_over_budget"] == pytest.approx(
+                    row["trips_per_30_days"] / float(key)
+                )
+            for kind in ("false_trips", "all_trips"):
+                assert rows["extrapolation"][kind]["to_budget"] == pytest.approx(0.1)
+        # h ≈ 1.2 at a million false rollbacks per 30 days: the counter must see trips
+        assert result["budget_stress"]["realistic"]["1e+06"]["trips"] > 0
         assert set(result["faults"]) == set(FAULTS)
         for row in result["faults"].values():
             for key in (

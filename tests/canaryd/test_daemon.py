@@ -23,7 +23,7 @@ from canaryd.config_docs import config_reference
 from canaryd.daemon import CYCLE_JOB, Daemon, PendingPairs
 from canaryd.daemon.buffer import PairWriter
 from canaryd.daemon.quarantine import Quarantine
-from canaryd.errors import DatabaseError, RecordRejectedError
+from canaryd.errors import ConfigError, DatabaseError, RecordRejectedError
 from canaryd.metrics import CanarydMetrics
 from canaryd.store import SqlStore
 from engine.types import ErrorKind, GenerationResult, Message
@@ -631,9 +631,11 @@ class TestWedgedCycle:
         fed: list[float] = []
         daemon.heartbeat_hooks.append(fed.append)
         health = wait_for(
-            lambda: (r := get(daemon, "/healthz")).status_code == 503
-            and "no cycle progress" in r.text
-            and r,
+            lambda: (
+                (r := get(daemon, "/healthz")).status_code == 503
+                and "no cycle progress" in r.text
+                and r
+            ),
             what="/healthz to report the stall",
         )
         assert health.json()["last_progress_age_s"] > 1.0
@@ -721,3 +723,14 @@ class TestReloadReleasesModels:
         gc.collect()
         assert len(loaded["b"]) == 1 and loaded["b"][0]() is not None
         assert loaded["a"][0]() is None, "the old model is still referenced after reload"
+
+
+class TestBufferBound:
+    def test_buffer_pairs_has_an_upper_bound(self, tmp_path: Path) -> None:
+        """A buffer of a billion pairs (tens of GB of text in a long outage) is refused
+        at load, naming the key; the largest allowed value loads."""
+        path = write_config(tmp_path, storage="buffer_pairs = 1000000000")
+        with pytest.raises(ConfigError, match=r"storage\.buffer_pairs"):
+            load_settings(path)
+        path = write_config(tmp_path, storage="buffer_pairs = 100000")
+        assert load_settings(path).storage.buffer_pairs == 100_000

