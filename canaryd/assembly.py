@@ -17,6 +17,7 @@ from typing import Any, Literal
 import canaryd
 from canaryd import paths
 from canaryd.config import Settings
+from canaryd.redact import redact_value
 from canaryd.runner import PairParams
 from canaryd.sampling import StratifiedSampler
 from canaryd.suites import Suite, load_default_suites, load_suites, select
@@ -103,8 +104,8 @@ def new_run(
         started_at=started_at or datetime.now(UTC),
         config=settings.snapshot() | (extra_config or {}),
         config_hash=settings.config_hash(),
-        baseline_identity=baseline.identity,
-        speculative_identity=speculative.identity,
+        baseline_identity=redact_value(baseline.identity),
+        speculative_identity=redact_value(speculative.identity),
         software=software_versions(),
     )
 

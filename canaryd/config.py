@@ -34,6 +34,7 @@ from pydantic_settings import (
 
 from canaryd import paths
 from canaryd.errors import ConfigError
+from canaryd.redact import redact_value
 from canaryd.store.database import mask_url
 from engine.config import EngineConfig, SpeculativeConfig, TransformersEngineConfig
 from gates import GatesConfig
@@ -285,7 +286,8 @@ class Settings(BaseSettings):
         data: dict[str, Any] = json.loads(self.model_dump_json())
         if data.get("storage", {}).get("url"):
             data["storage"]["url"] = mask_url(data["storage"]["url"])
-        return data
+        redacted: dict[str, Any] = redact_value(data)  # e.g. credentials in a base_url
+        return redacted
 
     def config_hash(self) -> str:
         canonical = json.dumps(self.snapshot(), sort_keys=True, separators=(",", ":"))

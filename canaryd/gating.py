@@ -10,7 +10,10 @@ run re-applies the last stored state, so a restarted daemon rewrites the state f
 the database even when its engines then fail to load, and re-runs hooks whose last
 attempt failed; every run refreshes the file's `confirmed_at`. At start and on every
 run, an emergency rollback the CLI wrote to the state file while the database was down
-(`pending_sync`) is adopted into the database, never reverted.
+(`pending_sync`) is adopted into the database, never reverted. Of several daemons on one
+database only the leader (`canaryd.leader`, taken or re-checked at start and on every
+run) evaluates and steps the switch; the others only adopt and mirror the stored state
+into their state file (`SwitchService.follow`), and take over when the leader is gone.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import structlog
 
 from canaryd.assembly import arms_key
 from canaryd.config import Settings
+from canaryd.leader import Leadership, leadership_for
 from canaryd.metrics import CanarydMetrics
 from canaryd.store import HistoryStore, SqlStore, Store
 from canaryd.switch import SwitchChange, SwitchService
@@ -65,7 +69,8 @@ class SwitchGates:
     `settings` is the daemon's `Settings` or a callable returning the current ones (so a
     SIGHUP reload's gate thresholds apply; the database URL and state file are bound at
     first use). `store` is opened from `storage.url` on first use when not given, and
-    closed by `close()` only if it was opened here.
+    closed by `close()` only if it was opened here; `leadership` likewise (built for
+    `storage.url`), released by `close()` either way.
     """
 
     def __init__(
@@ -74,11 +79,14 @@ class SwitchGates:
         *,
         metrics: CanarydMetrics | None = None,
         store: Store | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         self._settings = settings
         self.metrics = metrics
         self._store = store
         self._owns_store = store is None
+        self._leadership = leadership
+        self._leading: bool | None = None  # None: not tried yet
         self._service: SwitchService | None = None
         self._lock = threading.Lock()  # one evaluation at a time
         self._pruned_at: datetime | None = None
@@ -98,10 +106,12 @@ class SwitchGates:
             service = SwitchService(
                 self._store, settings.switch, settings.gates.policy, metrics=self.metrics
             )
-            report = service.start()
+            leading = self._leading if self._leading is not None else self._lead()
+            report = service.start(lead=leading)
             record = service.record()
             log.info(
                 "switch.started",
+                leader=leading,
                 mode=record.state.mode.value,
                 generation=record.state.generation,
                 state_file=str(service.state_file),
@@ -112,13 +122,18 @@ class SwitchGates:
         return self._service
 
     def start(self) -> None:
-        """Open the store and write the last stored state to the state file now (and
-        re-run failed hooks) instead of at the first run; idempotent."""
+        """Try to lead, open the store and write the last stored state to the state file
+        now (and, leading, re-run failed hooks) instead of at the first run; idempotent."""
         with self._lock:
+            if self._service is None:
+                self._lead()
             _ = self.service
 
     def close(self) -> None:
         with self._lock:
+            if self._leadership is not None:
+                self._leadership.close()
+            self._leading = None
             if self._store is not None and self._owns_store:
                 self._store.close()
             self._store = None
@@ -126,7 +141,39 @@ class SwitchGates:
 
     def evaluate(self, now: datetime) -> None:
         with self._lock:
-            self._evaluate(now)
+            if self._lead():
+                self._evaluate(now)
+            else:
+                self.service.follow()
+
+    @property
+    def leadership(self) -> Leadership:
+        if self._leadership is None:
+            self._leadership = leadership_for(self.settings.storage.resolved_url())
+        return self._leadership
+
+    def role(self) -> str:
+        """This daemon's part in the fleet: `leader` or `follower` (also before the
+        first attempt to lead)."""
+        return "leader" if self._leading else "follower"
+
+    def _lead(self) -> bool:
+        """Take leadership or re-check it; a change of role is logged and exported."""
+        leading = self.leadership.acquire()
+        if leading != self._leading:
+            if leading:
+                log.info("leader.acquired", instance=self.leadership.instance)
+            else:
+                (log.warning if self._leading else log.info)(
+                    "leader.following",
+                    instance=self.leadership.instance,
+                    reason="another daemon on this database leads the gates and the "
+                    "switch (or the lock cannot be reached); this one only measures",
+                )
+        self._leading = leading
+        if self.metrics is not None:
+            self.metrics.set_leader(leading)
+        return leading
 
     def _under_current_arms(
         self, store: HistoryStore, records: list[PairRecord]

@@ -402,6 +402,13 @@ class CanarydMetrics:
             (),
             "canaryd_switch_latched == 1",
         )
+        self.leader = self._gauge(
+            "canaryd_leader",
+            "1 while this daemon leads (runs the gates and writes the switch), else 0; "
+            "of the daemons on one database, exactly one should read 1.",
+            (),
+            "sum(canaryd_leader) != 1",
+        )
         self.switch_transitions = self._counter(
             "canaryd_switch_transitions_total",
             "Switch transitions, by target mode (auto, rolled_back) and who made them "
@@ -447,6 +454,7 @@ class CanarydMetrics:
             self.actuator_failures.labels(actuator=actuator)
         self.switch_rolled_back.set(0)
         self.switch_latched.set(0)
+        self.leader.set(0)
 
     # -- declaration helpers: each metric is declared once, with its documentation --
 
@@ -612,6 +620,10 @@ class CanarydMetrics:
         self.switch_rolled_back.set(1 if rolled_back else 0)
         self.switch_generation.set(generation)
         self.switch_latched.set(1 if latched else 0)
+
+    def set_leader(self, leading: bool) -> None:
+        """Whether this daemon leads the gates and the switch now."""
+        self.leader.set(1 if leading else 0)
 
     def switch_transition(self, target: str, actor_kind: str) -> None:
         """A transition to `target` (auto, rolled_back) by a `gate` or a `user`."""

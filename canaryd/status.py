@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from canaryd.leader import Holder
 from canaryd.store import Store, StoredRun
 from canaryd.store.rollup import (
     LATENCY_BOUNDS_S,
@@ -81,6 +82,7 @@ class StatusReport:
     last_pair_at: datetime | None  # latest raw pair; else the start of the latest rolled-up hour
     latest_run: StoredRun | None
     windows: dict[str, WindowStatus]
+    leader: Holder | None = None  # the daemon that runs the gates; None: none does
 
     @property
     def empty(self) -> bool:
@@ -115,6 +117,7 @@ class StatusReport:
                 "speculative": run.info.speculative_identity,
             },
             "windows": {name: _window_json(window) for name, window in self.windows.items()},
+            "leader": None if self.leader is None else self.leader.as_json(),
         }
 
 

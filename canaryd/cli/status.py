@@ -3,14 +3,15 @@
 The URL follows every command's rule (`StorageConfig.resolved_url`): `--url`, else the
 configuration's `storage.url` (`--config` or CANARYD_CONFIG, CANARYD_STORAGE__URL), else
 env CANARYD_DATABASE_URL, else the default SQLite file. Tables for a person, or with
-`--json` the stable object documented in docs/storage.md. An empty database is a message
-and exit 0; a bad URL, unreachable server or missing schema is one line on stderr and
-exit 2.
+`--json` the stable object documented in docs/storage.md; both name the daemon that
+leads the gates (`canaryd.leader`). An empty database is a message and exit 0; a bad
+URL, unreachable server or missing schema is one line on stderr and exit 2.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -20,6 +21,7 @@ from rich.table import Table
 
 from canaryd.cli.common import handle_errors
 from canaryd.cli.options import ConfigOption, UrlOption, settings_and_url
+from canaryd.leader import Holder, leadership_for
 from canaryd.status import StatusReport, WindowStatus, build_status
 from canaryd.store import SqlStore, mask_url
 from gates.records import ARMS
@@ -48,8 +50,24 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h ago"
 
 
+def _leader_line(leader: Holder | None) -> str:
+    if leader is None:
+        return "leader: none (no running daemon evaluates the gates on this database)"
+    since = f", since {leader.since:%F %T %Z}" if leader.since else ""
+    return f"leader: {leader.instance} (runs the gates and writes the switch{since})"
+
+
+def _leader(url: str) -> Holder | None:
+    leadership = leadership_for(url)
+    try:
+        return leadership.holder()
+    finally:
+        leadership.close()
+
+
 def _render(report: StatusReport, console: Console) -> None:
     console.print(f"database: {report.database}")
+    console.print(_leader_line(report.leader), highlight=False)
     last = report.last_pair_at
     console.print(
         f"last pair: {last.isoformat(timespec='seconds') if last else '-'} "
@@ -118,6 +136,7 @@ def status(
     now = datetime.now(UTC)
     with SqlStore.open(resolved) as store:
         report = build_status(store, now, database=mask_url(resolved))
+    report = replace(report, leader=_leader(resolved))
     if json_output:
         typer.echo(json.dumps(report.as_json(), indent=2, sort_keys=True))
         return

@@ -54,11 +54,14 @@ RESTART_ONLY = ("storage.url", "server.listen")
 
 class GateHook(Protocol):
     """What the gate job calls on its interval; the gates/switch work plugs in here.
-    `start` runs once the store is open and before the engines load."""
+    `start` runs once the store is open and before the engines load; `role` is this
+    daemon's part among those on one database (`leader`, `follower`), for /readyz."""
 
     def start(self) -> None: ...
 
     def evaluate(self, now: datetime) -> None: ...
+
+    def role(self) -> str: ...
 
 
 class NoGates:
@@ -69,6 +72,9 @@ class NoGates:
 
     def evaluate(self, now: datetime) -> None:
         return None
+
+    def role(self) -> str:
+        return "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,13 +490,15 @@ class Daemon:
         )
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
-        """/readyz: both engines loaded and the database reachable."""
+        """/readyz: both engines loaded and the database reachable; and this daemon's
+        role (a follower is ready too: it measures, another daemon gates)."""
         reason = self._probe.check() if self._probe is not None else "store is not open"
-        return readiness_report(
+        ok, detail = readiness_report(
             engines_loaded=self._engines_loaded,
             database_problem=reason or self._pairs.problem,
             pending=self.pending,
         )
+        return ok, {**detail, "switch_role": self.gates.role()}
 
     # -- reload -----------------------------------------------------------------------
 

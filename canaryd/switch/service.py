@@ -9,7 +9,7 @@ changes or reverts the state, and `SwitchService.ensure_applied()` (the daemon a
 and on every gate run) re-applies a generation whose last application failed and, for the
 daemon, refreshes the state file's `confirmed_at`. A pending emergency rollback in the
 state file is adopted under the row lock before anything else. CLI and daemon both go
-through it.
+through it; a daemon that does not lead the gates only adopts and mirrors (`follow()`).
 """
 
 from __future__ import annotations
@@ -231,10 +231,23 @@ class SwitchService:
         file's `confirmed_at` is refreshed (the daemon's gate run confirms the state)."""
         return self._change([], now, confirm=True)
 
-    def start(self) -> ApplyReport | None:
+    def follow(self) -> SwitchChange | None:
+        """A gate run of a daemon that does not lead: adopt a pending emergency rollback,
+        else write the stored state to this host's state file, confirmed now. No policy
+        step, no hooks, no actuation record: those are the leader's."""
+        adopted = self.adopt_pending()
+        if adopted is not None:
+            return adopted
+        state = self.record().state
+        self._confirm(state)
+        self.export_metrics(state)
+        return None
+
+    def start(self, *, lead: bool = True) -> ApplyReport | None:
         """The daemon's start, before anything slow: remove temp files a killed writer
         left, adopt a pending emergency rollback, write the stored state to the state
-        file (confirmed now) and re-run hooks whose last attempt failed."""
+        file (confirmed now) and, when it leads (`lead`), re-run hooks whose last
+        attempt failed."""
         try:
             removed = remove_leftover_temps(self.state_file)
         except OSError as exc:
@@ -242,6 +255,9 @@ class SwitchService:
         else:
             if removed:
                 log.warning("switch.temp_files_removed", files=[str(p) for p in removed])
+        if not lead:
+            change = self.follow()
+            return None if change is None else change.report
         report = self.ensure_applied(confirm=True)
         self.export_metrics(self.record().state)
         return report
