@@ -47,6 +47,21 @@ class TestSnapshot:
         assert "s3cret" not in str(snapshot)
         assert snapshot["storage"]["url"].startswith("postgresql+psycopg://canary:***@db/")
 
+    def test_the_stored_config_has_no_engine_credentials(self) -> None:
+        """Credentials in an OpenAI-compatible arm's base_url are masked in the snapshot."""
+        settings = Settings.model_validate(
+            {
+                "arms": {
+                    "speculative": {
+                        "kind": "openai",
+                        "base_url": "http://canary:s3cret@vllm:8000?api_key=s3cret",
+                        "speculative": True,
+                    }
+                }
+            }
+        )
+        assert "s3cret" not in str(settings.snapshot())
+
 
 @pytest.mark.postgres
 class TestPostgresqlLimits:
@@ -64,18 +79,3 @@ class TestPostgresqlLimits:
             engine.dispose()
         assert statement == f"{POSTGRESQL_STATEMENT_TIMEOUT_MS // 1000}s"
         assert lock == f"{POSTGRESQL_LOCK_TIMEOUT_MS // 1000}s"
-
-    def test_the_stored_config_has_no_engine_credentials(self) -> None:
-        """Credentials in an OpenAI-compatible arm's base_url are masked in the snapshot."""
-        settings = Settings.model_validate(
-            {
-                "arms": {
-                    "speculative": {
-                        "kind": "openai",
-                        "base_url": "http://canary:s3cret@vllm:8000?api_key=s3cret",
-                        "speculative": True,
-                    }
-                }
-            }
-        )
-        assert "s3cret" not in str(settings.snapshot())
