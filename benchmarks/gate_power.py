@@ -37,8 +37,8 @@ Reported (JSON with `--out`, a table on stdout):
   rate; the upper bound is the 95 % Poisson bound (3.0 for no trip).
 - budget_stress: per model, the calibration where it can be measured. The healthy
   section's pairs (the first `stress_pairs` of them) are judged again, by the same code
-  and trip rules, under `GatesConfig` with only the budget inflated (default 10,000,
-  1,000, 100 and 10 false rollbacks per 30 days, so h drops by log(10^5) … log(10^2)):
+  and trip rules, under `GatesConfig` with only the budget inflated (default 10^5, 10^4,
+  1,000, 100 and 10 false rollbacks per 30 days, so h drops by log(10^6) … log(10^2)):
   trips, trips per 30 days with the 95 % Poisson bound, observed / budget and whether
   observed ≤ budget. A trip whose only checks are latency tails past the tolerance in
   the model (speculative values above `max_ratio` × the baseline quantile on more than
@@ -83,9 +83,11 @@ Reported (JSON with `--out`, a table on stdout):
   until the first evaluation at which every enforce gate PASSes (`hours_to_all_pass` at
   the top is the realistic model's), capped at 12 h.
 
-`--quick`: 20,004 healthy pairs per model, 3 fault seeds, fault cap 2,400 pairs (about
-3-4 minutes on 2 cores). The full run: healthy pairs for `--healthy-minutes` per model
-(default 18), 10 fault seeds, cap 6,000 pairs (about an hour).
+`--quick`: 20,004 healthy pairs per model, all of them also under the stress budgets, 3
+fault seeds, fault cap 2,400 pairs (about 4-5 minutes on 2 busy cores, of which the
+budget stress is about 75 s). The full run: healthy pairs for `--healthy-minutes` per
+model (default 18, not counting the stress), the first 100,002 of them under the stress
+budgets (3-6 minutes per model), 10 fault seeds, cap 6,000 pairs (about 70 minutes).
 
 Usage: .venv/bin/python benchmarks/gate_power.py [--quick] [--out FILE] [--seed N]
        [--healthy-minutes M] [--refit]
@@ -147,7 +149,7 @@ DRIFT_CATEGORY = "code"
 DRIFT_DROP = 0.30
 SELF_REFERENCED = ("acceptance", "e2e")
 FULL_HEALTHY_MINUTES = 18.0  # per model: with 10 fault seeds the full run takes about an hour
-STRESS_BUDGETS = (10_000.0, 1_000.0, 100.0, 10.0)  # false rollbacks per 30 days
+STRESS_BUDGETS = (100_000.0, 10_000.0, 1_000.0, 100.0, 10.0)  # false rollbacks per 30 days
 # Above this share of evaluations with a trip, two alarms between evaluations are likely
 # and the count undercounts (by about 13 % at a quarter): the rate is not measured.
 SATURATION = 0.25
@@ -633,6 +635,7 @@ def stress_row(counter: TripCounter, done: int, beyond: Sequence[str]) -> dict[s
         "false_trips_per_30_days": false * scale,
         "false_trips_per_30_days_upper95": poisson_upper95(false) * scale,
         "false_over_budget": false * scale / budget,
+        "false_within_budget": false * scale <= budget,
         "false_upper95_over_budget": poisson_upper95(false) * scale / budget,
         # The evidence restarts at a trip, so one evaluation counts one trip at most.
         "trips_per_evaluation": len(counter.trips) / max(counter.evaluations, 1),
@@ -1145,18 +1148,24 @@ def stress_table(stress: dict[str, Any]) -> list[str]:
     ]
     lines.append(
         f"  {'model':<14}{'budget':>8}{'h':>7}{'pairs':>8}{'evals':>7}{'trips':>7}"
-        f"{'breach':>8}{'/30d':>8}{'up95':>8}{'obs/B':>9}{'up95/B':>9}  obs<=B"
+        f"{'breach':>8}{'/30d':>8}{'up95':>8}{'obs/B':>9}{'up95/B':>9}{'false/B':>9}"
+        f"  obs<=B (all/false)"
     )
     for name, rows in stress.items():
         for key, row in rows.items():
             if not isinstance(row, dict) or "trips" not in row:
                 continue
+            budget = row["budget_per_30_days"]
+            within = "/".join(
+                "yes" if rate <= budget else "NO"
+                for rate in (row["trips_per_30_days"], row["false_trips_per_30_days"])
+            )
             lines.append(
                 f"  {name:<14}{key:>8}{row['h']:>7.2f}{row['simulated_pairs']:>8}"
                 f"{row['evaluations']:>7}{row['trips']:>7}{row['trips_beyond_tolerance']:>8}"
                 f"{_fmt(row['trips_per_30_days']):>8}{_fmt(row['trips_per_30_days_upper95']):>8}"
                 f"{row['observed_over_budget']:>9.3g}{row['upper95_over_budget']:>9.3g}"
-                f"  {'yes' if row['within_budget'] else 'NO'}"
+                f"{row['false_over_budget']:>9.3g}  {within}"
                 f"{' (saturated)' if row['saturated'] else ''}"
             )
     for name, rows in stress.items():
@@ -1314,7 +1323,9 @@ def run(
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="20k healthy pairs, 3 seeds")
+    parser.add_argument(
+        "--quick", action="store_true", help="20k healthy pairs (also stressed), 3 seeds"
+    )
     parser.add_argument("--out", default=None, help="write the JSON here")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(

@@ -16,12 +16,19 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
 
 from canaryd.errors import DatabaseError
 from canaryd.paths import alembic_dir
-from canaryd.store.database import connecting, make_engine, mask_url, parse_url, sqlite_path
+from canaryd.store.database import (
+    SQLITE_IMMEDIATE,
+    connecting,
+    make_engine,
+    mask_url,
+    parse_url,
+    sqlite_path,
+)
 
 __all__ = [
     "alembic_config",
@@ -33,6 +40,12 @@ __all__ = [
     "upgrade",
     "upgrade_engine",
 ]
+
+# Held until the upgrade's transaction ends; keyed by schema, like the schema itself.
+_MIGRATION_LOCK = text(
+    "SELECT pg_advisory_xact_lock(hashtextextended("
+    "'canaryd.migrate:' || coalesce(current_schema(), ''), 0))"
+)
 
 
 def alembic_config() -> Config:
@@ -88,9 +101,15 @@ def upgrade_engine(engine: Engine, url: URL) -> None:
     """Migrate the database behind `engine` to head, all of it or nothing."""
     config = alembic_config()
     with connecting(url):
-        connection = engine.connect()
+        # SQLite: the write lock from BEGIN on, so a second migrator waits for the first
+        # and then reads its revision, instead of failing on a stale snapshot.
+        connection = engine.connect().execution_options(**{SQLITE_IMMEDIATE: True})
     # One transaction for the whole upgrade: DDL is transactional on both backends.
     with connection, connection.begin():
+        if url.get_backend_name() == "postgresql":
+            # Daemons started together on an empty database migrate one after the other
+            # (the later ones then find it at head) instead of colliding on CREATE TABLE.
+            connection.execute(_MIGRATION_LOCK)
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
 
