@@ -37,7 +37,7 @@ from typing import Protocol
 import structlog
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from canaryd.errors import DatabaseError
 from canaryd.redact import redact_text
@@ -120,8 +120,9 @@ def advisory_key(schema: str) -> int:
     return int.from_bytes(digest[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
-def _one_line(exc: BaseException) -> str:
-    return redact_text(" ".join(str(getattr(exc, "orig", None) or exc).split()))
+def _one_line(exc: SQLAlchemyError) -> str:
+    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+    return redact_text(" ".join(str(cause).split()) or type(cause).__name__)
 
 
 class PostgresLeadership:

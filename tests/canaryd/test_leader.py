@@ -1,7 +1,8 @@
 """Leadership among daemons on one database, on both backends: one holder at a time,
 freed by release and by the holder's death (a process killed with SIGKILL), a lost
-PostgreSQL session or a replaced SQLite lock file; and the gate hook that only evaluates
-and steps the switch while it leads, while a follower mirrors the stored state."""
+PostgreSQL session or a replaced SQLite lock file; daemons started together migrating an
+empty database in turn; and the gate hook that only evaluates and steps the switch while
+it leads, while a follower mirrors the stored state."""
 
 from __future__ import annotations
 
@@ -236,6 +237,30 @@ class TestFileLeadership:
     def test_no_database_directory_means_no_leader(self, tmp_path: Path) -> None:
         leadership = leadership_for(f"sqlite:///{tmp_path / 'absent' / 'c.db'}", instance="x:1")
         assert leadership.holder() is None
+
+
+class TestFleetStart:
+    def test_daemons_started_together_migrate_an_empty_database_in_turn(
+        self, database_url: str
+    ) -> None:
+        """Three processes open an empty database with `create` at once: one migrates,
+        the others wait for it and find the schema at head (none fails on CREATE TABLE
+        or a stale SQLite snapshot)."""
+        code = (
+            "import sys; from canaryd.store import SqlStore; "
+            "SqlStore.open(sys.argv[1], create=True).close()"
+        )
+        processes = [
+            subprocess.Popen(
+                [sys.executable, "-c", code, database_url],
+                cwd=REPO,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(3)
+        ]
+        errors = [process.communicate(timeout=120)[1] for process in processes]
+        assert [process.returncode for process in processes] == [0, 0, 0], errors
 
 
 # --- the gate hook under leadership ----------------------------------------------------
