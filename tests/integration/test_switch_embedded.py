@@ -3,9 +3,10 @@
 The speculative arm drafts with the first 2 of the model's 30 layers (early exit): its
 drafts are nearly always rejected, so every verify step costs more than a plain decode
 step and the arm is slower than baseline. The speedup gate's sign detector must alarm
-within ten pairs, so the test spends a large false-alarm budget (a detector threshold
-of about 4) and sets the detector's alternative to "95 % of pairs slower" — the
-production code with a test-sized calibration. It must FAIL, the policy trips at once, the
+within ten pairs on a busy machine (where an odd pair may come out faster), so the test
+spends a huge false-alarm budget (a detector threshold of about 1.2) and sets the
+detector's alternative to "80 % of pairs slower" — the production code with a
+test-sized calibration. It must FAIL, the policy trips at once, the
 state file flips to `rolled_back`, an audit row names the gate, and `canaryd switch
 status` shows the reason.
 """
@@ -47,11 +48,13 @@ url = "sqlite:///{tmp_path / "canaryd.db"}"
 [switch]
 state_file = "{tmp_path / "switch.json"}"
 [gates.budget]
-false_rollbacks_per_30_days = 50000.0
+false_rollbacks_per_30_days = 1000000.0
+[gates.latency]
+mode = "dry_run"   # a slower arm trips latency too; this test is about the speedup gate
 [gates.speedup]
 min_samples = {PAIRS}
 critical = true
-alarm_slower_share = 0.95
+alarm_slower_share = 0.8
 """
     )
     return path
