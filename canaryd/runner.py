@@ -48,6 +48,8 @@ class PairRunner:
         self.run_id = run_id
         self.params = params or PairParams()
         self._rng = random.Random(seed)  # noqa: S311  (arm order and seeds, not security)
+        # Sampled pairs are scored for likelihood by the baseline (target) model.
+        self._teacher = baseline if self.params.temperature > 0 else None
 
     def _request(self, prompt: Prompt, pair_id: str, seed: int) -> GenerationRequest:
         sampling = SamplingParams(
@@ -92,7 +94,7 @@ class PairRunner:
             arm_order=order,
             baseline=baseline,
             speculative=speculative,
-            scores=score_pair(prompt, baseline, speculative),
+            scores=score_pair(prompt, baseline, speculative, teacher=self._teacher),
             sampling_seed=seed,
             temperature=self.params.temperature,
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from engine.types import GenerationRequest, GenerationResult
+from engine.types import GenerationRequest, GenerationResult, Message
 
 
 @runtime_checkable
@@ -28,6 +28,11 @@ class Engine(Protocol):
 
     def count_tokens(self, text: str) -> list[int]:
         """Token ids of `text` under this engine's tokenizer (used by scoring)."""
+        ...
+
+    def score(self, messages: tuple[Message, ...], token_ids: tuple[int, ...]) -> float | None:
+        """Mean token NLL of `token_ids` as the reply to `messages` under this engine's
+        model (the teacher for sampled pairs); None where it cannot score, never zero."""
         ...
 
     def close(self) -> None: ...

@@ -38,6 +38,11 @@ class SpeculativeConfig(_Strict):
     )
     draft_model: str | None = Field(default=None, description="draft_model only: path")
     early_exit_layer: int | None = Field(default=None, ge=1, description="early_exit only")
+    fault: Literal["greedy_verify"] | None = Field(
+        default=None,
+        description="a deliberate bug for drills: 'greedy_verify' accepts a draft token "
+        "whenever it is the target's argmax, even when sampling (no longer lossless)",
+    )
 
     @model_validator(mode="after")
     def _method_fields(self) -> SpeculativeConfig:
@@ -87,6 +92,13 @@ class FakeEngineConfig(_Strict):
     error_rate: float = Field(default=0.0, ge=0, le=1)
     timeout_rate: float = Field(default=0.0, ge=0, le=1)
     corrupt_rate: float = Field(default=0.0, ge=0, le=1, description="outputs altered")
+    greedy_bias: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="speculative only, when sampling: share of output words swapped for "
+        "the likeliest word under the fake teacher (`score`), as argmax verification would",
+    )
     latency_factor: float = Field(default=1.0, gt=0, description="multiplies all timings")
     tail_rate: float = Field(default=0.0, ge=0, le=1, description="requests made slow")
     tail_factor: float = Field(default=1.0, gt=0, description="how slow a tail request is")

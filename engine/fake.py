@@ -24,6 +24,7 @@ from engine.types import (
     ErrorKind,
     GenerationRequest,
     GenerationResult,
+    Message,
     SpeculativeStats,
 )
 
@@ -35,6 +36,11 @@ _WORDS = (
 
 def _token_id(word: str) -> int:
     return zlib.crc32(word.encode()) % 50_000
+
+
+def _teacher_nll(token_id: int) -> float:
+    """The fake teacher's NLL of a token: a fixed pseudo-random value in [1, 4) nats."""
+    return 1.0 + 3.0 * ((token_id * 2_654_435_761) % 1000) / 1000
 
 
 class FakeEngine:
@@ -64,6 +70,17 @@ class FakeEngine:
     def count_tokens(self, text: str) -> list[int]:
         return [_token_id(word) for word in text.split()]
 
+    def score(self, messages: tuple[Message, ...], token_ids: tuple[int, ...]) -> float | None:
+        """A synthetic teacher: the mean of a fixed per-token NLL; None for no tokens."""
+        if not token_ids:
+            return None
+        return sum(_teacher_nll(t) for t in token_ids) / len(token_ids)
+
+    def _greedy_biased(self, words: list[str], rng: random.Random) -> list[str]:
+        """The `greedy_bias` fault: words swapped for the teacher's likeliest one."""
+        likeliest = min([*words, *_WORDS], key=lambda w: _teacher_nll(_token_id(w)))
+        return [likeliest if rng.random() < self.config.greedy_bias else w for w in words]
+
     def _rng(self, call: int, salt: str) -> random.Random:
         mode = "speculative" if self.speculative else "baseline"
         key = f"{self.config.seed}:{mode}:{call}:{salt}".encode()
@@ -88,6 +105,8 @@ class FakeEngine:
             call = next(self._calls)
         fault = self._rng(call, "fault")
         words = self._answer(request)
+        if cfg.speculative and cfg.greedy_bias and not request.sampling.greedy:
+            words = self._greedy_biased(words, self._rng(call, "greedy"))
         prompt_tokens = sum(len(m.content.split()) for m in request.messages)
         timing = self._rng(call, "timing")
         scale = cfg.latency_factor * (cfg.tail_factor if fault.random() < cfg.tail_rate else 1.0)

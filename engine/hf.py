@@ -47,6 +47,7 @@ class _AcceptanceCounter:
     drafted_per_position: list[int] = field(default_factory=list)
     pending_draft: int = 0
     adaptive_max: int | None = None  # adapt the prompt-lookup draft length, up to this
+    candidates: torch.Tensor | None = None  # the draft being verified, prompt included
 
     def drafted(self, n: int) -> None:
         self.pending_draft = n
@@ -103,18 +104,45 @@ class _RecordingCandidateGenerator:
     def get_candidates(self, input_ids: torch.Tensor, **kwargs: Any) -> Any:
         candidate_ids, candidate_logits = self._inner.get_candidates(input_ids, **kwargs)
         self._counter.drafted(int(candidate_ids.shape[1] - input_ids.shape[1]))
+        self._counter.candidates = candidate_ids
         return candidate_ids, candidate_logits
 
     def update_candidate_strategy(
         self, input_ids: torch.Tensor, scores: torch.Tensor, num_matches: Any
     ) -> Any:
         drafted, accepted = self._counter.pending_draft, int(num_matches)
+        self._counter.candidates = None
         self._counter.verified(accepted)
         if self._adaptive_max is not None and drafted > 0:
             current = int(self._inner.num_output_tokens)
             grown = current + 2 if accepted >= drafted else current - 1
             self._inner.num_output_tokens = max(1, min(self._adaptive_max, grown))
         return self._inner.update_candidate_strategy(input_ids, scores, num_matches)
+
+
+class _GreedyVerifyFault:
+    """The `greedy_verify` drill fault, as the last logits processor of a speculative
+    generate: at a draft position whose drafted token is the target's argmax, the
+    distribution collapses onto that token, so verification accepts it with
+    probability 1 instead of p(token). Sampling then over-produces likely text, the
+    classic bug of verifying by argmax match while sampling."""
+
+    def __init__(self, counter: _AcceptanceCounter) -> None:
+        self._counter = counter
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        candidates = self._counter.candidates
+        length = int(input_ids.shape[1])
+        if candidates is None or length >= int(candidates.shape[1]):
+            return scores
+        if not torch.equal(input_ids[0], candidates[0, :length]):
+            return scores  # the drafter's own calls, never a verify position
+        drafted = int(candidates[0, length])
+        if int(scores[0].argmax()) != drafted:
+            return scores
+        forced = torch.full_like(scores, float("-inf"))
+        forced[:, drafted] = 0.0
+        return forced
 
 
 class _TimingStreamer:
@@ -227,6 +255,8 @@ class TransformersEngine:
         }
         if spec is not None:
             ident |= {"method": spec.method, "num_draft_tokens": str(spec.num_draft_tokens)}
+            if spec.fault is not None:
+                ident["fault"] = spec.fault
             if spec.method == "prompt_lookup":
                 ident["max_ngram_size"] = str(spec.max_ngram_size)
             elif spec.method == "draft_model":
@@ -299,6 +329,29 @@ class TransformersEngine:
         self.load()
         assert self._shared is not None
         return list(self._shared.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def score(self, messages: tuple[Message, ...], token_ids: tuple[int, ...]) -> float | None:
+        """Mean token NLL (nats) of `token_ids` as the reply to `messages` under this
+        engine's model at temperature 1, in one forward pass; None for an empty output
+        or one that does not fit the model's context."""
+        self.load()
+        assert self._shared is not None
+        if not token_ids or not messages:
+            return None
+        shared = self._shared
+        with shared.lock:
+            prompt_ids = self._prompt_ids(messages)
+            produced = torch.tensor([list(token_ids)], dtype=prompt_ids.dtype, device=self._device)
+            ids = torch.cat((prompt_ids, produced), dim=1)
+            limit = getattr(shared.model.config, "max_position_embeddings", None)
+            if limit is not None and int(ids.shape[1]) > int(limit):
+                return None
+            with torch.inference_mode():
+                logits = shared.model(ids, attention_mask=torch.ones_like(ids)).logits
+            start = int(prompt_ids.shape[1]) - 1
+            log_probs = logits[0, start:-1].float().log_softmax(dim=-1)
+            picked = log_probs.gather(1, produced[0].unsqueeze(1))
+            return float(-picked.mean())
 
     def _prompt_ids(self, messages: tuple[Message, ...]) -> torch.Tensor:
         assert self._shared is not None
@@ -389,13 +442,18 @@ class TransformersEngine:
             if not request.sampling.greedy:
                 torch.manual_seed(request.sampling.seed)
             streamer = _TimingStreamer()
+            kwargs = self._generate_kwargs(request, new_tokens)
+            if counter is not None and spec is not None and spec.fault == "greedy_verify":
+                from transformers import LogitsProcessorList
+
+                kwargs["logits_processor"] = LogitsProcessorList([_GreedyVerifyFault(counter)])
             try:
                 with torch.inference_mode():
                     output = shared.model.generate(
                         prompt_ids,
                         attention_mask=torch.ones_like(prompt_ids),
                         streamer=streamer,
-                        **self._generate_kwargs(request, new_tokens),
+                        **kwargs,
                     )
             except torch.cuda.OutOfMemoryError as exc:
                 return GenerationResult.failed(

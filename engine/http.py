@@ -50,6 +50,7 @@ from engine.types import (
     ErrorKind,
     GenerationRequest,
     GenerationResult,
+    Message,
     SpeculativeStats,
 )
 
@@ -221,6 +222,10 @@ class OpenAIEngine:
         """A remote arm has no local tokenizer: word ids (the unit scoring falls back to
         when results carry no token ids, as HTTP results do not)."""
         return [zlib.crc32(word.encode()) for word in text.split()]
+
+    def score(self, messages: tuple[Message, ...], token_ids: tuple[int, ...]) -> float | None:
+        """Not reported: a remote arm's prompt log-probs are not read (yet)."""
+        return None
 
     # -- generation -----------------------------------------------------------------
 

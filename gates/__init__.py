@@ -14,6 +14,7 @@ from gates.liveness import liveness_gate
 from gates.quality import quality_gate
 from gates.speedup import speedup_gate
 from gates.switch import (
+    CategorySwitch,
     Control,
     Evaluation,
     SwitchEvent,
@@ -25,6 +26,7 @@ from gates.switch import (
 )
 
 __all__ = [
+    "CategorySwitch",
     "Control",
     "Evaluation",
     "GateDecision",

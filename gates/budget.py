@@ -4,7 +4,8 @@ One budget (`gates.budget`, default 0.1 false rollbacks per 30 days at one pair 
 10 s) is split equally between the sequential detectors of the enforce gates: the error
 gate's paired and ceiling detectors, per latency metric one on the median ratio and one
 per quantile (and one per SLO), the
-quality gate's mismatch, score and loop detectors, the speedup detector and the drift
+quality gate's mismatch, score, loop and distribution detectors (the last split again
+between its two one-sided CUSUMs), the speedup detector and the drift
 gate (whose share is split again between the monitored categories). False-alarm rates
 add, so a detector given ARL0 = N × pairs-per-30-days / budget pairs keeps the sum within
 the budget. Gates in `warn` or `dry_run` mode cannot roll back and take no share; the
@@ -33,7 +34,7 @@ def detector_count(config: GatesConfig) -> int:
         count += len(config.latency.metrics) * (1 + len(config.latency.quantiles))
         count += len(config.latency.slos)
     if enforced(config.quality):
-        count += 3
+        count += 4
     if enforced(config.speedup):
         count += 1
     if enforced(config.drift):

@@ -112,6 +112,12 @@ class QualityGateConfig(GateConfigBase):
     mismatch_alarm_factor: float = Field(
         default=4.0, gt=1, description="the mismatch detector's alternative, × max_mismatch_rate"
     )
+    distribution_margin: float = Field(
+        default=0.1,
+        gt=0,
+        description="sampled pairs: the mean token-NLL difference (nats, speculative − "
+        "baseline, under the baseline model) that matters; the alternative of both detectors",
+    )
 
 
 class ReferenceConfig(_Strict):
@@ -167,6 +173,10 @@ class SwitchPolicyConfig(_Strict):
     auto_restore: bool = False
     restore_passes: int = Field(default=3, ge=1, description="consecutive all-PASS evaluations")
     evidence_max_age_seconds: float = Field(default=900.0, gt=0)
+    scope: Literal["global", "category"] = Field(
+        default="global",
+        description="category: a per-category gate's FAIL rolls back only that category",
+    )
 
     @model_validator(mode="after")
     def _k_of_m(self) -> SwitchPolicyConfig:

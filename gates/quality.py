@@ -14,7 +14,13 @@ oldest first:
   when the mean delta's lower t bound is at or above −`score_margin`.
 - loops: speculative-only repetition loops; the edge is the baseline-only loop rate's
   upper bound plus `max_loop_rate`, the alarm twice that.
-A check with nothing to judge (no scored prompts, no greedy pairs) is left out.
+- distribution (sampled pairs with a teacher-scored `nll_delta`): a lossless arm keeps
+  the target's output distribution, so the paired NLL difference has mean zero. Two
+  one-sided Gaussian CUSUMs, 0 → ±`distribution_margin`, each on half the detector's
+  share (ARL0 doubled), sd from the window (at least the margin); PASS when the mean's
+  two one-sided t bounds lie within ±`distribution_margin`.
+A check with nothing to judge (no scored prompts, no greedy pairs, no scored sampled
+pairs) is left out.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from datetime import datetime
 
 from gates.budget import DEFAULT_ARL0
 from gates.config import QualityGateConfig
-from gates.core import GateDecision
+from gates.core import GateDecision, combine_states
 from gates.detectors import CALIBRATION_CONFIDENCE, cusum_note, rate_check, sequential_state
 from gates.records import PairRecord, PairScores
 from gates.sequential import gaussian_llr, llr_cusum, lorden_threshold
@@ -83,6 +89,12 @@ def quality_gate(
         components.append(_score(config, window, now, deltas, h))
     else:
         notes.append("score: no prompt in the window has a check or reference")
+
+    nll = [d for r, s in scored if r.temperature > 0.0 and (d := s.nll_delta) is not None]
+    if nll:
+        components.append(_distribution(config, window, now, nll, lorden_threshold(2.0 * arl0)))
+    else:
+        notes.append("distribution: no sampled pair has a teacher-scored likelihood")
 
     scores: list[PairScores] = [s for _, s in scored]
     n = len(scores)
@@ -152,4 +164,48 @@ def _score(
         f"{threshold:+g} ({n} scored pairs: {worse} worse, {better} better); "
         f"{cusum_note(cusum, h)} for mean delta {-margin:+.4g} → "
         f"{mu1:+.4g}, sd {sigma:.4g}",
+    )
+
+
+def _distribution(
+    config: QualityGateConfig, window: Window, now: datetime, deltas: list[float], h: float
+) -> GateDecision:
+    name = f"{NAME}.distribution"
+    n = len(deltas)
+    margin = config.distribution_margin
+    sigma = max(statistics.pstdev(deltas) if n >= 2 else 0.0, margin)
+    clip = margin + _SCORE_CLIP_SDS * sigma  # one pathological pair cannot alarm alone
+    clipped = [min(max(d, -clip), clip) for d in deltas]
+    if n >= 2:
+        mean, lower, upper = mean_t_bounds(deltas, config.confidence)
+    else:
+        mean, lower, upper = deltas[0], float("-inf"), float("inf")
+    within = lower >= -margin and upper <= margin
+    sides = {
+        side: llr_cusum(gaussian_llr(clipped, 0.0, side * margin, sigma), h) for side in (1, -1)
+    }
+    state = combine_states(
+        [
+            sequential_state(
+                cusum, h, n, max(2, config.min_samples), passed=within, warned=abs(mean) > margin
+            )
+            for cusum in sides.values()
+        ]
+    )
+    return decision(
+        name,
+        config,
+        window,
+        now,
+        state=state,
+        statistic="mean token-NLL delta speculative − baseline (nats)",
+        n_baseline=n,
+        n_speculative=n,
+        estimate=mean,
+        lower=lower,
+        upper=upper,
+        threshold=margin,
+        detail=f"NLL delta {mean:+.4f} [{lower:+.4f}, {upper:+.4f}] vs ±{margin:g} "
+        f"({n} teacher-scored sampled pairs); more likely: {cusum_note(sides[-1], h)}; "
+        f"less likely: {cusum_note(sides[1], h)}; sd {sigma:.4g}",
     )

@@ -63,6 +63,9 @@ class PairScores:
     baseline_task_score: float | None  # 0..1 against the prompt's check/reference
     speculative_task_score: float | None
     task_score_delta: float | None  # speculative - baseline
+    # Mean token NLL of the speculative output minus the baseline's, both scored by the
+    # baseline (target) model; sampled pairs only, None where the teacher cannot score.
+    nll_delta: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

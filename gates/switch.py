@@ -16,6 +16,16 @@ Rules, applied by `step` — human events first, in order, then the gates:
   WARN never count) in the latest evaluation, at most `evidence_max_age_seconds` old.
   A human restore needs one such evaluation (or `force`, recorded as such); an automatic
   restore (only with `auto_restore`) needs `restore_passes` consecutive ones since the trip.
+Per category: `categories` holds a switch per traffic category that has ever been moved
+on its own (a category without one follows the top level). The top level is the master:
+rolled back means off for every category. A human command naming a category moves only
+that category; its restore needs fresh PASS evidence for that category (every enforce
+gate's component for it PASSed; at least one) or `force`. Under `scope = "category"` a
+per-category gate (drift: one component `drift.<category>` per category) that FAILs
+rolls back only the categories whose components FAILed, with the same k-of-m rule counted
+on those components; every other gate still trips the top level. A category tripped by
+the gates needs a human restore. Every category change also bumps the top-level
+`generation`, which orders the state file.
 Only evaluations after the last transition count, so old failures never re-trip a
 restored switch and old passes never restore a tripped one. Every change is a
 `Transition` and bumps `generation`, which never decreases; the generation, not a time,
@@ -48,6 +58,22 @@ class Control(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class CategorySwitch:
+    """One traffic category's own switch, under the top level's."""
+
+    mode: SwitchMode = SwitchMode.AUTO
+    control: Control = Control.GATES
+    generation: int = 0  # the top-level generation of its last transition
+    since: datetime | None = None
+    actor: str = ""
+    reason: str = ""
+
+    @property
+    def speculative_enabled(self) -> bool:
+        return self.mode is SwitchMode.AUTO
+
+
+@dataclass(frozen=True, slots=True)
 class SwitchState:
     mode: SwitchMode = SwitchMode.AUTO
     control: Control = Control.GATES
@@ -58,10 +84,23 @@ class SwitchState:
     latched: bool = False
     cooldown_until: datetime | None = None
     recent_trips: tuple[datetime, ...] = ()  # automatic trips within the latch window
+    categories: tuple[tuple[str, CategorySwitch], ...] = ()  # sorted by category
 
     @property
     def speculative_enabled(self) -> bool:
         return self.mode is SwitchMode.AUTO
+
+    def category(self, name: str) -> CategorySwitch | None:
+        return dict(self.categories).get(name)
+
+    def enabled_for(self, category: str) -> bool:
+        """Whether speculation is on for `category`: the master's and its own switch."""
+        own = self.category(category)
+        return self.speculative_enabled and (own is None or own.speculative_enabled)
+
+    def with_category(self, name: str, switch: CategorySwitch) -> SwitchState:
+        merged = {**dict(self.categories), name: switch}
+        return replace(self, categories=tuple(sorted(merged.items())))
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +119,7 @@ class SwitchEvent:
     user: str
     reason: str
     force: bool = False
+    category: str | None = None  # None: the top level
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +132,7 @@ class Transition:
     actor: str  # "gate:<name>" or "user:<name>"
     reason: str
     evidence: tuple[GateDecision, ...] = ()
+    category: str | None = None  # None: the top level moved
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +166,36 @@ def all_enforced_pass(decisions: Sequence[GateDecision]) -> bool:
     """True when there is at least one enforce gate and every enforce gate PASSed."""
     enforced = [d for d in decisions if d.enforced]
     return bool(enforced) and all(d.state is GateState.PASS for d in enforced)
+
+
+PER_CATEGORY_GATES = frozenset({"drift"})  # gates with one component per category
+
+
+def component_category(decision: GateDecision, component: GateDecision) -> str | None:
+    """The category a per-category gate's component judges (`drift.<category>`); None for
+    any other gate's. The name, not `categories`, says it: a PASS flags no category."""
+    prefix = f"{decision.name}."
+    if decision.name in PER_CATEGORY_GATES and component.name.startswith(prefix):
+        return component.name[len(prefix) :]
+    return None
+
+
+def per_category(decision: GateDecision) -> bool:
+    """A gate whose components each judge one category (drift)."""
+    return bool(decision.components) and all(
+        component_category(decision, c) is not None for c in decision.components
+    )
+
+
+def category_decisions(decisions: Sequence[GateDecision], category: str) -> list[GateDecision]:
+    """The enforce gates' components that judge `category` alone."""
+    return [
+        c
+        for d in decisions
+        if d.enforced
+        for c in d.components
+        if component_category(d, c) == category
+    ]
 
 
 class _Machine:
@@ -176,7 +247,13 @@ class _Machine:
         if until is not None and until - now > cooldown:
             until = now + cooldown
         trips = tuple(min(t, now) for t in state.recent_trips)
-        self.state = replace(state, since=since, cooldown_until=until, recent_trips=trips)
+        categories = tuple(
+            (name, own if own.since is None or own.since <= now else replace(own, since=now))
+            for name, own in state.categories
+        )
+        self.state = replace(
+            state, since=since, cooldown_until=until, recent_trips=trips, categories=categories
+        )
 
     def counted(self, history: Sequence[Evaluation]) -> list[Evaluation]:
         since = self.state.since
@@ -189,8 +266,78 @@ class _Machine:
         age = self.now - evaluation.at
         return age <= timedelta(seconds=self.policy.evidence_max_age_seconds)
 
+    def move_category(
+        self,
+        name: str,
+        mode: SwitchMode,
+        control: Control,
+        actor: str,
+        reason: str,
+        evidence: Sequence[GateDecision] = (),
+    ) -> None:
+        previous = self.state.category(name) or CategorySwitch()
+        generation = self.state.generation + 1
+        own = CategorySwitch(mode, control, generation, self.now, actor, reason)
+        self.state = replace(self.state.with_category(name, own), generation=generation)
+        self.transitions.append(
+            Transition(
+                at=self.now,
+                generation=generation,
+                previous=previous.mode,
+                target=mode,
+                control=control,
+                actor=actor,
+                reason=reason,
+                evidence=tuple(evidence),
+                category=name,
+            )
+        )
+
+    def human_category(
+        self, name: str, event: SwitchEvent, actor: str, history: Sequence[Evaluation]
+    ) -> None:
+        own = self.state.category(name) or CategorySwitch()
+        if event.action == "rollback":
+            if own.mode is SwitchMode.ROLLED_BACK and own.control is Control.MANUAL:
+                return
+            self.move_category(name, SwitchMode.ROLLED_BACK, Control.MANUAL, actor, event.reason)
+        elif event.action == "auto":
+            if own.control is Control.MANUAL:
+                self.move_category(name, own.mode, Control.GATES, actor, event.reason)
+        elif own.mode is SwitchMode.ROLLED_BACK:
+            latest = max((e for e in history if e.at <= self.now), key=lambda e: e.at, default=None)
+            evidence = category_decisions(latest.decisions, name) if latest is not None else []
+            ok = (
+                latest is not None
+                and self.fresh(latest)
+                and bool(evidence)
+                and all(d.state is GateState.PASS for d in evidence)
+            )
+            if not ok and not event.force:
+                why = (
+                    "no gate evaluation"
+                    if latest is None
+                    else "the latest evaluation is older than "
+                    f"{self.policy.evidence_max_age_seconds:g}s"
+                    if not self.fresh(latest)
+                    else f"no enforce gate judged category {name!r}"
+                    if not evidence
+                    else f"not every enforce check of category {name!r} PASSed: "
+                    + ", ".join(f"{d.name}={d.state.value}" for d in evidence)
+                )
+                self.refused.append(
+                    f"restore of category {name!r} by {actor} refused: {why} "
+                    "(use force to override)"
+                )
+                return
+            reason = event.reason if ok else f"FORCED without passing evidence: {event.reason}"
+            self.move_category(name, SwitchMode.AUTO, Control.GATES, actor, reason, evidence)
+
     def human(self, event: SwitchEvent, history: Sequence[Evaluation]) -> None:
         actor = f"user:{event.user}"
+        if event.category is not None:
+            self.human_category(event.category, event, actor, history)
+            return
         state = self.state
         if event.action == "rollback":
             if state.mode is SwitchMode.ROLLED_BACK and state.control is Control.MANUAL:
@@ -247,6 +394,9 @@ class _Machine:
         for current in latest.decisions:
             if not current.enforced:
                 continue
+            if policy.scope == "category" and per_category(current):
+                self.trip_categories(current, fresh)
+                continue
             failures = [
                 d
                 for e in recent
@@ -278,6 +428,43 @@ class _Machine:
             reason,
             [d for _, _, d in tripped],
         )
+
+    def trip_categories(self, current: GateDecision, fresh: list[Evaluation]) -> None:
+        """Roll back each category whose component of `current` FAILed in trip_k of the
+        last trip_m evaluations since that category last moved."""
+        for component in current.components:
+            name = component_category(current, component)
+            if name is None:
+                continue
+            own = self.state.category(name) or CategorySwitch()
+            if own.mode is SwitchMode.ROLLED_BACK or own.control is not Control.GATES:
+                continue
+            since = own.since
+            recent = [e for e in fresh if since is None or e.at > since][-self.policy.trip_m :]
+            failures = [
+                c
+                for e in recent
+                for d in e.decisions
+                if d.name == current.name and d.enforced
+                for c in d.components
+                if component_category(d, c) == name and c.state is GateState.FAIL
+            ]
+            if not failures:
+                continue
+            if current.critical and component.state is GateState.FAIL:
+                why = "critical gate FAILed"
+            elif len(failures) >= self.policy.trip_k:
+                why = f"FAILed in {len(failures)} of the last {len(recent)} evaluations"
+            else:
+                continue
+            self.move_category(
+                name,
+                SwitchMode.ROLLED_BACK,
+                Control.GATES,
+                f"gate:{component.name}",
+                f"{component.name} {why}: {failures[-1].detail}",
+                [failures[-1]],
+            )
 
     def maybe_restore(self, counted: list[Evaluation]) -> None:
         policy, state = self.policy, self.state

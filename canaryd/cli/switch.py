@@ -15,6 +15,11 @@ corrupt, read-only, permission denied, locked), `rollback` writes the state file
 (marked `pending_sync`), runs the hooks and exits 0 with a warning that the database was
 not updated; the next command or gate run that reaches the database adopts it. `restore`
 and `auto` refuse without the database.
+
+`--category C` moves one traffic category's own switch instead of the top level's (the
+master, which still turns speculation off everywhere when rolled back); its restore needs
+fresh PASS evidence for that category, or `--force`. It needs the database: the kill
+switch without it is the master's.
 """
 
 from __future__ import annotations
@@ -48,7 +53,8 @@ from canaryd.switch import (
     shows,
     state_object,
 )
-from gates import Evaluation, SwitchEvent
+from gates import Evaluation, SwitchEvent, SwitchState
+from gates.switch import category_decisions
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -56,23 +62,57 @@ app = typer.Typer(
 )
 
 ReasonOption = Annotated[str, typer.Option("--reason", help="Why; recorded in the audit trail.")]
+CategoryOption = Annotated[
+    str | None,
+    typer.Option(
+        "--category",
+        help="Move only this traffic category's switch (the top level stays the master).",
+    ),
+]
 
 
 def user() -> str:
     return getpass.getuser()
 
 
-def evidence_lines(evaluation: Evaluation | None, now: datetime) -> list[str]:
-    """The latest gate evaluation, one line per gate, for a person deciding a restore."""
+def evidence_lines(
+    evaluation: Evaluation | None, now: datetime, category: str | None = None
+) -> list[str]:
+    """The latest gate evaluation, one line per gate (or, for a `category`, per enforce
+    check of that category), for a person deciding a restore."""
     if evaluation is None:
         return ["latest gate evidence: none (the gates have never run)"]
     age = (now - evaluation.at).total_seconds()
     lines = [
         f"latest gate evidence: {evaluation.at.isoformat(timespec='seconds')} ({age:.0f}s ago)"
     ]
+    if category is not None:
+        checks = category_decisions(evaluation.decisions, category)
+        if not checks:
+            lines.append(f"  no enforce gate judged category {category!r}")
+        for d in checks:
+            lines.append(f"  {d.name:<9} {d.state.value:<12} {d.detail}")
+        return lines
     for d in evaluation.decisions:
         marker = "" if d.enforced else f" [{d.mode.value}]"
         lines.append(f"  {d.name:<9} {d.state.value:<12}{marker} {d.detail}")
+    return lines
+
+
+def category_lines(state: SwitchState) -> list[str]:
+    """The per-category switches, for `switch status`."""
+    if not state.categories:
+        return ["categories: none set (every category follows the top level)"]
+    master = "" if state.speculative_enabled else " (the top level is rolled back: all off)"
+    lines = [f"categories:{master}"]
+    for name, own in state.categories:
+        enabled = "ENABLED" if state.enabled_for(name) else "DISABLED"
+        since = own.since.isoformat() if own.since else "-"
+        lines.append(
+            f"  {name}: {own.mode.value} (speculative decoding {enabled}) control="
+            f"{own.control.value} generation={own.generation} since {since} by "
+            f"{own.actor or '-'}: {own.reason}"
+        )
     return lines
 
 
@@ -114,12 +154,31 @@ def _sources(
         )
 
 
-def _report(change: SwitchChange, service: SwitchService, verb: str, unbuilt: set[str]) -> int:
+def _report(
+    change: SwitchChange,
+    service: SwitchService,
+    verb: str,
+    unbuilt: set[str],
+    category: str | None = None,
+) -> int:
     state = change.state
     adopted = _adopted_line(change)
     if adopted is not None:
         typer.echo(adopted)
-    if change.outcome.transitions:
+    own = state.category(category) if category is not None else None
+    if category is not None and own is not None and change.outcome.transitions:
+        typer.echo(
+            f"switch category {category} {verb}: mode={own.mode.value} speculative_enabled="
+            f"{str(state.enabled_for(category)).lower()} generation={state.generation} "
+            f"actor={own.actor}"
+        )
+    elif category is not None:
+        mode = own.mode.value if own is not None else "follows the top level"
+        typer.echo(
+            f"switch category {category} unchanged: {mode} (top level mode="
+            f"{state.mode.value}, generation={state.generation})"
+        )
+    elif change.outcome.transitions:
         typer.echo(
             f"switch {verb}: mode={state.mode.value} speculative_enabled="
             f"{str(state.speculative_enabled).lower()} generation={state.generation} "
@@ -183,6 +242,7 @@ def _through_database(
     config: Path | None,
     *,
     force: bool,
+    category: str | None = None,
 ) -> int:
     # Never `create`: a missing database is a wrong URL far more often than a new box,
     # and the kill switch then takes the state-file path instead of hiding in a new file.
@@ -192,14 +252,15 @@ def _through_database(
         service = SwitchService(store, settings.switch, settings.gates.policy, actuators=actuators)
         now = datetime.now(UTC)
         if action == "restore":
-            for line in evidence_lines(store.latest_evaluation(), now):
+            for line in evidence_lines(store.latest_evaluation(), now, category):
                 typer.echo(line)
-        change = service.command(SwitchEvent(action, user(), reason, force=force))
+        event = SwitchEvent(action, user(), reason, force=force, category=category)
+        change = service.command(event)
     for refusal in change.outcome.refused:
         raise fail(refusal, 1)
     _sources(config, url, settings)
     verb = {"rollback": "rolled back", "restore": "restored", "auto": "handed to the gates"}
-    return _report(change, service, verb[action], {e.actuator for e in unbuilt})
+    return _report(change, service, verb[action], {e.actuator for e in unbuilt}, category)
 
 
 def _emergency(
@@ -245,13 +306,23 @@ def _command(
     url: str | None,
     *,
     force: bool = False,
+    category: str | None = None,
 ) -> None:
     configure_logging(level="WARNING")  # on stderr: stdout is what a person or script reads
     source = config_path(config)
     settings, resolved = settings_and_url(source, url)
     try:
-        code = _through_database(action, reason, settings, resolved, source, force=force)
+        code = _through_database(
+            action, reason, settings, resolved, source, force=force, category=category
+        )
     except DatabaseError as exc:
+        if category is not None:
+            raise fail(
+                f"switch {action} --category {category} refused: the database is unreachable "
+                f"or unusable; without it only the top level's kill switch works "
+                f"(`canaryd switch rollback` without --category) ({exc})",
+                2,
+            ) from None
         if action != "rollback":
             # Re-enabling (or handing control back) must go through the authoritative store.
             raise fail(
@@ -304,6 +375,8 @@ def status(
     typer.echo(f"generation: {state.generation}")
     if state.cooldown_until is not None:
         typer.echo(f"cooldown until: {state.cooldown_until.isoformat()}")
+    for line in category_lines(state):
+        typer.echo(line)
     on_disk = read_state_file(path)
     if shows(on_disk, record.state):
         typer.echo(f"state file: {path} (in sync)")
@@ -319,10 +392,15 @@ def status(
 
 @app.command()
 @handle_errors
-def rollback(reason: ReasonOption, url: UrlOption = None, config: ConfigOption = None) -> None:
+def rollback(
+    reason: ReasonOption,
+    category: CategoryOption = None,
+    url: UrlOption = None,
+    config: ConfigOption = None,
+) -> None:
     """Kill switch: disable speculative decoding now; gates cannot undo it. When the
     database fails in any way, writes the state file alone (synced into it later)."""
-    _command("rollback", reason, config, url)
+    _command("rollback", reason, config, url, category=category)
 
 
 @app.command()
@@ -333,19 +411,22 @@ def restore(
         bool,
         typer.Option("--force", help="Restore without fresh PASS evidence (recorded as FORCED)."),
     ] = False,
+    category: CategoryOption = None,
     url: UrlOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Re-enable speculative decoding: needs every enforce gate PASS in a fresh evaluation."""
-    _command("restore", reason, config, url, force=force)
+    """Re-enable speculative decoding: needs every enforce gate PASS in a fresh evaluation
+    (for a category: every enforce check of that category)."""
+    _command("restore", reason, config, url, force=force, category=category)
 
 
 @app.command()
 @handle_errors
 def auto(
     reason: ReasonOption = "control handed back to the gates",
+    category: CategoryOption = None,
     url: UrlOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Hand control back to the gates (after a manual rollback); the mode stays as it is."""
-    _command("auto", reason, config, url)
+    _command("auto", reason, config, url, category=category)

@@ -3,18 +3,26 @@
 With greedy decoding a correct speculative engine reproduces the baseline exactly, so
 most pairs are identical and take a fast path; differing pairs get the full set of
 similarity metrics, and both arms are graded against the prompt's check or reference.
+Sampled pairs may also be scored by a teacher (the baseline engine): the difference of
+the two outputs' mean token NLL under the target model, which is zero on average for a
+lossless speculative arm.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
+import structlog
+
 from canaryd.scoring.checks import evaluate_check
 from canaryd.scoring.loading import ScoringMetrics, load_metrics
 from canaryd.scoring.loops import has_repetition_loop
 from canaryd.scoring.text import comparison_units, loop_units
+from engine.base import Engine
 from engine.types import GenerationResult
 from gates.records import PairScores, Prompt
+
+log = structlog.get_logger(__name__)
 
 
 def first_divergence(baseline: Sequence[Hashable], speculative: Sequence[Hashable]) -> int | None:
@@ -36,13 +44,35 @@ def task_score(prompt: Prompt, text: str, metrics: ScoringMetrics | None = None)
     return None
 
 
+def nll_delta(
+    teacher: Engine, prompt: Prompt, baseline: GenerationResult, speculative: GenerationResult
+) -> float | None:
+    """Mean token NLL (speculative) - mean token NLL (baseline) under `teacher`; None when
+    it cannot score either output (a remote arm, no token ids) or fails."""
+    if not (baseline.token_ids and speculative.token_ids):
+        return None
+    if baseline.token_ids == speculative.token_ids:
+        return 0.0  # one output, one likelihood: no forward pass needed
+    try:
+        base = teacher.score(prompt.messages, baseline.token_ids)
+        spec = teacher.score(prompt.messages, speculative.token_ids)
+    except Exception:  # a scoring bug must not lose the pair
+        log.exception("pair.teacher_score_failed")
+        return None
+    return None if base is None or spec is None else spec - base
+
+
 def score_pair(
-    prompt: Prompt, baseline: GenerationResult, speculative: GenerationResult
+    prompt: Prompt,
+    baseline: GenerationResult,
+    speculative: GenerationResult,
+    teacher: Engine | None = None,
 ) -> PairScores | None:
     """The consistency and quality scores of one pair; None when either arm failed.
 
     Identical outputs score 1.0 ROUGE-L, 100 chrF and 1.0 edit similarity without
-    running the metrics (rouge-score would give two empty texts 0).
+    running the metrics (rouge-score would give two empty texts 0). `teacher`, given for
+    sampled pairs, scores both outputs' likelihood (`nll_delta`).
     """
     if not (baseline.ok and speculative.ok):
         return None
@@ -82,4 +112,5 @@ def score_pair(
             if baseline_task is not None and speculative_task is not None
             else None
         ),
+        nll_delta=None if teacher is None else nll_delta(teacher, prompt, baseline, speculative),
     )

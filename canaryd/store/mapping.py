@@ -57,6 +57,7 @@ from engine.types import (
     SpeculativeStats,
 )
 from gates import (
+    CategorySwitch,
     Control,
     Evaluation,
     GateDecision,
@@ -437,14 +438,54 @@ def rollup_from_row(row: PairRollupRow) -> PairRollup:
 
 # --- the switch, its audit trail, gate decisions, drift references <-> rows -----------
 
+
+def _categories_to_json(categories: Iterable[tuple[str, CategorySwitch]]) -> dict[str, Any]:
+    return {
+        name: {
+            **_column_values(own),
+            "since": own.since.isoformat() if own.since else None,
+        }
+        for name, own in categories
+    }
+
+
+def _categories_from_json(data: dict[str, Any] | None) -> tuple[tuple[str, CategorySwitch], ...]:
+    def one(value: dict[str, Any]) -> CategorySwitch:
+        since = value.get("since")
+        return CategorySwitch(
+            mode=SwitchMode(value["mode"]),
+            control=Control(value["control"]),
+            generation=int(value["generation"]),
+            since=datetime.fromisoformat(since) if since else None,
+            actor=str(value["actor"]),
+            reason=str(value["reason"]),
+        )
+
+    return tuple(sorted((name, one(value)) for name, value in (data or {}).items()))
+
+
+def _column_values(own: CategorySwitch) -> dict[str, Any]:
+    return {
+        "mode": own.mode.value,
+        "control": own.control.value,
+        "generation": own.generation,
+        "actor": own.actor,
+        "reason": own.reason,
+    }
+
+
 _TRIPS_TO_JSON: Mapping[str, _Convert] = MappingProxyType(
-    {"recent_trips": lambda trips: [t.isoformat() for t in trips]}
+    {
+        "recent_trips": lambda trips: [t.isoformat() for t in trips],
+        "categories": _categories_to_json,
+    }
 )
 _STATE_FROM_COLUMNS: Mapping[str, _Convert] = MappingProxyType(
     {
         "mode": SwitchMode,
         "control": Control,
         "recent_trips": lambda trips: tuple(datetime.fromisoformat(t) for t in trips),
+        "categories": _categories_from_json,
     }
 )
 

@@ -213,6 +213,7 @@ class PairScoresRow(Base):
     baseline_task_score: Mapped[float | None] = mapped_column(Double)
     speculative_task_score: Mapped[float | None] = mapped_column(Double)
     task_score_delta: Mapped[float | None] = mapped_column(Double)
+    nll_delta: Mapped[float | None] = mapped_column(Double)
 
     pair: Mapped[PairRow] = relationship(back_populates="scores")
 
@@ -282,7 +283,8 @@ class SwitchStateRow(Base):
     Every change happens under a row lock (PostgreSQL `SELECT … FOR UPDATE`, SQLite
     `BEGIN IMMEDIATE`), and `generation` only grows. `applied_generation` is the last
     generation whose state file and hooks all succeeded; below `generation`, the daemon
-    re-applies. `recent_trips` is a JSON list of ISO times of automatic trips (latch).
+    re-applies. `recent_trips` is a JSON list of ISO times of automatic trips (latch);
+    `categories` a JSON object of the per-category switches by category.
     """
 
     __tablename__ = "switch_state"
@@ -303,6 +305,7 @@ class SwitchStateRow(Base):
     latched: Mapped[bool] = mapped_column(Boolean)
     cooldown_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
     recent_trips: Mapped[list[str]] = mapped_column(json_column_type())
+    categories: Mapped[dict[str, Any]] = mapped_column(json_column_type(), server_default="{}")
     applied_generation: Mapped[int | None] = mapped_column(BigInteger)
     actuator_errors: Mapped[dict[str, str] | None] = mapped_column(json_column_type())
     actuated_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -310,7 +313,8 @@ class SwitchStateRow(Base):
 
 class SwitchAuditRow(Base):
     """One switch transition (`kind` transition) or a refused human command (`refused`):
-    who (`gate:<name>` or `user:<name>`), why, and the gate evidence as JSON."""
+    who (`gate:<name>` or `user:<name>`), why, and the gate evidence as JSON. `category`
+    names the category that moved (None: the top level)."""
 
     __tablename__ = "switch_audit"
     __table_args__ = (CheckConstraint("kind IN ('transition', 'refused')", name="kind"),)
@@ -325,6 +329,7 @@ class SwitchAuditRow(Base):
     actor: Mapped[str] = mapped_column(String(200))
     reason: Mapped[str] = mapped_column(Text)
     evidence: Mapped[list[dict[str, Any]]] = mapped_column(json_column_type())
+    category: Mapped[str | None] = mapped_column(String(100))
 
 
 class GateDecisionRow(Base):

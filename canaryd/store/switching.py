@@ -45,6 +45,7 @@ class AuditEntry:
     actor: str
     reason: str
     evidence: list[dict[str, Any]]
+    category: str | None = None  # the category that moved; None: the top level
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +58,7 @@ class AuditEntry:
             "actor": self.actor,
             "reason": self.reason,
             "evidence": self.evidence,
+            "category": self.category,
         }
 
 

@@ -79,7 +79,12 @@ def _emergency_object(
         reason=EMERGENCY_REASON_PREFIX + reason,
         latched=latched is True,  # a rollback keeps the latch, as the policy does
     )
-    return {**state_object(state), PENDING_SYNC: True}
+    # The per-category switches stay as they are: the kill switch is the master's.
+    categories = previous.get("categories") if previous else None
+    obj = state_object(state)
+    if isinstance(categories, dict):
+        obj["categories"] = categories
+    return {**obj, PENDING_SYNC: True}
 
 
 def emergency_rollback(

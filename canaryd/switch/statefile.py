@@ -59,6 +59,18 @@ def state_object(state: SwitchState) -> dict[str, Any]:
         "generation": state.generation,
         "control": state.control.value,
         "latched": state.latched,
+        "categories": {
+            name: {
+                "mode": own.mode.value,
+                "speculative_enabled": own.speculative_enabled,
+                "reason": own.reason,
+                "since": own.since.isoformat() if own.since else None,
+                "actor": own.actor,
+                "generation": own.generation,
+                "control": own.control.value,
+            }
+            for name, own in state.categories
+        },
     }
 
 

@@ -84,3 +84,36 @@ class TestFakeEngine:
             for i in range(100)
         ]
         assert sum(base) / sum(spec) > 1.3
+
+
+class TestGreedyBias:
+    """The fake's `greedy_bias` knob: sampled speculative outputs the teacher likes more."""
+
+    @staticmethod
+    def sampled(i: int, temperature: float = 0.8) -> GenerationRequest:
+        return GenerationRequest(
+            messages=(Message("user", f"tell me about canaries and mines {i}"),),
+            sampling=SamplingParams(max_tokens=64, temperature=temperature, seed=i),
+        )
+
+    def test_sampled_outputs_score_lower_nll(self) -> None:
+        teacher = FakeEngine(FakeEngineConfig())
+        biased = FakeEngine(FakeEngineConfig(speculative=True, greedy_bias=0.5))
+        for i in range(10):
+            request = self.sampled(i)
+            base, spec = teacher.generate(request), biased.generate(request)
+            base_nll = teacher.score(request.messages, base.token_ids)
+            spec_nll = teacher.score(request.messages, spec.token_ids)
+            assert base_nll is not None and spec_nll is not None
+            assert spec_nll < base_nll
+
+    def test_off_by_default_and_greedy_requests_are_untouched(self) -> None:
+        assert FakeEngineConfig().greedy_bias == 0.0
+        biased = FakeEngine(FakeEngineConfig(speculative=True, greedy_bias=1.0))
+        healthy = FakeEngine(FakeEngineConfig(speculative=True))
+        assert biased.generate(req(3)).token_ids == healthy.generate(req(3)).token_ids
+        sampled = self.sampled(3)
+        assert biased.generate(sampled).token_ids != healthy.generate(sampled).token_ids
+
+    def test_score_of_nothing_is_none(self) -> None:
+        assert FakeEngine(FakeEngineConfig()).score((Message("user", "x"),), ()) is None

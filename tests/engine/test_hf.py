@@ -227,3 +227,69 @@ class TestAdaptiveDraftLength:
             wrapped.get_candidates(prompt)
             wrapped.update_candidate_strategy(prompt, prompt, 0)
         assert inner.num_output_tokens == 4
+
+
+@pytest.fixture(scope="module")
+def peaked() -> tuple[Any, Any]:
+    """A tiny model with sharper next-token distributions (logits scaled 5x through the
+    final norm): a near-uniform random model leaves argmax nothing to favour."""
+    import torch
+
+    model, tokenizer = tiny_llama(seed=0)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(5.0)
+    return model, tokenizer
+
+
+class TestGreedyVerifyFault:
+    """The drill fault: verifying by argmax while sampling changes the distribution."""
+
+    FAULTY = SpeculativeConfig(method="prompt_lookup", num_draft_tokens=4, fault="greedy_verify")
+    HEALTHY = SpeculativeConfig(method="prompt_lookup", num_draft_tokens=4)
+
+    def test_off_by_default(self) -> None:
+        assert SpeculativeConfig().fault is None
+
+    def test_identity_names_the_fault(self, tiny: Any) -> None:
+        assert engine(tiny, self.FAULTY).identity["fault"] == "greedy_verify"
+        assert "fault" not in engine(tiny, self.HEALTHY).identity
+
+    def test_greedy_output_is_unchanged(self, tiny: Any) -> None:
+        """At temperature 0 argmax verification is the correct rule: no difference."""
+        faulty, base = engine(tiny, self.FAULTY), engine(tiny)
+        assert faulty.generate(request()).token_ids == base.generate(request()).token_ids
+
+    def test_sampled_outputs_are_more_likely_under_the_target(self, peaked: Any) -> None:
+        """Across seeds the faulty arm's samples have a lower mean NLL under the target
+        than the healthy arm's and than plain sampling's."""
+        base = engine(peaked)
+        healthy, faulty = engine(peaked, self.HEALTHY), engine(peaked, self.FAULTY)
+
+        def mean_nll(arm: TransformersEngine) -> float:
+            values = []
+            for seed in range(16):
+                result = arm.generate(request(max_tokens=24, temperature=1.0, seed=seed))
+                nll = base.score(request().messages, result.token_ids)
+                assert nll is not None
+                values.append(nll)
+            return sum(values) / len(values)
+
+        plain, lossless, lossy = mean_nll(base), mean_nll(healthy), mean_nll(faulty)
+        assert lossy < lossless - 0.4
+        assert lossy < plain - 0.4
+
+
+class TestScore:
+    def test_score_is_the_mean_token_nll_of_the_output(self, tiny: Any) -> None:
+        e = engine(tiny)
+        result = e.generate(request(max_tokens=8))
+        nll = e.score(request().messages, result.token_ids)
+        assert nll is not None and nll > 0
+        assert e.score(request().messages, ()) is None
+
+    def test_the_greedy_first_token_is_the_likeliest(self, peaked: Any) -> None:
+        e = engine(peaked)
+        first = e.generate(request(max_tokens=1)).token_ids[0]
+        greedy = e.score(request().messages, (first,))
+        others = [e.score(request().messages, ((first + k) % 300,)) for k in (1, 7, 50)]
+        assert greedy is not None and all(o is not None and greedy < o for o in others)

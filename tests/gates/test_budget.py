@@ -21,25 +21,25 @@ def config(**sections: object) -> GatesConfig:
 
 
 class TestDetectorCount:
-    def test_defaults_count_thirteen_detectors(self) -> None:
-        """Error 2 + latency 3 metrics × (median + 1 quantile) + quality 3 + speedup 1 +
-        drift 1 = 13."""
-        assert detector_count(GatesConfig()) == 2 + 3 * 2 + 3 + 1 + 1 == 13
+    def test_defaults_count_fourteen_detectors(self) -> None:
+        """Error 2 + latency 3 metrics × (median + 1 quantile) + quality 4 + speedup 1 +
+        drift 1 = 14."""
+        assert detector_count(GatesConfig()) == 2 + 3 * 2 + 4 + 1 + 1 == 14
 
     @pytest.mark.parametrize(
         ("section", "share"),
-        [("error", 2), ("latency", 6), ("quality", 3), ("speedup", 1), ("drift", 1)],
+        [("error", 2), ("latency", 6), ("quality", 4), ("speedup", 1), ("drift", 1)],
     )
     @pytest.mark.parametrize("mode", ["warn", "dry_run"])
     def test_a_gate_that_cannot_roll_back_takes_no_share(
         self, section: str, share: int, mode: str
     ) -> None:
         """A gate in warn or dry_run mode leaves its detectors out of the count."""
-        assert detector_count(config(**{section: {"mode": mode}})) == 13 - share
+        assert detector_count(config(**{section: {"mode": mode}})) == 14 - share
 
     def test_liveness_takes_no_share(self) -> None:
         """The liveness rule is not a test: its mode does not change the count."""
-        assert detector_count(config(liveness={"mode": "warn"})) == 13
+        assert detector_count(config(liveness={"mode": "warn"})) == 14
 
     def test_latency_counts_medians_metric_quantile_pairs_and_slos(self) -> None:
         """Two metrics × (median + two quantiles) plus one SLO are seven latency detectors."""
@@ -48,7 +48,7 @@ class TestDetectorCount:
             "quantiles": [0.9, 0.99],
             "slos": [{"metric": "e2e", "quantile": 0.9, "max_seconds": 2.0}],
         }
-        assert detector_count(config(latency=latency)) == 2 + 7 + 3 + 1 + 1
+        assert detector_count(config(latency=latency)) == 2 + 7 + 4 + 1 + 1
 
     def test_nothing_enforced_still_counts_one(self) -> None:
         """With every gate in warn mode the count is one, never zero."""
@@ -59,20 +59,20 @@ class TestDetectorCount:
 
 class TestDetectorArl0:
     def test_default_arl0_and_threshold(self) -> None:
-        """0.1 false rollbacks per 30 days at one pair per 10 s over 13 detectors: each
-        detector's ARL0 is 259,200 × 13 / 0.1 = 33,696,000 pairs, and h = log of it (about
-        17.33)."""
+        """0.1 false rollbacks per 30 days at one pair per 10 s over 14 detectors: each
+        detector's ARL0 is 259,200 × 14 / 0.1 = 36,288,000 pairs, and h = log of it (about
+        17.41)."""
         pairs = SECONDS_PER_30_DAYS / 10.0
         assert pairs == 259_200
-        assert detector_arl0(GatesConfig()) == pytest.approx(pairs * 13 / 0.1) == 33_696_000
+        assert detector_arl0(GatesConfig()) == pytest.approx(pairs * 14 / 0.1) == 36_288_000
         assert detector_arl0(GatesConfig()) == DEFAULT_ARL0
         assert detector_threshold(GatesConfig()) == pytest.approx(math.log(DEFAULT_ARL0))
-        assert detector_threshold(GatesConfig()) == pytest.approx(17.33, abs=0.01)
+        assert detector_threshold(GatesConfig()) == pytest.approx(17.41, abs=0.01)
 
     def test_scales_with_the_detector_count(self) -> None:
-        """Putting the error gate (2 of 13 detectors) in warn mode scales ARL0 by 11 / 13."""
+        """Putting the error gate (2 of 14 detectors) in warn mode scales ARL0 by 12 / 14."""
         fewer = detector_arl0(config(error={"mode": "warn"}))
-        assert fewer == pytest.approx(DEFAULT_ARL0 * 11 / 13)
+        assert fewer == pytest.approx(DEFAULT_ARL0 * 12 / 14)
 
     def test_scales_inversely_with_the_budget(self) -> None:
         """Doubling the allowed false rollbacks halves each detector's ARL0."""

@@ -122,7 +122,7 @@ class TestGrossFaults:
 
     def test_dead_speculative_arm_fails_the_error_gate_within_26_pairs(self) -> None:
         """Every speculative request failing, the baseline fine: each pair adds log 2 to
-        the ceiling CUSUM (2 % → 4 %), so it alarms at ⌈h / log 2⌉ = ⌈17.33 / 0.693⌉ = 26
+        the ceiling CUSUM (2 % → 4 %), so it alarms at ⌈h / log 2⌉ = ⌈17.41 / 0.693⌉ = 26
         pairs, although min_samples is 100."""
         records = [record(i, speculative=result(ok=False)) for i in range(60)]
         config = ErrorGateConfig()

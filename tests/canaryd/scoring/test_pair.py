@@ -7,6 +7,8 @@ import time
 import pytest
 
 from canaryd.scoring import first_divergence, load_metrics, score_pair, task_score
+from engine.config import FakeEngineConfig
+from engine.fake import FakeEngine
 from engine.types import ErrorKind, GenerationResult, Message
 from gates.records import Check, Prompt
 
@@ -174,3 +176,64 @@ class TestScorePair:
         for _ in range(rounds):
             score_pair(p, baseline, speculative)
         assert (time.perf_counter() - start) / rounds < 0.005
+
+
+class TestTeacherScoredLikelihood:
+    """nll_delta: both outputs scored by the baseline model, speculative minus baseline."""
+
+    class Teacher(FakeEngine):
+        """Scores a reply by the mean of its token ids; no reply: None."""
+
+        def __init__(self, unavailable: bool = False) -> None:
+            super().__init__(FakeEngineConfig())
+            self.calls = 0
+            self.unavailable = unavailable
+
+        def score(self, messages: tuple[Message, ...], token_ids: tuple[int, ...]) -> float | None:
+            self.calls += 1
+            return None if self.unavailable else sum(token_ids) / len(token_ids)
+
+    def test_difference_of_mean_nll(self) -> None:
+        from canaryd.scoring.pair import nll_delta
+
+        teacher = self.Teacher()
+        delta = nll_delta(teacher, prompt(), result("a b", [2, 4]), result("a c", [2, 8]))
+        assert delta == pytest.approx(5.0 - 3.0)
+
+    def test_identical_outputs_need_no_scoring(self) -> None:
+        from canaryd.scoring.pair import nll_delta
+
+        teacher = self.Teacher()
+        same = result("a b", [2, 4])
+        assert nll_delta(teacher, prompt(), same, same) == 0.0
+        assert teacher.calls == 0
+
+    def test_unscorable_is_none_never_zero(self) -> None:
+        from canaryd.scoring.pair import nll_delta
+
+        teacher = self.Teacher(unavailable=True)
+        base, spec = result("a b", [2, 4]), result("a c", [2, 8])
+        assert nll_delta(teacher, prompt(), base, spec) is None
+        assert nll_delta(teacher, prompt(), base, result("", [])) is None
+
+    def test_without_a_teacher_there_is_no_delta(self) -> None:
+        scores = score_pair(prompt(), result("a b", [2, 4]), result("a c", [2, 8]))
+        assert scores is not None and scores.nll_delta is None
+
+    def test_the_runner_scores_sampled_pairs_with_the_baseline(self) -> None:
+        """Sampled pairs get an nll_delta from the baseline engine; greedy pairs none."""
+        from canaryd.runner import PairParams, PairRunner
+
+        def runner(temperature: float) -> PairRunner:
+            return PairRunner(
+                FakeEngine(FakeEngineConfig()),
+                FakeEngine(FakeEngineConfig(speculative=True, greedy_bias=0.5)),
+                run_id="r",
+                params=PairParams(temperature=temperature),
+            )
+
+        sampled = runner(0.8).run_pair(prompt()).scores
+        greedy = runner(0.0).run_pair(prompt()).scores
+        assert sampled is not None and sampled.nll_delta is not None
+        assert sampled.nll_delta < 0  # the biased arm is likelier under the teacher
+        assert greedy is not None and greedy.nll_delta is None

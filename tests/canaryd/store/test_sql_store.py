@@ -162,6 +162,16 @@ class TestSavePair:
         store.save_pair(record)
         assert store.pairs() == [record]
 
+    def test_teacher_scored_nll_delta_round_trips(self, store: SqlStore, pair: PairFactory) -> None:
+        """A sampled pair's likelihood difference is stored; an unscored one stays None."""
+        scored = pair(temperature=0.8)
+        assert scored.scores is not None
+        scored = replace(scored, scores=replace(scored.scores, nll_delta=-0.25))
+        unscored = pair()
+        store.save_pair(scored)
+        store.save_pair(unscored)
+        assert store.pairs() == [scored, unscored]
+
     def test_failed_pair_round_trips_with_nothing_reported(
         self, store: SqlStore, failed: PairFactory
     ) -> None:

@@ -1,0 +1,163 @@
+"""Per-category rollback end to end: a fake speculative arm whose acceptance drops in one
+category only, pairs from the real pair runner in a real database, gated by
+`SwitchGates` under `gates.policy.scope = "category"`: only that category rolls back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from canaryd.cli.app import app
+from canaryd.config import Settings, SwitchConfig
+from canaryd.gating import SwitchGates
+from canaryd.runner import PairRunner
+from canaryd.sampling import StratifiedSampler
+from canaryd.store import SqlStore
+from canaryd.suites import load_default_suites
+from canaryd.switch import SwitchService, emergency_rollback, read_state_file
+from engine.config import FakeEngineConfig
+from engine.fake import FakeEngine
+from gates import SwitchEvent, SwitchMode, SwitchPolicyConfig
+from gates.records import RunInfo
+
+BASE = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+DRY = {"mode": "dry_run"}
+
+
+def settings(url: str, tmp_path: Path, scope: str) -> Settings:
+    """Liveness and drift enforce; drift pins its references after 10 pairs a category."""
+    return Settings(
+        storage={"url": url},
+        switch={"state_file": str(tmp_path / "state" / "switch.json")},
+        gates={
+            "liveness": {"min_samples": 5, "window_pairs": 10},
+            "error": DRY,
+            "latency": DRY,
+            "quality": DRY,
+            "speedup": DRY,
+            "drift": {"min_samples": 10, "pin_min_samples": 10, "window_pairs": 600},
+            "policy": {"cooldown_seconds": 0, "scope": scope},
+        },
+    )
+
+
+class Soak:
+    def __init__(self, store: SqlStore) -> None:
+        self.store = store
+        self.index = 0
+        prompts = [p for suite in load_default_suites() for p in suite.prompts]
+        self.sampler = StratifiedSampler(prompts, seed=3)
+        store.create_run(RunInfo("soak", "daemon", BASE, {}, "h", {}, {}, {}))
+
+    def pairs(self, n: int, speculative: FakeEngineConfig) -> datetime:
+        runner = PairRunner(
+            FakeEngine(FakeEngineConfig(seed=1)), FakeEngine(speculative), run_id="soak"
+        )
+        for _ in range(n):
+            self.index += 1
+            record = replace(
+                runner.run_pair(self.sampler.next()),
+                started_at=BASE + timedelta(seconds=self.index),
+            )
+            self.store.save_pair(record)
+        return BASE + timedelta(seconds=self.index, milliseconds=500)
+
+
+HEALTHY = FakeEngineConfig(speculative=True, seed=2)
+MATH_DRIFTS = HEALTHY.model_copy(update={"acceptance_rate_by_category": {"math": 0.2}})
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[SqlStore]:
+    with SqlStore.open(database_url, create=True) as opened:
+        yield opened
+
+
+def _drift_until_tripped(soak: Soak, hook: SwitchGates, store: SqlStore) -> None:
+    hook.evaluate(soak.pairs(120, HEALTHY))  # pins every category's reference
+    assert store.switch().state.generation == 0
+    for _ in range(10):
+        hook.evaluate(soak.pairs(45, MATH_DRIFTS))
+        if store.switch().state.generation:
+            return
+    pytest.fail("the drift in math never tripped the switch")
+
+
+class TestCategoryScope:
+    def test_drift_in_one_category_rolls_back_only_that_category(
+        self, store: SqlStore, database_url: str, tmp_path: Path
+    ) -> None:
+        soak = Soak(store)
+        hook = SwitchGates(settings(database_url, tmp_path, "category"), store=store)
+        _drift_until_tripped(soak, hook, store)
+        state = store.switch().state
+        assert state.mode is SwitchMode.AUTO and state.speculative_enabled
+        assert [name for name, _ in state.categories] == ["math"]
+        assert not state.enabled_for("math") and state.enabled_for("code")
+        own = state.category("math")
+        assert own is not None and own.actor == "gate:drift.math"
+        audit = store.audit()
+        assert [(e.category, e.target, e.actor) for e in audit] == [
+            ("math", "rolled_back", "gate:drift.math")
+        ]
+        on_disk = read_state_file(tmp_path / "state" / "switch.json")
+        assert on_disk is not None and on_disk["speculative_enabled"] is True
+        assert on_disk["categories"]["math"]["speculative_enabled"] is False
+        # More drifting evidence changes nothing: math is already off.
+        hook.evaluate(soak.pairs(45, MATH_DRIFTS))
+        assert store.switch().state.generation == state.generation
+        shown = CliRunner().invoke(
+            app,
+            ["switch", "status", "--url", database_url],
+            env={"CANARYD_SWITCH__STATE_FILE": str(tmp_path / "state" / "switch.json")},
+        )
+        assert shown.exit_code == 0, shown.output
+        assert "math: rolled_back (speculative decoding DISABLED) control=gates" in shown.output
+
+    def test_global_scope_rolls_back_everything(
+        self, store: SqlStore, database_url: str, tmp_path: Path
+    ) -> None:
+        soak = Soak(store)
+        hook = SwitchGates(settings(database_url, tmp_path, "global"), store=store)
+        _drift_until_tripped(soak, hook, store)
+        state = store.switch().state
+        assert state.mode is SwitchMode.ROLLED_BACK and state.actor == "gate:drift"
+        assert state.categories == ()
+
+    def test_a_global_fault_still_rolls_back_everything(
+        self, store: SqlStore, database_url: str, tmp_path: Path
+    ) -> None:
+        soak = Soak(store)
+        hook = SwitchGates(settings(database_url, tmp_path, "category"), store=store)
+        hook.evaluate(soak.pairs(20, HEALTHY))
+        hook.evaluate(soak.pairs(10, HEALTHY.model_copy(update={"error_rate": 1.0})))
+        state = store.switch().state
+        assert state.mode is SwitchMode.ROLLED_BACK and state.actor == "gate:liveness"
+        assert state.categories == ()
+
+
+class TestKillSwitchKeepsCategories:
+    def test_an_emergency_rollback_keeps_the_categories_and_is_adopted(
+        self, store: SqlStore, tmp_path: Path
+    ) -> None:
+        """The kill switch written while the database is away carries the categories, so
+        its adoption rewrites the file without the mark and keeps them."""
+        path = tmp_path / "state" / "switch.json"
+        switch = SwitchConfig(state_file=path)
+        svc = SwitchService(store, switch, SwitchPolicyConfig(), sleep=lambda _s: None)
+        svc.command(SwitchEvent("rollback", "ann", "slow", category="math"))
+        result = emergency_rollback(switch, "bob", "db down", sleep=lambda _s: None)
+        assert result.written and result.state["categories"]["math"]["speculative_enabled"] is False
+        change = svc.adopt_pending()
+        assert change is not None and change.adopted is not None
+        state = store.switch().state
+        assert state.mode is SwitchMode.ROLLED_BACK and not state.enabled_for("code")
+        assert state.category("math") is not None and state.generation == 2
+        on_disk = read_state_file(path)
+        assert on_disk is not None and "pending_sync" not in on_disk
+        assert on_disk["generation"] == 2 and list(on_disk["categories"]) == ["math"]
