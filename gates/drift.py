@@ -164,10 +164,7 @@ def _category(
     mu1 = mu0 * (1.0 - config.max_relative_drop)
     cusum = llr_cusum(gaussian_llr(values, mu0, mu1, sigma), h)
     n = len(values)
-    if n >= 2:
-        mean, mean_lower, mean_upper = mean_t_bounds(values, config.confidence)
-    else:
-        mean, mean_lower, mean_upper = values[0], float("-inf"), float("inf")
+    mean, mean_lower, mean_upper = mean_t_bounds(values, config.confidence)
     drop = 1.0 - mean / mu0
     state = sequential_state(
         cusum,

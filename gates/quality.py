@@ -135,10 +135,7 @@ def _score(
     ]
     cusum = llr_cusum(gaussian_llr(clipped, mu0, mu1, sigma), h)
     threshold = -config.score_margin
-    if n >= 2:
-        mean, lower, upper = mean_t_bounds(deltas, config.confidence)
-    else:
-        mean, lower, upper = deltas[0], float("-inf"), float("inf")
+    mean, lower, upper = mean_t_bounds(deltas, config.confidence)
     state = sequential_state(
         cusum,
         h,
@@ -176,10 +173,7 @@ def _distribution(
     sigma = max(statistics.pstdev(deltas) if n >= 2 else 0.0, margin)
     clip = margin + _SCORE_CLIP_SDS * sigma  # one pathological pair cannot alarm alone
     clipped = [min(max(d, -clip), clip) for d in deltas]
-    if n >= 2:
-        mean, lower, upper = mean_t_bounds(deltas, config.confidence)
-    else:
-        mean, lower, upper = deltas[0], float("-inf"), float("inf")
+    mean, lower, upper = mean_t_bounds(deltas, config.confidence)
     within = lower >= -margin and upper <= margin
     sides = {
         side: llr_cusum(gaussian_llr(clipped, 0.0, side * margin, sigma), h) for side in (1, -1)

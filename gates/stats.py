@@ -61,10 +61,13 @@ def mcnemar_exact_greater(worse: int, better: int) -> float:
 
 
 def mean_t_bounds(values: Sequence[float], confidence: float) -> tuple[float, float, float]:
-    """The mean and its one-sided Student-t lower and upper bounds (needs ≥ 2 values)."""
+    """The mean and its one-sided Student-t lower and upper bounds; a single value has no
+    bound (−inf, +inf). Needs at least one value."""
     data = np.asarray(values, dtype=float)
-    if data.size < 2:
-        raise ValueError(f"a t bound needs at least 2 values, got {data.size}")
+    if data.size == 0:
+        raise ValueError("a mean needs at least 1 value")
+    if data.size == 1:
+        return float(data[0]), float("-inf"), float("inf")
     centre = float(data.mean())
     half = float(t_dist.ppf(confidence, data.size - 1) * data.std(ddof=1) / math.sqrt(data.size))
     return centre, centre - half, centre + half

@@ -190,3 +190,9 @@ class TestPairedBootstrap:
             high_ok += upper >= truth
         assert 0.88 <= low_ok / runs <= 1.0
         assert 0.88 <= high_ok / runs <= 1.0
+
+
+class TestMeanOfOne:
+    def test_a_single_value_has_no_bound(self) -> None:
+        """One value: the mean is that value and both bounds are infinite (never PASS)."""
+        assert mean_t_bounds([2.5], 0.9) == (2.5, float("-inf"), float("inf"))
