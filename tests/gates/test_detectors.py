@@ -111,7 +111,7 @@ class TestSelectSince:
 class TestGrossFaults:
     def test_greedy_mismatch_storm_fails_quality_within_twenty_pairs(self) -> None:
         """80 % greedy mismatches add about 0.8 · log 4 per pair to the mismatch CUSUM
-        (0.5 % → 2 %), which crosses h = log(ARL0) ≈ 17.3 after 16 pairs: FAIL long
+        (0.5 % → 2 %), which crosses h = log(ARL0) ≈ 17.4 after 16 pairs: FAIL long
         before min_samples = 100 pairs."""
         records = [record(i, pair_scores=scores(exact=i % 5 == 4)) for i in range(40)]
         config = QualityGateConfig()

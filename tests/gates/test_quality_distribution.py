@@ -64,6 +64,8 @@ class TestDistribution:
         assert decision.detail.startswith(f"FAIL by {NAME}")
 
     def test_one_outlier_cannot_alarm_alone(self) -> None:
+        """One huge outlier in a quiet window (it inflates the window's sd, and is clipped)
+        does not FAIL the distribution check."""
         decision = component(evaluate(sampled([0.0] * 20 + [-50.0] + [0.0] * 20)))
         assert decision is not None and decision.state is not GateState.FAIL
 

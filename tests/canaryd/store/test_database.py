@@ -7,8 +7,10 @@ from sqlalchemy import text
 
 from canaryd.config import Settings
 from canaryd.store.database import (
+    POSTGRESQL_IDLE_IN_TRANSACTION_TIMEOUT_MS,
     POSTGRESQL_LOCK_TIMEOUT_MS,
     POSTGRESQL_STATEMENT_TIMEOUT_MS,
+    _postgresql_limits,
     make_engine,
     mask_url,
 )
@@ -75,7 +77,21 @@ class TestPostgresqlLimits:
             with engine.connect() as connection:
                 statement = connection.execute(text("SHOW statement_timeout")).scalar_one()
                 lock = connection.execute(text("SHOW lock_timeout")).scalar_one()
+                idle = connection.execute(
+                    text("SHOW idle_in_transaction_session_timeout")
+                ).scalar_one()
         finally:
             engine.dispose()
         assert statement == f"{POSTGRESQL_STATEMENT_TIMEOUT_MS // 1000}s"
         assert lock == f"{POSTGRESQL_LOCK_TIMEOUT_MS // 1000}s"
+        assert POSTGRESQL_IDLE_IN_TRANSACTION_TIMEOUT_MS == 60_000
+        assert idle == "1min"  # how PostgreSQL shows 60,000 ms
+
+
+class TestPostgresqlLimitOverrides:
+    def test_a_limit_named_in_the_url_options_is_left_to_the_url(self) -> None:
+        """`?options=-c lock_timeout=…` keeps the URL's lock timeout; the other defaults stay."""
+        limits = _postgresql_limits("-csearch_path=x -c lock_timeout=500")
+        assert "lock_timeout" not in limits
+        assert f"statement_timeout={POSTGRESQL_STATEMENT_TIMEOUT_MS}" in limits
+        assert "idle_in_transaction_session_timeout" in limits
