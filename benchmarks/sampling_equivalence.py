@@ -1,15 +1,24 @@
 """Distributional equivalence under sampling: does the quality gate catch a speculative
 arm that changes what the model says, and leave a lossless one alone?
 
-The embedded model runs at temperature 0.8 with short outputs through the real pair
-runner (which has the baseline engine score both arms' outputs, `nll_delta`): once
-against a healthy prompt-lookup arm and once against the same arm with
-`fault = "greedy_verify"` (drafts accepted by argmax match while sampling). After every
-pair the quality gate is evaluated on the pairs so far; the healthy arm must not FAIL,
-and `pairs_to_fail` is the first pair at which the lossy arm FAILs.
+The embedded model samples at temperature 0.8 with short outputs. Every prompt (drawn by
+the daemon's stratified sampler) goes, with one seed, to three arms in a random order:
+the baseline, a healthy prompt-lookup arm, and the same arm with `fault =
+"greedy_verify"` (drafts verified by argmax match while sampling). Each speculative
+output is paired with that one baseline output and scored as the pair runner scores
+sampled pairs — the baseline engine is the teacher (`nll_delta`, `argmax_delta`) — so
+the two comparisons share the baseline's generation and its teacher pass. After every
+prompt the quality gate (default budget) is evaluated on each arm's pairs so far, one
+pair every 10 s of gate time.
+
+`--quick` (≤ 8 minutes on 2 cores) stops at the lossy arm's first FAIL or after 7
+minutes of pairs. The full run measures the detection delay over several episodes (the
+lossy arm's detectors restart after each FAIL) while the healthy arm runs on; it
+reports the healthy arm's false alarms, and how many alarms its own argmax deltas raise
+at a test-sized budget (h = log 50 per CUSUM), against the Lorden bound for that budget.
 
 Writes {"healthy": {"state", "pairs", ...}, "lossy": {"state", "pairs", "pairs_to_fail",
-...}} to `--out` and prints it. `--quick` (≤ 8 minutes on 2 cores) runs fewer pairs.
+...}} to `--out` and prints it.
 
 Usage: .venv/bin/python benchmarks/sampling_equivalence.py [--quick] [--out FILE]
 """
@@ -18,100 +27,290 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import random
 import statistics
 import time
-from dataclasses import replace
+import uuid
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from canaryd import paths
-from canaryd.runner import PairParams, PairRunner
 from canaryd.sampling import StratifiedSampler
+from canaryd.scoring import score_pair
 from canaryd.suites import load_default_suites, select
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.hf import TransformersEngine
+from engine.types import GenerationRequest, GenerationResult, Message, SamplingParams, TeacherScore
 from gates import GateState, quality_gate
+from gates.budget import DEFAULT_ARL0
 from gates.config import QualityGateConfig
-from gates.records import PairRecord
+from gates.distribution import ONE_SIDED_CUSUMS, sign_flip_increments
+from gates.records import PairRecord, Prompt
+from gates.sequential import llr_cusum, lorden_threshold
 
 TEMPERATURE = 0.8
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+COMPONENTS = ("quality.argmax", "quality.distribution")
+TEST_SIZED_ARL0 = 50.0  # per one-sided CUSUM, for the healthy calibration replay
 
 
-def run_arm(
-    fault: str | None, pairs: int, max_tokens: int, config: QualityGateConfig, budget_s: float
-) -> dict[str, Any]:
-    """Pairs against one speculative arm until `pairs`, the time budget, or a FAIL."""
+class MemoTeacher:
+    """The baseline engine as teacher, remembering its last scores: both comparisons of
+    a prompt score the same baseline output, one forward pass is enough."""
+
+    def __init__(self, engine: TransformersEngine) -> None:
+        self.engine = engine
+        self._memo: dict[tuple[tuple[Message, ...], tuple[int, ...]], TeacherScore | None] = {}
+
+    def score(self, messages: tuple[Message, ...], output: GenerationResult) -> TeacherScore | None:
+        key = (messages, output.token_ids)
+        if key not in self._memo:
+            if len(self._memo) > 8:
+                self._memo.clear()
+            self._memo[key] = self.engine.score(messages, output)
+        return self._memo[key]
+
+    # The rest of the Engine protocol, delegated.
+    @property
+    def identity(self) -> dict[str, str]:
+        return self.engine.identity
+
+    @property
+    def speculative(self) -> bool:
+        return self.engine.speculative
+
+    def load(self) -> None:
+        self.engine.load()
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        return self.engine.generate(request)
+
+    def count_tokens(self, text: str) -> list[int]:
+        return self.engine.count_tokens(text)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+@dataclass
+class Arm:
+    """One speculative arm's pairs and what its quality gate said about them."""
+
+    name: str
+    engine: TransformersEngine
+    records: list[PairRecord] = field(default_factory=list)  # the current episode
+    total_pairs: int = 0
+    state: GateState = GateState.NODATA
+    components: dict[str, str] = field(default_factory=dict)
+    tripped_by: str | None = None
+    fails: list[int] = field(default_factory=list)  # pairs to each FAIL, per episode
+    argmax_deltas: list[float] = field(default_factory=list)
+    nll_deltas: list[float] = field(default_factory=list)
+
+    def add(self, record: PairRecord, config: QualityGateConfig) -> bool:
+        """Add a pair, evaluate the gate; True when it FAILs (the episode restarts)."""
+        n = len(self.records)
+        self.records.append(record_at(record, n))
+        self.total_pairs += 1
+        if record.scores is not None:
+            if record.scores.argmax_delta is not None:
+                self.argmax_deltas.append(record.scores.argmax_delta)
+            if record.scores.nll_delta is not None:
+                self.nll_deltas.append(record.scores.nll_delta)
+        decision = quality_gate(self.records, config, now=T0 + timedelta(seconds=10 * (n + 1)))
+        self.state = decision.state
+        self.components = {c.name: c.state.value for c in decision.components}
+        if decision.state is not GateState.FAIL:
+            return False
+        failing = [c.name for c in decision.components if c.state is GateState.FAIL]
+        self.tripped_by = self.tripped_by or ", ".join(failing)
+        self.fails.append(len(self.records))
+        self.records = []
+        return True
+
+
+def record_at(record: PairRecord, index: int) -> PairRecord:
+    """Gate time is pair time at the design interval, whatever the CPU took."""
+    return replace(record, started_at=T0 + timedelta(seconds=10 * index))
+
+
+def deltas(record: PairRecord) -> dict[str, Any]:
+    scores = record.scores
+    return {
+        "category": record.prompt.category,
+        "argmax_delta": None if scores is None else scores.argmax_delta,
+        "nll_delta": None if scores is None else scores.nll_delta,
+    }
+
+
+def speculative_engine(fault: str | None) -> TransformersEngine:
     # Unigram lookup drafts at almost every step, so verification decides most tokens.
-    spec_cfg = SpeculativeConfig(
+    spec = SpeculativeConfig(
         method="prompt_lookup", num_draft_tokens=8, max_ngram_size=1, fault=fault
     )
-    models = paths.models_dir()
-    base = TransformersEngine(TransformersEngineConfig(warmup_tokens=0), models_dir=models)
-    spec = TransformersEngine(
-        TransformersEngineConfig(speculative=spec_cfg, warmup_tokens=0), models_dir=models
+    return TransformersEngine(
+        TransformersEngineConfig(speculative=spec, warmup_tokens=0), models_dir=paths.models_dir()
     )
-    runner = PairRunner(
-        base,
-        spec,
-        run_id=f"sampling-equivalence-{fault or 'healthy'}",
-        params=PairParams(temperature=TEMPERATURE, max_tokens=max_tokens, timeout_s=None),
-        seed=5,
+
+
+def run_prompt(
+    prompt: Prompt,
+    baseline: TransformersEngine,
+    teacher: MemoTeacher,
+    arms: list[Arm],
+    max_tokens: int,
+    rng: random.Random,
+) -> dict[str, PairRecord]:
+    """One prompt on the baseline and every arm (one seed, a random order), scored."""
+    seed = rng.randrange(2**31)
+    request = GenerationRequest(
+        messages=prompt.messages,
+        sampling=SamplingParams(max_tokens=max_tokens, temperature=TEMPERATURE, seed=seed),
+        request_id=uuid.uuid4().hex,
+        category=prompt.category,
     )
-    prompts = select(load_default_suites(), None)
-    sampler = StratifiedSampler(prompts, seed=3)
-    base.load()  # loading is not part of the time budget
-    spec.load()
-    records: list[PairRecord] = []
-    state, pairs_to_fail, detail = GateState.NODATA, None, ""
-    started = time.perf_counter()
-    t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    while len(records) < pairs and time.perf_counter() - started < budget_s:
-        record = runner.run_pair(sampler.take(1)[0])
-        # Gate time is pair time at the design interval, whatever the CPU took.
-        records.append(replace(record, started_at=t0 + timedelta(seconds=10 * len(records))))
-        decision = quality_gate(records, config, now=t0 + timedelta(seconds=10 * len(records)))
-        component = next((c for c in decision.components if c.name == "quality.distribution"), None)
-        if component is not None:
-            state, detail = component.state, component.detail
-        if state is GateState.FAIL and pairs_to_fail is None:
-            pairs_to_fail = len(records)
-            if fault is not None:
-                break
-    base.close()
-    spec.close()
-    deltas = [d for r in records if r.scores is not None and (d := r.scores.nll_delta) is not None]
-    out: dict[str, Any] = {
-        "state": state.value,
-        "pairs": len(records),
-        "scored_pairs": len(deltas),
-        "mean_nll_delta": round(statistics.fmean(deltas), 4) if deltas else None,
-        "sd_nll_delta": round(statistics.stdev(deltas), 4) if len(deltas) > 1 else None,
-        "seconds": round(time.perf_counter() - started, 1),
-        "detail": detail,
+    engines: dict[str, TransformersEngine] = {"baseline": baseline}
+    engines.update({arm.name: arm.engine for arm in arms})
+    order = list(engines)
+    rng.shuffle(order)
+    results = {name: engines[name].generate(request) for name in order}
+    base = results["baseline"]
+    return {
+        arm.name: PairRecord(
+            pair_id=uuid.uuid4().hex,
+            run_id=f"sampling-equivalence-{arm.name}",
+            prompt=prompt,
+            started_at=datetime.now(UTC),
+            arm_order=(
+                ("baseline", "speculative")
+                if order.index("baseline") < order.index(arm.name)
+                else ("speculative", "baseline")
+            ),
+            baseline=base,
+            speculative=results[arm.name],
+            scores=score_pair(prompt, base, results[arm.name], teacher=teacher),
+            sampling_seed=seed,
+            temperature=TEMPERATURE,
+        )
+        for arm in arms
     }
-    if fault is not None:
-        out["pairs_to_fail"] = pairs_to_fail
+
+
+def calibration_replay(deltas: list[float], arl0: float) -> dict[str, Any]:
+    """The healthy arm's own argmax deltas through quality.argmax's four sign-flip
+    CUSUMs at a test-sized budget (ARL0 `arl0` each), restarting after each alarm:
+    observed alarms against the most Lorden's bound allows."""
+    h = lorden_threshold(arl0)
+    alarms, start = 0, 0
+    for end in range(1, len(deltas) + 1):
+        window = deltas[start:end]
+        if any(
+            llr_cusum(sign_flip_increments(window, bet), h).statistic >= h
+            for bet in (0.5, 0.9, -0.5, -0.9)
+        ):
+            alarms, start = alarms + 1, end
+    return {
+        "h": round(h, 2),
+        "pairs": len(deltas),
+        "alarms": alarms,
+        "lorden_bound": round(len(deltas) * 4 / arl0, 1),
+    }
+
+
+def summary(arm: Arm, lossy: bool, full: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "state": GateState.FAIL.value if arm.fails else arm.state.value,
+        "pairs": arm.total_pairs,
+        "components": arm.components,
+        "mean_argmax_delta": round(statistics.fmean(arm.argmax_deltas), 4)
+        if arm.argmax_deltas
+        else None,
+        "mean_nll_delta": round(statistics.fmean(arm.nll_deltas), 4) if arm.nll_deltas else None,
+    }
+    if lossy:
+        out["pairs_to_fail"] = arm.fails[0] if arm.fails else None
+        out["tripped_by"] = arm.tripped_by
+        if full:
+            out["detection_delays"] = arm.fails
+            out["median_detection_delay"] = statistics.median(arm.fails) if arm.fails else None
+    else:
+        out["false_alarms"] = len(arm.fails)
+        if full:
+            out["false_alarms_per_pair_bound"] = f"Lorden: ≤ 1/{DEFAULT_ARL0:.3g} per detector"
+            out["calibration_replay"] = calibration_replay(arm.argmax_deltas, TEST_SIZED_ARL0)
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="≤ 8 minutes on 2 cores")
-    parser.add_argument("--pairs", type=int, default=None, help="per arm")
-    parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument(
-        "--margin", type=float, default=None, help="distribution_margin (nats); default config"
-    )
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--episodes", type=int, default=5, help="full run: lossy FAILs")
+    parser.add_argument("--budget-s", type=float, default=None, help="seconds of pairs")
+    # One intra-op thread: a 135M model decodes nearly as fast on one, and on a shared
+    # 2-core machine a second thread stalls every step (measured: 8 prompts in 7 minutes
+    # on two threads against 42 on one, with other jobs running).
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: default)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--trace", type=Path, default=None, help="per-pair deltas, JSON lines")
     args = parser.parse_args()
-    pairs = args.pairs or (150 if args.quick else 400)
-    budget_s = 200.0 if args.quick else 3600.0  # per arm
-    margin = {} if args.margin is None else {"distribution_margin": args.margin}
-    config = QualityGateConfig(**margin)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    max_tokens = args.max_tokens
+    budget_s = args.budget_s or (420.0 if args.quick else 7200.0)
+    episodes = 1 if args.quick else args.episodes
+    config = QualityGateConfig()
+
+    started, cpu_started = time.perf_counter(), time.process_time()
+    baseline = TransformersEngine(
+        TransformersEngineConfig(warmup_tokens=0), models_dir=paths.models_dir()
+    )
+    healthy = Arm("healthy", speculative_engine(None))
+    lossy = Arm("lossy", speculative_engine("greedy_verify"))
+    for engine in (baseline, healthy.engine, lossy.engine):
+        engine.load()
+    teacher = MemoTeacher(baseline)
+    sampler = StratifiedSampler(select(load_default_suites(), None), seed=3)
+    rng = random.Random(5)
+    trace = args.trace.open("w", buffering=1) if args.trace is not None else None
+    loaded = time.perf_counter()
+    while time.perf_counter() - loaded < budget_s and len(lossy.fails) < episodes:
+        records = run_prompt(
+            sampler.take(1)[0], baseline, teacher, [healthy, lossy], max_tokens, rng
+        )
+        healthy.add(records["healthy"], config)
+        lossy.add(records["lossy"], config)
+        if trace is not None:
+            trace.write(json.dumps({name: deltas(record) for name, record in records.items()}))
+            trace.write("\n")
+        print(
+            f"{lossy.total_pairs:4d} pairs {time.perf_counter() - loaded:6.0f} s  healthy "
+            f"{healthy.state.value} {healthy.components}  lossy {lossy.state.value} "
+            f"{lossy.components}",
+            flush=True,
+        )
+    for engine in (baseline, healthy.engine, lossy.engine):
+        engine.close()
+    if trace is not None:
+        trace.close()
+    full = not args.quick
     result = {
-        "healthy": run_arm(None, pairs, args.max_tokens, config, budget_s),
-        "lossy": run_arm("greedy_verify", pairs, args.max_tokens, config, budget_s),
+        "healthy": summary(healthy, lossy=False, full=full),
+        "lossy": summary(lossy, lossy=True, full=full),
+        "max_tokens": max_tokens,
+        "temperature": TEMPERATURE,
+        "h": round(math.log(ONE_SIDED_CUSUMS * DEFAULT_ARL0), 2),
+        "seconds": round(time.perf_counter() - started, 1),
+        # CPU time of this process: the wall time on an otherwise idle machine.
+        "cpu_seconds": round(time.process_time() - cpu_started, 1),
+        "load_average": round(os.getloadavg()[0], 2),
+        "load_seconds": round(loaded - started, 1),
     }
     text = json.dumps(result, indent=2)
     print(text)

@@ -1,5 +1,6 @@
 """How a run is assembled from `Settings`: suites, prompts, the prompt sampler, the
-sampling parameters shared by both arms, and the software versions recorded with it.
+sampling parameters shared by all arms, the arms' engines, and the run record (engine
+identities, software versions) kept with it.
 
 `canaryd once`, `canaryd run` and `canaryd bench` all build their runs through here, so
 the three never disagree on which prompts are drawn or how.
@@ -11,6 +12,7 @@ import hashlib
 import json
 import platform
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -23,7 +25,7 @@ from canaryd.sampling import StratifiedSampler
 from canaryd.suites import Suite, load_default_suites, load_suites, select
 from engine.base import Engine
 from engine.registry import build_engine
-from gates.records import Prompt, RunInfo
+from gates.records import BASELINE_ARM, Prompt, RunInfo
 
 
 def software_versions() -> dict[str, str]:
@@ -78,36 +80,60 @@ def pair_params(settings: Settings) -> PairParams:
     )
 
 
-def build_arms(settings: Settings) -> tuple[Engine, Engine]:
-    """The baseline and speculative engines of `settings`, built but not yet loaded."""
+def arm_names(settings: Settings) -> list[str]:
+    """Every arm's name in the order runs use them: `baseline`, the switch's arm, then
+    the comparison arms."""
+    return [BASELINE_ARM, settings.switch_arm, *settings.comparison_arms]
+
+
+def build_arms(settings: Settings) -> dict[str, Engine]:
+    """Every arm's engine by name (`arm_names` order), built but not yet loaded."""
     models_dir = paths.models_dir()
-    return (
-        build_engine(settings.arms.baseline, models_dir=models_dir),
-        build_engine(settings.arms.speculative, models_dir=models_dir),
-    )
+    return {
+        name: build_engine(settings.arms.arm(name), models_dir=models_dir)
+        for name in arm_names(settings)
+    }
+
+
+def speculative_engines(engines: Mapping[str, Engine]) -> dict[str, Engine]:
+    """The speculative arms of `engines` (every arm but the baseline), in their order."""
+    return {name: engine for name, engine in engines.items() if name != BASELINE_ARM}
 
 
 def new_run(
     settings: Settings,
     kind: Literal["once", "daemon", "bench"],
-    baseline: Engine,
-    speculative: Engine,
+    engines: Mapping[str, Engine],
     *,
     run_id: str | None = None,
     started_at: datetime | None = None,
     extra_config: dict[str, Any] | None = None,
 ) -> RunInfo:
-    """The run record: config snapshot and hash, engine identities, software versions."""
+    """The run record: config snapshot and hash, every arm's engine identity (the switch's
+    arm as the speculative one), software versions."""
+    identities = {
+        name: redact_value(engine.identity) for name, engine in speculative_engines(engines).items()
+    }
     return RunInfo(
         run_id=run_id or uuid.uuid4().hex[:12],
         kind=kind,
         started_at=started_at or datetime.now(UTC),
         config=settings.snapshot() | (extra_config or {}),
         config_hash=settings.config_hash(),
-        baseline_identity=redact_value(baseline.identity),
-        speculative_identity=redact_value(speculative.identity),
+        baseline_identity=redact_value(engines[BASELINE_ARM].identity),
+        speculative_identity=identities[settings.switch_arm],
         software=software_versions(),
+        arm_identities=identities,
     )
+
+
+def arm_pair_config(arms: object, arm: str) -> object:
+    """Of an `arms` section of a config snapshot, what a pair of `arm` was measured with:
+    the baseline and that arm (None for an arm the section does not have). A comparison
+    arm added or changed leaves the switch arm's evidence and references standing."""
+    if not isinstance(arms, dict) or arm not in arms:
+        return None
+    return {BASELINE_ARM: arms.get(BASELINE_ARM), arm: arms[arm]}
 
 
 def arms_key(arms: object) -> str:

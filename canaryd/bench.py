@@ -1,13 +1,14 @@
 """`canaryd bench`: the one-shot evaluation (acceptance, concurrency ladder, consistency,
 resources) as one stored run.
 
-A bench warms both arms up (excluded from every figure), then climbs a concurrency
-ladder. At each level each arm is driven *separately* by `concurrency` closed-loop
-workers of a thread pool over the same prompts in the same order; request i of the
-baseline and request i of the speculative arm form pair i, which is scored and stored
-like any other pair, so acceptance and consistency come from the very data the ladder
-measured. What a stored pair cannot carry — which level it belongs to and how long
-each arm's level took on the wall clock — goes into the run's config snapshot under
+A bench warms every arm up (excluded from every figure), then climbs a concurrency
+ladder. At each level each arm is driven *separately*, in a random order, by
+`concurrency` closed-loop workers of a thread pool over the same prompts in the same
+order; request i of the baseline and request i of a speculative arm form that arm's pair
+i (the pairs of request i share a group), which is scored and stored like any other
+pair, so acceptance and consistency come from the very data the ladder measured. What a
+stored pair cannot carry — which level it belongs to and how long each arm's level took
+on the wall clock — goes into the run's config snapshot under
 `bench` (with the plan and the resource figures), so every number in `results.json`
 and in `canaryd report` is recomputed from the database by `canaryd.report.figures`.
 
@@ -39,12 +40,13 @@ from canaryd.report.figures import (
     by_category,
     consistency_figures,
     ladder_figures,
+    run_arms,
 )
 from canaryd.scoring import score_pair
 from canaryd.store import Store, StoredRun
 from engine.base import Engine
 from engine.types import ErrorKind, GenerationRequest, GenerationResult, SamplingParams
-from gates.records import ARMS, Arm, PairRecord, Prompt, RunInfo
+from gates.records import BASELINE_ARM, DEFAULT_ARM, Arm, PairRecord, Prompt, RunInfo
 
 log = structlog.get_logger(__name__)
 
@@ -83,11 +85,15 @@ def default_requests(concurrency: Sequence[int]) -> int:
 
 
 def bench_results(run: StoredRun, pairs: Sequence[PairRecord]) -> dict[str, Any]:
-    """`results.json`: everything the bench found, recomputed from the stored run."""
+    """`results.json`: everything the bench found, recomputed from the stored run.
+    `acceptance` and `consistency` are the switch's arm's; `arms` has them for every
+    speculative arm."""
     section = bench_section(run)
     if section is None:
         raise ValueError(f"run {run.info.run_id!r} is a {run.info.kind!r} run, not a bench")
     config = {k: v for k, v in run.info.config.items() if k != "bench"}
+    arms = run_arms(run, pairs)
+    of_arm = {arm: [p for p in pairs if p.arm == arm] for arm in arms}
     return {
         "schema": BENCH_SCHEMA,
         "run_id": run.info.run_id,
@@ -98,15 +104,30 @@ def bench_results(run: StoredRun, pairs: Sequence[PairRecord]) -> dict[str, Any]
         "engines": {
             "baseline": run.info.baseline_identity,
             "speculative": run.info.speculative_identity,
+            **{arm: identity for arm, identity in run.info.arm_identities.items()},
         },
         "software": run.info.software,
         "config": config,
         "config_hash": run.info.config_hash,
-        "acceptance": {c: asdict(f) for c, f in by_category(pairs, acceptance_figures).items()},
+        "acceptance": _by_category(of_arm[arms[0]], acceptance_figures),
         "ladder": [asdict(level) for level in ladder_figures(section, pairs)],
-        "consistency": {c: asdict(f) for c, f in by_category(pairs, consistency_figures).items()},
+        "consistency": _by_category(of_arm[arms[0]], consistency_figures),
         "resources": section.get("resources"),
+        "switch_arm": arms[0],
+        "arms": {
+            arm: {
+                "acceptance": _by_category(of_arm[arm], acceptance_figures),
+                "consistency": _by_category(of_arm[arm], consistency_figures),
+            }
+            for arm in arms
+        },
     }
+
+
+def _by_category(
+    pairs: Sequence[PairRecord], figures: Callable[[Sequence[PairRecord]], Any]
+) -> dict[str, Any]:
+    return {c: asdict(f) for c, f in by_category(pairs, figures).items()}
 
 
 # --- driving the engines ----------------------------------------------------------------
@@ -205,10 +226,13 @@ class BenchProgress:
 
 
 class Bench:
+    """The ladder on `baseline` and `speculative`: one engine (the arm named
+    `speculative`), or the speculative arms by name."""
+
     def __init__(
         self,
         baseline: Engine,
-        speculative: Engine,
+        speculative: Engine | Mapping[str, Engine],
         *,
         prompts: Sequence[Prompt],
         plan: BenchPlan,
@@ -218,7 +242,12 @@ class Bench:
     ) -> None:
         if not prompts:
             raise ValueError("a bench needs at least one prompt")
-        self.arms: dict[Arm, Engine] = {"baseline": baseline, "speculative": speculative}
+        self.speculative: dict[str, Engine] = (
+            dict(speculative) if isinstance(speculative, Mapping) else {DEFAULT_ARM: speculative}
+        )
+        if not self.speculative or BASELINE_ARM in self.speculative:
+            raise ValueError(f"speculative arms {sorted(self.speculative)!r}: need at least one")
+        self.arms: dict[str, Engine] = {BASELINE_ARM: baseline, **self.speculative}
         self.prompts = list(prompts)
         self.plan = plan
         self.params = params
@@ -242,17 +271,20 @@ class Bench:
             category=prompt.category,
         )
 
-    def pair_id(self, concurrency: int, index: int) -> str:
-        return f"{self.run_id}-c{concurrency}-{index:05d}"
+    def pair_id(self, concurrency: int, index: int, arm: str | None = None) -> str:
+        """Request `index` of a level (the group of its pairs); with several speculative
+        arms, `arm`'s pair of it."""
+        group = f"{self.run_id}-c{concurrency}-{index:05d}"
+        return group if arm is None or len(self.speculative) == 1 else f"{group}-{arm}"
 
     def run_warmup(self) -> None:
         """`plan.warmup` requests per arm, one at a time; nothing of them is kept."""
         if not self.plan.warmup:
             self.warmup = {"requests_per_arm": 0}
             return
-        self.progress.phase("warm-up", 2 * self.plan.warmup)
+        self.progress.phase("warm-up", len(self.arms) * self.plan.warmup)
         walls: dict[str, float] = {}
-        for arm in ARMS:
+        for arm in self.arms:
             run = drive_arm(
                 self.arms[arm],
                 lambda i: self.request(i, f"{self.run_id}-warmup-{i}"),
@@ -263,11 +295,17 @@ class Bench:
             walls[arm] = run.window.wall_s
         self.warmup = {"requests_per_arm": self.plan.warmup, "wall_s": walls}
 
+    def _order(self) -> tuple[str, ...]:
+        """Which arm goes first, second, … is drawn at random per level."""
+        names = list(self.arms)
+        if len(names) == 2:  # two arms draw as they always have: a seeded bench repeats
+            return tuple(reversed(names)) if self._rng.random() < 0.5 else tuple(names)
+        self._rng.shuffle(names)
+        return tuple(names)
+
     def run_level(self, concurrency: int) -> tuple[LevelRecord, list[PairRecord]]:
-        order: tuple[Arm, Arm] = ("baseline", "speculative")
-        if self._rng.random() < 0.5:  # which arm goes first alternates at random per level
-            order = ("speculative", "baseline")
-        runs: dict[Arm, ArmRun] = {}
+        order = self._order()
+        runs: dict[str, ArmRun] = {}
         limit = self.plan.requests
         for position, arm in enumerate(order):
             timed_first = position == 0 and self.plan.duration_s is not None
@@ -283,36 +321,43 @@ class Bench:
             if timed_first:  # the other arm sends exactly the requests this one sent
                 limit = len(runs[arm].results)
         records = []
-        for index, (base, spec) in enumerate(
-            zip(runs["baseline"].results, runs["speculative"].results, strict=True)
-        ):
-            prompt = self.prompts[index % len(self.prompts)]
-            records.append(
-                PairRecord(
-                    pair_id=self.pair_id(concurrency, index),
-                    run_id=self.run_id,
-                    prompt=prompt,
-                    started_at=min(base.started_at, spec.started_at),
-                    arm_order=order,
-                    baseline=base.result,
-                    speculative=spec.result,
-                    scores=score_pair(prompt, base.result, spec.result),
-                    sampling_seed=self.params.seed + index,
-                    temperature=self.params.temperature,
-                )
+        for arm in self.speculative:
+            roles: tuple[Arm, Arm] = (
+                ("baseline", "speculative")
+                if order.index(BASELINE_ARM) < order.index(arm)
+                else ("speculative", "baseline")
             )
+            for index, (base, spec) in enumerate(
+                zip(runs[BASELINE_ARM].results, runs[arm].results, strict=True)
+            ):
+                prompt = self.prompts[index % len(self.prompts)]
+                records.append(
+                    PairRecord(
+                        pair_id=self.pair_id(concurrency, index, arm),
+                        run_id=self.run_id,
+                        prompt=prompt,
+                        started_at=min(base.started_at, spec.started_at),
+                        arm_order=roles,
+                        baseline=base.result,
+                        speculative=spec.result,
+                        scores=score_pair(prompt, base.result, spec.result),
+                        sampling_seed=self.params.seed + index,
+                        temperature=self.params.temperature,
+                        arm=arm,
+                        group_id=self.pair_id(concurrency, index),
+                    )
+                )
         level = LevelRecord(
             concurrency=concurrency,
             arm_order=order,
             pair_ids=tuple(r.pair_id for r in records),
-            windows={arm: runs[arm].window for arm in ARMS},
+            windows={arm: runs[arm].window for arm in order},
         )
         log.info(
             "bench.level_done",
             concurrency=concurrency,
-            requests=len(records),
-            baseline_wall_s=round(level.windows["baseline"].wall_s, 3),
-            speculative_wall_s=round(level.windows["speculative"].wall_s, 3),
+            requests=len(runs[BASELINE_ARM].results),
+            wall_s={arm: round(window.wall_s, 3) for arm, window in level.windows.items()},
         )
         return level, records
 

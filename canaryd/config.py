@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -38,6 +40,7 @@ from canaryd.redact import redact_value
 from canaryd.store.database import mask_url
 from engine.config import EngineConfig, SpeculativeConfig, TransformersEngineConfig
 from gates import GatesConfig
+from gates.records import BASELINE_ARM, DEFAULT_ARM
 
 CONFIG_ENV = "CANARYD_CONFIG"
 DATABASE_URL_ENV = "CANARYD_DATABASE_URL"
@@ -49,14 +52,65 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+ARM_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
+def _default_speculative_arm() -> dict[str, Any]:
+    """The speculative arm a configuration without one gets: prompt lookup, 8 tokens."""
+    return TransformersEngineConfig(speculative=SpeculativeConfig()).model_dump()
+
+
 class ArmsConfig(_Section):
-    """The two arms of every pair. Defaults: the embedded model, autoregressive versus
-    transformers prompt lookup with 8 draft tokens."""
+    """The arms of every pair: `baseline` (plain decoding) and any number of speculative
+    arms, one `[arms.<name>]` table each, all sent the same prompt with the same sampling.
+    With no speculative arm configured there is one, `speculative`: the embedded model
+    with transformers prompt lookup and 8 draft tokens; the baseline defaults to the
+    embedded model decoding autoregressively."""
+
+    model_config = ConfigDict(extra="allow")
 
     baseline: EngineConfig = Field(default_factory=TransformersEngineConfig)
-    speculative: EngineConfig = Field(
-        default_factory=lambda: TransformersEngineConfig(speculative=SpeculativeConfig())
-    )
+    # Every other key is a speculative arm, named by its key.
+    __pydantic_extra__: dict[str, EngineConfig] = Field(init=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_arms(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        for name in data:
+            if not ARM_NAME_PATTERN.match(str(name)):
+                raise ValidationError.from_exception_data(
+                    "ArmsConfig",
+                    [
+                        InitErrorDetails(
+                            type=PydanticCustomError(
+                                "arm_name",
+                                "an arm name is a lower-case letter, then up to 31 "
+                                "lower-case letters, digits or underscores",
+                            ),
+                            loc=(str(name),),
+                            input=str(name),
+                        )
+                    ],
+                )
+        if not set(data) - {BASELINE_ARM}:
+            data = {**data, DEFAULT_ARM: _default_speculative_arm()}
+        return data
+
+    @property
+    def speculative_arms(self) -> dict[str, EngineConfig]:
+        """The speculative arms by name, in the order the configuration gives them."""
+        return dict(self.__pydantic_extra__ or {})
+
+    @property
+    def names(self) -> list[str]:
+        """Every arm: `baseline` first, then the speculative arms."""
+        return [BASELINE_ARM, *self.speculative_arms]
+
+    def arm(self, name: str) -> EngineConfig:
+        """The configuration of the arm called `name` (KeyError for an unknown one)."""
+        return self.baseline if name == BASELINE_ARM else self.speculative_arms[name]
 
 
 class PromptsConfig(_Section):
@@ -237,6 +291,12 @@ class SwitchConfig(_Section):
         default=None,
         description="JSON file production reads; default $CANARYD_DATA_DIR/switch.json",
     )
+    arm: str | None = Field(
+        default=None,
+        description="the speculative arm whose rollback the switch controls; the other "
+        "speculative arms are comparison arms (measured, gated and reported, never "
+        "switching). Unset: the only speculative arm (required when there are several)",
+    )
     command: CommandHookConfig | None = None
     webhook: WebhookConfig | None = None
     alertmanager: AlertmanagerConfig | None = None
@@ -265,6 +325,41 @@ class Settings(BaseSettings):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     gates: GatesConfig = Field(default_factory=GatesConfig)
     switch: SwitchConfig = Field(default_factory=SwitchConfig)
+
+    @model_validator(mode="after")
+    def _switch_arm_is_speculative(self) -> Settings:
+        arms = list(self.arms.speculative_arms)
+        name = self.switch.arm
+        if name is None and len(arms) > 1:
+            problem = (
+                f"unset, but there are {len(arms)} speculative arms ({', '.join(arms)}): "
+                "name the one whose rollback the switch controls"
+            )
+        elif name is not None and name not in arms:
+            problem = f"names no speculative arm; expected one of {', '.join(arms)}"
+        else:
+            return self
+        raise ValidationError.from_exception_data(
+            "Settings",
+            [
+                InitErrorDetails(
+                    type=PydanticCustomError("switch_arm", problem),
+                    loc=("switch", "arm"),
+                    input=name,
+                )
+            ],
+        )
+
+    @property
+    def switch_arm(self) -> str:
+        """The speculative arm whose rollback the switch controls (`switch.arm`, else the
+        only one)."""
+        return self.switch.arm or next(iter(self.arms.speculative_arms))
+
+    @property
+    def comparison_arms(self) -> list[str]:
+        """The speculative arms other than `switch_arm`: measured, never switching."""
+        return [name for name in self.arms.speculative_arms if name != self.switch_arm]
 
     @classmethod
     def settings_customise_sources(
@@ -308,9 +403,15 @@ def config_path(explicit: Path | None) -> Path | None:
     return DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.is_file() else None
 
 
+_ENGINE_TAGS = frozenset({"transformers", "fake", "openai"})
+
+
 def _key(loc: tuple[int | str, ...]) -> str:
-    # Drop the discriminator tags pydantic inserts for tagged unions ("transformers", ...)
-    parts = [str(p) for p in loc if p not in {"transformers", "fake", "openai"}]
+    # Drop the discriminator tag pydantic inserts after an arm's name ("transformers", ...);
+    # an arm may itself be called like a tag, so only the one in that place goes.
+    parts = [str(p) for p in loc]
+    if len(parts) > 2 and parts[0] == "arms" and parts[2] in _ENGINE_TAGS:
+        del parts[2]
     return ".".join(parts) or "(top level)"
 
 
@@ -342,7 +443,7 @@ def load_settings(path: Path | None = None) -> Settings:
         more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         value = (
             f" (got {first['input']!r})"
-            if first["type"] != "missing" and not isinstance(first["input"], dict)
+            if first["type"] != "missing" and not isinstance(first["input"], dict | None)
             else ""
         )
         raise ConfigError(source, _key(first["loc"]), f"{first['msg']}{value}{more}") from None

@@ -115,10 +115,14 @@ def config_reference() -> str:
     for section, field in Settings.model_fields.items():
         if section == "arms":
             lines += [
-                "`<arm>` is `baseline` or `speculative`; each arm is one engine, picked by",
-                '`kind` (default `"transformers"`). Defaults: both arms run the embedded',
-                "model; the speculative arm adds `[arms.speculative.speculative]` (prompt",
-                "lookup, 8 draft tokens).",
+                "`<arm>` is `baseline` or the name of a speculative arm (a lower-case letter,",
+                "then up to 31 lower-case letters, digits or underscores); each arm is one",
+                'engine, picked by `kind` (default `"transformers"`). Any number of',
+                "speculative arms may be configured; every pair sends the same prompt to all",
+                "arms, and `switch.arm` names the one the switch controls. Defaults: the",
+                "baseline and one arm, `speculative`, both on the embedded model; the",
+                "speculative arm adds `[arms.speculative.speculative]` (prompt lookup, 8",
+                "draft tokens).",
                 "",
             ]
             lines += _table("arms.<arm>", TransformersEngineConfig, ' with kind = "transformers"')

@@ -1,19 +1,23 @@
 """The daemon's gate job: read the window, run the gates, step the switch policy, apply.
 
 `SwitchGates` implements the daemon's `GateHook`. On each `evaluate(now)` it reads from
-the store the pairs that cover the longest configured gate window, pins drift references
-for categories that have none yet (from the window, only while speculative decoding is
-on), runs `gates.evaluate_all`, stores the decisions (one evaluation), exports the gate
-metrics, and lets `SwitchService` step the policy under the switch's row lock and apply
-the outcome. `start()` (the daemon calls it before loading engines) or else the first
-run re-applies the last stored state, so a restarted daemon rewrites the state file from
-the database even when its engines then fail to load, and re-runs hooks whose last
-attempt failed; every run refreshes the file's `confirmed_at`. At start and on every
-run, an emergency rollback the CLI wrote to the state file while the database was down
-(`pending_sync`) is adopted into the database, never reverted. Of several daemons on one
-database only the leader (`canaryd.leader`, taken or re-checked at start and on every
-run) evaluates and steps the switch; the others only adopt and mirror the stored state
-into their state file (`SwitchService.follow`), and take over when the leader is gone.
+the store the pairs of the switch's arm (`switch.arm`) that cover the longest configured
+gate window, pins drift references for categories that have none yet (from the window,
+only while speculative decoding is on), runs `gates.evaluate_all`, stores the decisions
+(one evaluation), exports the gate metrics, and lets `SwitchService` step the policy
+under the switch's row lock and apply the outcome. Every comparison arm is gated the
+same way on its own pairs and references, with every gate in `warn` mode, and its
+evaluation is stored under its name, where the switch never reads it: comparison arms
+are judged and reported, never switch. `start()` (the daemon calls it before loading
+engines) or else the first run re-applies the last stored state, so a restarted daemon
+rewrites the state file from the database even when its engines then fail to load, and
+re-runs hooks whose last attempt failed; every run refreshes the file's `confirmed_at`.
+At start and on every run, an emergency rollback the CLI wrote to the state file while
+the database was down (`pending_sync`) is adopted into the database, never reverted. Of
+several daemons on one database only the leader (`canaryd.leader`, taken or re-checked
+at start and on every run) evaluates and steps the switch; the others only adopt and
+mirror the stored state into their state file (`SwitchService.follow`), and take over
+when the leader is gone.
 """
 
 from __future__ import annotations
@@ -24,13 +28,22 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from canaryd.assembly import arms_key
+from canaryd.assembly import arm_pair_config, arms_key
 from canaryd.config import Settings
 from canaryd.leader import Leadership, leadership_for
 from canaryd.metrics import CanarydMetrics
 from canaryd.store import HistoryStore, SqlStore, Store
 from canaryd.switch import SwitchChange, SwitchService
-from gates import Evaluation, GatesConfig, SwitchMode, SwitchState, evaluate_all, pin_reference
+from gates import (
+    Evaluation,
+    GateMode,
+    GatesConfig,
+    ReferenceStats,
+    SwitchMode,
+    SwitchState,
+    evaluate_all,
+    pin_reference,
+)
 from gates.records import PairRecord
 
 __all__ = ["PRUNE_EVERY", "SwitchGates", "window_bounds"]
@@ -46,16 +59,22 @@ def _may_pin(state: SwitchState) -> bool:
     return state.mode is SwitchMode.AUTO or state.actor != "gate:drift"
 
 
+_GATE_SECTIONS = ("liveness", "error", "latency", "quality", "speedup", "drift")
+
+
+def advisory(config: GatesConfig) -> GatesConfig:
+    """`config` with every gate in `warn` mode: how comparison arms are judged."""
+    return config.model_copy(
+        update={
+            section: getattr(config, section).model_copy(update={"mode": GateMode.WARN})
+            for section in _GATE_SECTIONS
+        }
+    )
+
+
 def window_bounds(config: GatesConfig) -> tuple[float | None, int | None]:
     """The longest window any gate reads: (seconds, pairs); None means unbounded."""
-    sections = (
-        config.liveness,
-        config.error,
-        config.latency,
-        config.quality,
-        config.speedup,
-        config.drift,
-    )
+    sections = [getattr(config, section) for section in _GATE_SECTIONS]
     seconds = [s.window_seconds for s in sections]
     pairs = [s.window_pairs for s in sections]
     longest_s = None if None in seconds else max(s for s in seconds if s is not None)
@@ -176,29 +195,81 @@ class SwitchGates:
         return leading
 
     def _under_current_arms(
-        self, store: HistoryStore, records: list[PairRecord]
+        self, store: HistoryStore, records: list[PairRecord], arm: str
     ) -> list[PairRecord]:
-        """Only pairs measured with the arms configured now count as evidence.
+        """Only pairs of `arm` measured with the baseline and `arm` configured as now
+        count as evidence.
 
-        After a reload or restart that changed an arm (a new draft model, another k), the
-        old arm's pairs say nothing about the new one: a restore must not rest on them.
-        A run that recorded no arms configuration (not written by canaryd) is kept.
+        After a reload or restart that changed the arm or the baseline (a new draft model,
+        another k), the old pairs say nothing about the new ones: a restore must not rest
+        on them. Other arms added, changed or removed leave them standing. A run that
+        recorded no arms configuration (not written by canaryd) is kept.
         """
         run_ids = {record.run_id for record in records}
         if not run_ids:
             return records
-        current = self.settings.snapshot().get("arms")
+        current = arm_pair_config(self.settings.snapshot().get("arms"), arm)
         arms_of = {
             run_id: run.info.config.get("arms") for run_id, run in store.runs_by_id(run_ids).items()
         }
-        kept = [r for r in records if arms_of.get(r.run_id) in (None, current)]
+        kept = [
+            r
+            for r in records
+            if arms_of.get(r.run_id) is None or arm_pair_config(arms_of[r.run_id], arm) == current
+        ]
         if len(kept) < len(records):
             log.info(
                 "gates.window_filtered",
+                arm=arm,
                 dropped=len(records) - len(kept),
                 reason="pairs measured with a different arms configuration",
             )
         return kept
+
+    def _window(self, store: Store, arm: str, now: datetime) -> list[PairRecord]:
+        """The pairs of `arm` covering the longest gate window up to `now`."""
+        seconds, pairs = window_bounds(self.settings.gates)
+        since = now - timedelta(seconds=seconds) if seconds is not None else None
+        records = store.pairs(
+            since=since, until=now + timedelta(microseconds=1), limit=pairs, arm=arm
+        )
+        return self._under_current_arms(store, records, arm)
+
+    def _references(
+        self, store: Store, records: list[PairRecord], arm: str, now: datetime, *, pin: bool
+    ) -> dict[str, ReferenceStats]:
+        """The drift references of `arm` as configured now; with `pin`, those of
+        categories without one are first pinned from `records`."""
+        arms = arms_key(arm_pair_config(self.settings.snapshot().get("arms"), arm))
+        references = store.drift_references(arms)
+        missing = {r.prompt.category for r in records} - set(references)
+        if pin and missing:
+            pinned = pin_reference(
+                [r for r in records if r.prompt.category in missing],
+                min_samples=self.settings.gates.drift.pin_min_samples,
+            )
+            if pinned:
+                store.pin_drift_references(pinned, now, arms)
+                log.info("gates.references_pinned", categories=sorted(pinned), arms=arms, arm=arm)
+                references = store.drift_references(arms)
+        return references
+
+    def _evaluate_comparison_arms(self, store: Store, now: datetime) -> None:
+        """Gate every comparison arm (all gates `warn`) and store its evaluation under its
+        name, out of the switch's reach."""
+        config = advisory(self.settings.gates)
+        for arm in self.settings.comparison_arms:
+            records = self._window(store, arm, now)
+            # A comparison arm runs whatever the switch does: its traffic is its own.
+            references = self._references(store, records, arm, now, pin=True)
+            decisions = evaluate_all(records, config, now=now, references=references)
+            store.save_evaluation(Evaluation(now, tuple(decisions)), comparison_arm=arm)
+            log.info(
+                "gates.compared",
+                arm=arm,
+                pairs=len(records),
+                states={d.name: d.state.value for d in decisions},
+            )
 
     def _evaluate(self, now: datetime) -> None:
         service = self.service
@@ -208,36 +279,32 @@ class SwitchGates:
         service.policy = config.policy
         # Before the drift pins, which read the mode: a pending emergency rollback counts.
         service.adopt_pending()
-        seconds, pairs = window_bounds(config)
-        since = now - timedelta(seconds=seconds) if seconds is not None else None
-        records = store.pairs(since=since, until=now + timedelta(microseconds=1), limit=pairs)
-        records = self._under_current_arms(store, records)
-        arms = arms_key(self.settings.snapshot().get("arms"))
-        references = store.drift_references(arms)
+        arm = self.settings.switch_arm
+        records = self._window(store, arm, now)
         state = service.record().state
-        if _may_pin(state):
-            missing = {r.prompt.category for r in records} - set(references)
-            if missing:
-                pinned = pin_reference(
-                    [r for r in records if r.prompt.category in missing],
-                    min_samples=config.drift.pin_min_samples,
-                )
-                if pinned:
-                    store.pin_drift_references(pinned, now, arms)
-                    log.info("gates.references_pinned", categories=sorted(pinned), arms=arms)
-                    references = store.drift_references(arms)
+        references = self._references(store, records, arm, now, pin=_may_pin(state))
         # Evidence restarts at every switch transition: a restore rests only on pairs
         # measured after the trip, and a restored switch is not re-tripped by old ones.
-        decisions = evaluate_all(records, config, now=now, references=references, since=state.since)
+        # A category's own move restarts the evidence of its per-category checks.
+        decisions = evaluate_all(
+            records,
+            config,
+            now=now,
+            references=references,
+            since=state.since,
+            category_since=state.category_since(),
+        )
         store.save_evaluation(Evaluation(now, tuple(decisions)))
         if self.metrics is not None:
             self.metrics.observe_gates((d.name, d.state.value) for d in decisions)
         log.info(
             "gates.evaluated",
+            arm=arm,
             pairs=len(records),
             states={d.name: d.state.value for d in decisions},
         )
         self.last_change = service.step_gates(now)
+        self._evaluate_comparison_arms(store, now)
         if self._pruned_at is None or now - self._pruned_at >= PRUNE_EVERY:
             keep = timedelta(days=self.settings.storage.raw_retention_days)
             store.prune_gate_decisions(now - keep)

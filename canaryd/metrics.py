@@ -3,25 +3,24 @@
 `CanarydMetrics` owns one `CollectorRegistry` (never the process-global default, so two
 instances — two tests — never share series) and turns each finished `PairRecord` into
 counter increments and histogram observations. Every label value comes from a bounded
-set: `arm` (baseline, speculative), `category` (the suites' categories, capped, the rest
-folded into `other`), `outcome`, `kind` (an `ErrorKind`, or a capped store error kind) and
-`position` (1 … 15, then `16+`); for gates and the switch, `gate` (capped at 16), `state`
+set: `arm` (`baseline`, or a speculative arm's configured name: `speculative` when
+there is one; the speculative arms' figures — acceptance, speedup, consistency,
+quality — carry it too, so comparison arms sit beside the switch's arm), `category`
+(the suites' categories, capped, the rest folded into `other`), `outcome`, `kind` (an
+`ErrorKind`, or a capped store error kind) and `position` (1 … 15, then `16+`); for
+gates and the switch, `gate` (capped at 16), `state`
 (the five gate states), `target`, `actor_kind` and `actuator`. Figures an engine did not
 report are counted as "not reported", never observed as zeros. `canaryd_build_info`
 exports only an allowlist of each engine's identity (`BUILD_IDENTITY_KEYS`), its
 `base_url` reduced to scheme, host, port and path, so no credential reaches a label.
 `metrics_reference()`
 renders the table that docs/metrics.md carries verbatim, from the same declarations that
-build the registry.
+build the registry. The label sets and bucket bounds are `canaryd.metric_labels`'.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from threading import Lock
-from typing import Final, Literal
 
 from prometheus_client import (
     CollectorRegistry,
@@ -32,9 +31,35 @@ from prometheus_client import (
     generate_latest,
 )
 
+from canaryd.metric_labels import (
+    ACCEPTANCE_LENGTH_BUCKETS,
+    ACTOR_KINDS,
+    ACTUATORS,
+    BUILD_IDENTITY_KEYS,
+    BUILD_KEYS_MAX,
+    BUILD_VALUE_MAX,
+    GATE_STATES,
+    LABEL_NAME,
+    LABEL_VALUE,
+    LATENCY_BUCKETS,
+    MAX_POSITION_LABEL,
+    OTHER,
+    PAIR_OUTCOMES,
+    QUALITY_DELTA_BUCKETS,
+    SPEEDUP_BUCKETS,
+    SWITCH_TARGETS,
+    TPOT_BUCKETS,
+    URL_IDENTITY_KEYS,
+    BoundedLabel,
+    MetricDoc,
+    MetricType,
+    PairOutcome,
+    pair_outcome,
+    position_label,
+)
 from canaryd.redact import public_url, redact_text
 from engine.types import ErrorKind, GenerationResult
-from gates.records import ARMS, Arm, PairRecord
+from gates.records import ARMS, PairRecord
 
 __all__ = [
     "ACCEPTANCE_LENGTH_BUCKETS",
@@ -51,110 +76,6 @@ __all__ = [
     "pair_outcome",
     "position_label",
 ]
-
-# Log-spaced, roughly x1.6 per bucket, on round values: fine enough for a P99 to be read
-# within a bucket's width, few enough that arms x categories x buckets stays small.
-LATENCY_BUCKETS: Final = (
-    0.01, 0.015, 0.025, 0.04, 0.06, 0.1, 0.15, 0.25, 0.4, 0.6,
-    1.0, 1.5, 2.5, 4.0, 6.0, 10.0, 15.0, 25.0, 40.0, 60.0, 120.0,
-)  # fmt: skip
-TPOT_BUCKETS: Final = (
-    0.001, 0.0015, 0.0025, 0.004, 0.006, 0.01, 0.015, 0.025, 0.04, 0.06,
-    0.1, 0.15, 0.25, 0.4, 0.6, 1.0, 2.0,
-)  # fmt: skip
-# Tokens per verify step lie in 1 … k+1; quarter steps where typical values sit (1–3),
-# then coarser, up to k = 16 drafted tokens.
-ACCEPTANCE_LENGTH_BUCKETS: Final = (
-    1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0, 3.5, 4.0, 4.5, 5.0,
-    6.0, 7.0, 8.0, 9.0, 12.0, 17.0,
-)  # fmt: skip
-# Dense around 1.0, where "speculation stopped paying off" is decided.
-SPEEDUP_BUCKETS: Final = (
-    0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0,
-    6.0, 8.0,
-)  # fmt: skip
-QUALITY_DELTA_BUCKETS: Final = (
-    -1.0, -0.5, -0.25, -0.1, -0.05, -0.01, 0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0,
-)  # fmt: skip
-
-OTHER: Final = "other"
-MAX_POSITION_LABEL: Final = 16  # positions 1 … 15 are labelled alone, the rest "16+"
-_LABEL_VALUE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # as suites.CATEGORY_PATTERN
-_LABEL_NAME = re.compile(r"[^a-zA-Z0-9_]")
-_BUILD_VALUE_MAX = 128
-_BUILD_KEYS_MAX = 8  # per identity dict: an engine identity is a handful of fields
-# The engine identity fields exported as build-info labels; anything else an engine
-# reports stays in the run record. URLs among them are exported by `public_url` only.
-BUILD_IDENTITY_KEYS: Final = frozenset(
-    {
-        "kind", "mode", "model", "device", "dtype", "method", "num_draft_tokens",
-        "max_ngram_size", "draft_model", "early_exit_layer", "server_kind", "api",
-        "base_url", "seed",
-    }
-)  # fmt: skip
-_URL_IDENTITY_KEYS = frozenset({"base_url"})
-
-PairOutcome = Literal["complete", "baseline_error", "speculative_error", "both_error"]
-PAIR_OUTCOMES: Final[tuple[PairOutcome, ...]] = (
-    "complete",
-    "baseline_error",
-    "speculative_error",
-    "both_error",
-)
-GATE_STATES: Final = ("PASS", "WARN", "FAIL", "INCONCLUSIVE", "NODATA")
-SWITCH_TARGETS: Final = ("auto", "rolled_back")
-ACTOR_KINDS: Final = ("gate", "user")
-ACTUATORS: Final = ("state_file", "command", "webhook", "alertmanager")
-MetricType = Literal["counter", "gauge", "histogram", "info"]
-
-
-def pair_outcome(record: PairRecord) -> PairOutcome:
-    """Which arms of a pair produced a usable result."""
-    if record.baseline.ok and record.speculative.ok:
-        return "complete"
-    if record.speculative.ok:
-        return "baseline_error"
-    if record.baseline.ok:
-        return "speculative_error"
-    return "both_error"
-
-
-def position_label(position: int) -> str:
-    """The `position` label of a 1-based draft position: "1" … "15", then "16+"."""
-    return str(position) if position < MAX_POSITION_LABEL else f"{MAX_POSITION_LABEL}+"
-
-
-class _BoundedLabel:
-    """Admits label values until `limit` distinct ones are seen, then folds the rest into
-    `other`, so a misconfigured suite or a free-form error kind cannot explode the series
-    count. Values that are not short lower-case identifiers are folded too."""
-
-    def __init__(self, limit: int, allowed: Iterable[str] = ()) -> None:
-        self._limit = limit
-        self._seen: set[str] = {v for v in allowed if _LABEL_VALUE.match(v)}
-        self._lock = Lock()
-
-    def __call__(self, value: str) -> str:
-        if value in self._seen:
-            return value
-        if not _LABEL_VALUE.match(value) or value == OTHER:
-            return OTHER
-        with self._lock:
-            if len(self._seen) >= self._limit:
-                return OTHER
-            self._seen.add(value)
-        return value
-
-
-@dataclass(frozen=True, slots=True)
-class MetricDoc:
-    """One row of the metrics reference."""
-
-    name: str  # as exposed: counters with `_total`, info with `_info`
-    type: MetricType
-    labels: tuple[str, ...]
-    meaning: str
-    example: str  # a PromQL expression a dashboard or alert would use
 
 
 class CanarydMetrics:
@@ -174,13 +95,16 @@ class CanarydMetrics:
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.reference: list[MetricDoc] = []
-        known = sorted({c for c in categories if _LABEL_VALUE.match(c)})
-        self._category = _BoundedLabel(max_categories, known)
-        self._store_error_kind = _BoundedLabel(16)
+        known = sorted({c for c in categories if LABEL_VALUE.match(c)})
+        self._category = BoundedLabel(max_categories, known)
+        self._store_error_kind = BoundedLabel(16)
+        # Arm names are validated by the configuration; the bound guards other callers.
+        self._arm = BoundedLabel(16, ARMS)
 
         self.pairs = self._counter(
             "canaryd_pairs_total",
-            "Pairs run, by which arms produced a usable result.",
+            "Pairs run, by which arms produced a usable result (a prompt sent to several "
+            "speculative arms counts once, by the outcome of the switch's arm).",
             ("category", "outcome"),
             'sum by (category) (rate(canaryd_pairs_total{outcome!="complete"}[15m]))'
             " / sum by (category) (rate(canaryd_pairs_total[15m]))",
@@ -225,8 +149,8 @@ class CanarydMetrics:
             "canaryd_speculative_acceptance_length",
             "Tokens per verify step of successful speculative generations (1 + accepted "
             "tokens / verify steps, 1 ... k+1); only when the engine reports acceptance.",
-            ("category",),
-            "histogram_quantile(0.5, sum by (category, le)"
+            ("arm", "category"),
+            "histogram_quantile(0.5, sum by (arm, category, le)"
             " (rate(canaryd_speculative_acceptance_length_bucket[1h])))",
             ACCEPTANCE_LENGTH_BUCKETS,
         )
@@ -234,8 +158,8 @@ class CanarydMetrics:
             "canaryd_speculative_accepted_tokens_total",
             "Drafted tokens the target model accepted (also from engines that do not "
             "report how many they drafted).",
-            ("category",),
-            "sum by (category) (increase(canaryd_speculative_accepted_tokens_total[1h]))",
+            ("arm", "category"),
+            "sum by (arm, category) (increase(canaryd_speculative_accepted_tokens_total[1h]))",
         )
         # Some servers report accepted tokens and steps but not drafted tokens; their
         # accepted tokens must stay out of the acceptance rate's numerator, as their
@@ -244,66 +168,67 @@ class CanarydMetrics:
             "canaryd_speculative_accepted_of_drafted_tokens_total",
             "Accepted tokens of generations whose engine also reported drafted tokens: the "
             "numerator of the acceptance rate.",
-            ("category",),
-            "sum by (category) (rate(canaryd_speculative_accepted_of_drafted_tokens_total[1h]))"
-            " / sum by (category) (rate(canaryd_speculative_draft_tokens_total[1h]))",
+            ("arm", "category"),
+            "sum by (arm, category)"
+            " (rate(canaryd_speculative_accepted_of_drafted_tokens_total[1h]))"
+            " / sum by (arm, category) (rate(canaryd_speculative_draft_tokens_total[1h]))",
         )
         self.draft_tokens = self._counter(
             "canaryd_speculative_draft_tokens_total",
             "Tokens the draft proposed for verification; only from engines that report it "
             "(not counted as zero otherwise).",
-            ("category",),
-            "sum by (category) (increase(canaryd_speculative_draft_tokens_total[1h]))",
+            ("arm", "category"),
+            "sum by (arm, category) (increase(canaryd_speculative_draft_tokens_total[1h]))",
         )
         self.verify_steps = self._counter(
             "canaryd_speculative_verify_steps_total",
             "Target-model verify steps (each emits the accepted tokens plus one bonus token).",
-            ("category",),
-            "1 + sum by (category) (rate(canaryd_speculative_accepted_tokens_total[1h]))"
-            " / sum by (category) (rate(canaryd_speculative_verify_steps_total[1h]))",
+            ("arm", "category"),
+            "1 + sum by (arm, category) (rate(canaryd_speculative_accepted_tokens_total[1h]))"
+            " / sum by (arm, category) (rate(canaryd_speculative_verify_steps_total[1h]))",
         )
         self.acceptance_not_reported = self._counter(
             "canaryd_speculative_acceptance_not_reported_total",
             "Successful speculative generations whose engine reported no acceptance figures "
             "(counted here instead of observed as zeros).",
-            ("category",),
-            "sum(rate(canaryd_speculative_acceptance_not_reported_total[1h]))",
+            ("arm", "category"),
+            "sum by (arm) (rate(canaryd_speculative_acceptance_not_reported_total[1h]))",
         )
         self.position_accepted = self._counter(
             "canaryd_speculative_position_accepted_total",
             "Verify steps whose draft token at this 1-based position was accepted "
             '(positions past 15 share "16+"); only from engines that report drafts '
             "per position.",
-            ("position",),
-            "sum by (position) (rate(canaryd_speculative_position_accepted_total[1h]))"
-            " / sum by (position) (rate(canaryd_speculative_position_drafted_total[1h]))",
+            ("arm", "position"),
+            "sum by (arm, position) (rate(canaryd_speculative_position_accepted_total[1h]))"
+            " / sum by (arm, position) (rate(canaryd_speculative_position_drafted_total[1h]))",
         )
         self.position_drafted = self._counter(
             "canaryd_speculative_position_drafted_total",
             "Verify steps that drafted a token at this 1-based position.",
-            ("position",),
-            "sum by (position) (increase(canaryd_speculative_position_drafted_total[1h]))",
+            ("arm", "position"),
+            "sum by (arm, position) (increase(canaryd_speculative_position_drafted_total[1h]))",
         )
         self.speedup = self._histogram(
             "canaryd_speedup_ratio",
             "Baseline end-to-end time over speculative end-to-end time of complete pairs "
             "(above 1: speculation is faster).",
-            ("category",),
-            "histogram_quantile(0.5, sum by (category, le)"
+            ("arm", "category"),
+            "histogram_quantile(0.5, sum by (arm, category, le)"
             " (rate(canaryd_speedup_ratio_bucket[1h])))",
             SPEEDUP_BUCKETS,
         )
         self.pairs_compared = self._counter(
             "canaryd_pairs_compared_total",
             "Complete pairs whose outputs were compared token by token.",
-            ("category",),
-            "sum by (category) (rate(canaryd_pairs_exact_match_total[1h]))"
-            " / sum by (category) (rate(canaryd_pairs_compared_total[1h]))",
+            ("arm", "category"),
+            "sum by (arm, category) (rate(canaryd_pairs_exact_match_total[1h]))"
+            " / sum by (arm, category) (rate(canaryd_pairs_compared_total[1h]))",
         )
         self.pairs_exact_match = self._counter(
             "canaryd_pairs_exact_match_total",
             "Compared pairs whose two outputs were token-for-token identical.",
-            ("category",),
+            ("arm", "category"),
             "1 - sum(increase(canaryd_pairs_exact_match_total[1d]))"
             " / sum(increase(canaryd_pairs_compared_total[1d]))",
         )
@@ -311,8 +236,8 @@ class CanarydMetrics:
             "canaryd_task_score_delta",
             "Quality delta of complete pairs: speculative minus baseline task score (0..1 "
             "each, so -1..1); only for prompts with a check or reference.",
-            ("category",),
-            "histogram_quantile(0.1, sum by (category, le)"
+            ("arm", "category"),
+            "histogram_quantile(0.1, sum by (arm, category, le)"
             " (rate(canaryd_task_score_delta_bucket[1d])))",
             QUALITY_DELTA_BUCKETS,
         )
@@ -402,6 +327,20 @@ class CanarydMetrics:
             (),
             "canaryd_switch_latched == 1",
         )
+        self.switch_category_rolled_back = self._gauge(
+            "canaryd_switch_category_rolled_back",
+            "1 while a category's own switch has speculative decoding disabled for it, else "
+            "0; only categories ever moved on their own (the top level still rules all).",
+            ("category",),
+            "max by (category) (canaryd_switch_category_rolled_back) == 1",
+        )
+        self.switch_category_latched = self._gauge(
+            "canaryd_switch_category_latched",
+            "1 when repeated automatic trips latched a category's own switch (only a human "
+            "can restore it).",
+            ("category",),
+            "canaryd_switch_category_latched == 1",
+        )
         self.leader = self._gauge(
             "canaryd_leader",
             "1 while this daemon leads (runs the gates and writes the switch), else 0; "
@@ -423,7 +362,7 @@ class CanarydMetrics:
             ("actuator",),
             "sum by (actuator) (increase(canaryd_actuator_failures_total[15m])) > 0",
         )
-        self._gate_name = _BoundedLabel(16)
+        self._gate_name = BoundedLabel(16)
         build_doc = (
             "Versions of canaryd, Python, torch and transformers, and each arm's engine "
             "identity (baseline_*, speculative_*), as labels of one series of value 1."
@@ -440,11 +379,9 @@ class CanarydMetrics:
         for category in known:
             for outcome in PAIR_OUTCOMES:
                 self.pairs.labels(category=category, outcome=outcome)
+        self._arm_series: set[str] = set()
         for arm in ARMS:
-            for kind in ErrorKind:
-                if kind is not ErrorKind.NONE:
-                    self.errors.labels(arm=arm, kind=kind.value)
-            self.engine_ready.labels(arm=arm).set(0)
+            self._add_arm(arm)
         for cycle_outcome in ("ok", "failed"):
             self.cycles.labels(outcome=cycle_outcome)
         for target in SWITCH_TARGETS:
@@ -491,24 +428,39 @@ class CanarydMetrics:
     def observe_pair(self, record: PairRecord) -> None:
         """Count one finished pair: both arms' timings and errors, the speculative arm's
         acceptance, and the pair's speedup, consistency and quality delta."""
-        category = self._category(record.prompt.category)
-        self.pairs.labels(category=category, outcome=pair_outcome(record)).inc()
-        for arm in ARMS:
-            self._observe_arm(arm, category, getattr(record, arm))
+        self.observe_group((record,))
+
+    def observe_group(self, records: Sequence[PairRecord]) -> None:
+        """Count one prompt sent to several speculative arms: its records share the
+        baseline, which is counted once, as is the prompt (by the first record's outcome:
+        the switch's arm comes first); each speculative arm is counted under its name."""
+        if not records:
+            return
+        first = records[0]
+        category = self._category(first.prompt.category)
+        self.pairs.labels(category=category, outcome=pair_outcome(first)).inc()
+        self._observe_arm("baseline", category, first.baseline)
+        for record in records:
+            self._observe_speculative(self._arm(record.arm), category, record)
+
+    def _observe_speculative(self, arm: str, category: str, record: PairRecord) -> None:
+        self._observe_arm(arm, category, record.speculative)
         if record.speculative.ok:
-            self._observe_acceptance(category, record.speculative)
+            self._observe_acceptance(arm, category, record.speculative)
         speedup = record.speedup
         if speedup is not None:
-            self.speedup.labels(category=category).observe(speedup)
+            self.speedup.labels(arm=arm, category=category).observe(speedup)
         scores = record.scores
         if record.complete and scores is not None:
-            self.pairs_compared.labels(category=category).inc()
+            self.pairs_compared.labels(arm=arm, category=category).inc()
             if scores.exact_match:
-                self.pairs_exact_match.labels(category=category).inc()
+                self.pairs_exact_match.labels(arm=arm, category=category).inc()
             if scores.task_score_delta is not None:
-                self.task_score_delta.labels(category=category).observe(scores.task_score_delta)
+                self.task_score_delta.labels(arm=arm, category=category).observe(
+                    scores.task_score_delta
+                )
 
-    def _observe_arm(self, arm: Arm, category: str, result: GenerationResult) -> None:
+    def _observe_arm(self, arm: str, category: str, result: GenerationResult) -> None:
         if not result.ok:
             # A failure's duration is time-to-failure, not a latency: it would drag the
             # latency distribution toward the timeout. Errors are counted instead.
@@ -521,19 +473,20 @@ class CanarydMetrics:
         self.e2e.labels(arm=arm, category=category).observe(result.e2e_s)
         self.output_tokens.labels(arm=arm, category=category).inc(result.output_tokens)
 
-    def _observe_acceptance(self, category: str, result: GenerationResult) -> None:
+    def _observe_acceptance(self, arm: str, category: str, result: GenerationResult) -> None:
         stats = result.speculative
+        labels = {"arm": arm, "category": category}
         if stats is None:
-            self.acceptance_not_reported.labels(category=category).inc()
+            self.acceptance_not_reported.labels(**labels).inc()
             return
-        self.accepted_tokens.labels(category=category).inc(stats.accepted_tokens)
+        self.accepted_tokens.labels(**labels).inc(stats.accepted_tokens)
         if stats.draft_tokens is not None:
-            self.draft_tokens.labels(category=category).inc(stats.draft_tokens)
-            self.accepted_of_drafted_tokens.labels(category=category).inc(stats.accepted_tokens)
-        self.verify_steps.labels(category=category).inc(stats.verify_steps)
+            self.draft_tokens.labels(**labels).inc(stats.draft_tokens)
+            self.accepted_of_drafted_tokens.labels(**labels).inc(stats.accepted_tokens)
+        self.verify_steps.labels(**labels).inc(stats.verify_steps)
         length = result.acceptance_length
         if length is not None:
-            self.acceptance_length.labels(category=category).observe(length)
+            self.acceptance_length.labels(**labels).observe(length)
         # Accepted without drafted per position would make a rate with no denominator,
         # and drafted without accepted would count unreported acceptances as zeros: count
         # positions only when the engine reports both (an empty tuple is "not reported").
@@ -545,8 +498,8 @@ class CanarydMetrics:
                     else 0
                 )
                 position = position_label(index + 1)
-                self.position_drafted.labels(position=position).inc(drafted)
-                self.position_accepted.labels(position=position).inc(accepted)
+                self.position_drafted.labels(arm=arm, position=position).inc(drafted)
+                self.position_accepted.labels(arm=arm, position=position).inc(accepted)
 
     def cycle_finished(self, timestamp: float, ok: bool) -> None:
         """A pair cycle ended at `timestamp` (Unix seconds)."""
@@ -570,8 +523,31 @@ class CanarydMetrics:
     def heartbeat(self, timestamp: float) -> None:
         self.heartbeat_timestamp.set(timestamp)
 
-    def set_engine_ready(self, arm: Arm, ready: bool) -> None:
-        self.engine_ready.labels(arm=arm).set(1 if ready else 0)
+    def set_engine_ready(self, arm: str, ready: bool) -> None:
+        self.engine_ready.labels(arm=self._arm(arm)).set(1 if ready else 0)
+
+    def set_arms(self, names: Iterable[str]) -> None:
+        """The arms configured now (baseline included): their engine-ready and error
+        series exist (reading 0), those of arms no longer configured are removed, so
+        `min(canaryd_engine_ready)` never waits on an arm that is gone."""
+        wanted = [self._arm(name) for name in names]
+        for labels in list(self._arm_series):
+            if labels not in wanted:
+                self.engine_ready.remove(labels)
+                for kind in ErrorKind:
+                    if kind is not ErrorKind.NONE:
+                        self.errors.remove(labels, kind.value)
+                self._arm_series.discard(labels)
+        for arm in wanted:
+            if arm not in self._arm_series:
+                self._add_arm(arm)
+
+    def _add_arm(self, arm: str) -> None:
+        for kind in ErrorKind:
+            if kind is not ErrorKind.NONE:
+                self.errors.labels(arm=arm, kind=kind.value)
+        self.engine_ready.labels(arm=arm).set(0)
+        self._arm_series.add(arm)
 
     def pending_pairs(self, n: int) -> None:
         """`n` pairs are buffered in memory, waiting for the database."""
@@ -598,11 +574,11 @@ class CanarydMetrics:
         }
         for prefix, identity in (("baseline", baseline), ("speculative", speculative)):
             exported = sorted(key for key in identity if key in BUILD_IDENTITY_KEYS)
-            for key in exported[:_BUILD_KEYS_MAX]:
-                name = f"{prefix}_{_LABEL_NAME.sub('_', key).lower()}"
+            for key in exported[:BUILD_KEYS_MAX]:
+                name = f"{prefix}_{LABEL_NAME.sub('_', key).lower()}"
                 value = str(identity[key])
-                labels[name] = public_url(value) if key in _URL_IDENTITY_KEYS else value
-        self.build.info({k: redact_text(v)[:_BUILD_VALUE_MAX] for k, v in labels.items()})
+                labels[name] = public_url(value) if key in URL_IDENTITY_KEYS else value
+        self.build.info({k: redact_text(v)[:BUILD_VALUE_MAX] for k, v in labels.items()})
 
     def observe_gates(self, decisions: Iterable[tuple[str, str]]) -> None:
         """One evaluation's `(gate name, state)` pairs: count each, and set the state
@@ -615,11 +591,25 @@ class CanarydMetrics:
                     1 if candidate == state else 0
                 )
 
-    def set_switch(self, *, rolled_back: bool, generation: int, latched: bool) -> None:
-        """The switch as stored now."""
+    def set_switch(
+        self,
+        *,
+        rolled_back: bool,
+        generation: int,
+        latched: bool,
+        categories: Iterable[tuple[str, bool, bool]] = (),
+    ) -> None:
+        """The switch as stored now; `categories`: (category, rolled back, latched) of each
+        category's own switch."""
         self.switch_rolled_back.set(1 if rolled_back else 0)
         self.switch_generation.set(generation)
         self.switch_latched.set(1 if latched else 0)
+        for category, category_rolled_back, category_latched in categories:
+            label = self._category(category)
+            self.switch_category_rolled_back.labels(category=label).set(
+                1 if category_rolled_back else 0
+            )
+            self.switch_category_latched.labels(category=label).set(1 if category_latched else 0)
 
     def set_leader(self, leading: bool) -> None:
         """Whether this daemon leads the gates and the switch now."""

@@ -1,9 +1,13 @@
-"""The pair runner: one prompt on both arms, same sampling, arm order randomised.
+"""The pair runner: one prompt on the baseline and every speculative arm, same sampling,
+arm order randomised.
 
 A pair is the unit of everything downstream: scored as a whole, stored in one
-transaction, never half-written. Engines return failures as results; an engine that
-raises anyway (a bug) is caught here and recorded as an `internal` error on that arm so
-one bad arm cannot take the daemon down.
+transaction, never half-written. With several speculative arms, one prompt becomes a
+`PairGroup`: the baseline runs once, every speculative arm gets the same request (prompt,
+sampling parameters, seed), all in one random order, and each speculative arm is scored
+against that one baseline result into its own `PairRecord`. Engines return failures as
+results; an engine that raises anyway (a bug) is caught here and recorded as an
+`internal` error on that arm so one bad arm cannot take the daemon down.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -19,14 +24,16 @@ import structlog
 from canaryd.scoring import score_pair
 from engine.base import Engine
 from engine.types import ErrorKind, GenerationRequest, GenerationResult, SamplingParams
-from gates.records import Arm, PairRecord, Prompt
+from gates.records import BASELINE_ARM, DEFAULT_ARM, Arm, PairRecord, Prompt
+
+__all__ = ["PairGroup", "PairParams", "PairRunner"]
 
 log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class PairParams:
-    """Sampling shared by both arms; `max_tokens` overrides the prompt's when set."""
+    """Sampling shared by all arms; `max_tokens` overrides the prompt's when set."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -34,24 +41,61 @@ class PairParams:
     timeout_s: float | None = 120.0
 
 
+@dataclass(frozen=True, slots=True)
+class PairGroup:
+    """One prompt on the baseline and every speculative arm: a record per speculative arm
+    (in the configured order), all sharing `group_id` and the baseline result."""
+
+    group_id: str
+    order: tuple[str, ...]  # every arm's name, `baseline` included, in the order they ran
+    records: tuple[PairRecord, ...]
+
+    @property
+    def baseline(self) -> GenerationResult:
+        return self.records[0].baseline
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        """The speculative arms' names."""
+        return tuple(record.arm for record in self.records)
+
+    def record(self, arm: str) -> PairRecord:
+        """The record of the speculative arm called `arm` (KeyError for another name)."""
+        for record in self.records:
+            if record.arm == arm:
+                return record
+        raise KeyError(arm)
+
+
 class PairRunner:
+    """Runs pairs on `baseline` and `speculative`: one engine (the arm named
+    `speculative`), or the speculative arms by name."""
+
     def __init__(
         self,
         baseline: Engine,
-        speculative: Engine,
+        speculative: Engine | Mapping[str, Engine],
         *,
         run_id: str,
         params: PairParams | None = None,
         seed: int = 0,
     ) -> None:
-        self.arms: dict[Arm, Engine] = {"baseline": baseline, "speculative": speculative}
+        self.baseline = baseline
+        self.speculative: dict[str, Engine] = (
+            dict(speculative) if isinstance(speculative, Mapping) else {DEFAULT_ARM: speculative}
+        )
+        if not self.speculative or BASELINE_ARM in self.speculative:
+            raise ValueError(
+                f"speculative arms {sorted(self.speculative)!r}: need at least one, "
+                f"and none called {BASELINE_ARM!r}"
+            )
         self.run_id = run_id
         self.params = params or PairParams()
         self._rng = random.Random(seed)  # noqa: S311  (arm order and seeds, not security)
         # Sampled pairs are scored for likelihood by the baseline (target) model.
         self._teacher = baseline if self.params.temperature > 0 else None
 
-    def _request(self, prompt: Prompt, pair_id: str, seed: int) -> GenerationRequest:
+    def _request(self, prompt: Prompt, group_id: str, seed: int) -> GenerationRequest:
         sampling = SamplingParams(
             max_tokens=self.params.max_tokens or prompt.max_tokens,
             temperature=self.params.temperature,
@@ -61,54 +105,84 @@ class PairRunner:
         return GenerationRequest(
             messages=prompt.messages,
             sampling=sampling,
-            request_id=f"{pair_id}",
+            request_id=group_id,
             timeout_s=self.params.timeout_s,
             category=prompt.category,
         )
 
-    def _call(self, arm: Arm, request: GenerationRequest) -> GenerationResult:
+    def _engine(self, name: str) -> Engine:
+        return self.baseline if name == BASELINE_ARM else self.speculative[name]
+
+    def _call(self, name: str, request: GenerationRequest) -> GenerationResult:
         started = time.perf_counter()
         try:
-            return self.arms[arm].generate(request)
+            return self._engine(name).generate(request)
         except Exception as exc:
-            log.exception("pair.engine_raised", arm=arm)
+            log.exception("pair.engine_raised", arm=name)
             return GenerationResult.failed(
                 ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}", time.perf_counter() - started
             )
 
-    def run_pair(self, prompt: Prompt) -> PairRecord:
-        pair_id = uuid.uuid4().hex
+    def _order(self) -> tuple[str, ...]:
+        names = [BASELINE_ARM, *self.speculative]
+        if len(names) == 2:
+            # Two arms draw exactly as they always have, so a seeded run repeats its order.
+            return tuple(reversed(names)) if self._rng.random() < 0.5 else tuple(names)
+        self._rng.shuffle(names)
+        return tuple(names)
+
+    def run_group(self, prompt: Prompt) -> PairGroup:
+        """Send `prompt` to every arm (one request, one seed, a random order)."""
+        group_id = uuid.uuid4().hex
         seed = self._rng.randrange(2**31)
-        order: tuple[Arm, Arm] = ("baseline", "speculative")
-        if self._rng.random() < 0.5:
-            order = ("speculative", "baseline")
-        request = self._request(prompt, pair_id, seed)
+        order = self._order()
+        request = self._request(prompt, group_id, seed)
         started_at = datetime.now(UTC)
-        results = {arm: self._call(arm, request) for arm in order}
-        baseline, speculative = results["baseline"], results["speculative"]
-        record = PairRecord(
-            pair_id=pair_id,
-            run_id=self.run_id,
-            prompt=prompt,
-            started_at=started_at,
-            arm_order=order,
-            baseline=baseline,
-            speculative=speculative,
-            scores=score_pair(prompt, baseline, speculative, teacher=self._teacher),
-            sampling_seed=seed,
-            temperature=self.params.temperature,
-        )
-        log.info(
-            "pair.done",
-            pair_id=pair_id,
-            prompt_id=prompt.id,
-            category=prompt.category,
-            order=order[0],
-            baseline_e2e_s=round(baseline.e2e_s, 4),
-            speculative_e2e_s=round(speculative.e2e_s, 4),
-            baseline_error=baseline.error.value,
-            speculative_error=speculative.error.value,
-            acceptance_length=speculative.acceptance_length,
-            exact_match=record.scores.exact_match if record.scores else None,
-        )
-        return record
+        results = {name: self._call(name, request) for name in order}
+        baseline = results[BASELINE_ARM]
+        single = len(self.speculative) == 1
+        records = []
+        for name in self.speculative:
+            speculative = results[name]
+            roles: tuple[Arm, Arm] = (
+                ("baseline", "speculative")
+                if order.index(BASELINE_ARM) < order.index(name)
+                else ("speculative", "baseline")
+            )
+            record = PairRecord(
+                pair_id=group_id if single else uuid.uuid4().hex,
+                run_id=self.run_id,
+                prompt=prompt,
+                started_at=started_at,
+                arm_order=roles,
+                baseline=baseline,
+                speculative=speculative,
+                scores=score_pair(prompt, baseline, speculative, teacher=self._teacher),
+                sampling_seed=seed,
+                temperature=self.params.temperature,
+                arm=name,
+                group_id=group_id,
+            )
+            records.append(record)
+            log.info(
+                "pair.done",
+                pair_id=record.pair_id,
+                group_id=group_id,
+                arm=name,
+                prompt_id=prompt.id,
+                category=prompt.category,
+                order=order[0],
+                baseline_e2e_s=round(baseline.e2e_s, 4),
+                speculative_e2e_s=round(speculative.e2e_s, 4),
+                baseline_error=baseline.error.value,
+                speculative_error=speculative.error.value,
+                acceptance_length=speculative.acceptance_length,
+                exact_match=record.scores.exact_match if record.scores else None,
+            )
+        return PairGroup(group_id=group_id, order=order, records=tuple(records))
+
+    def run_pair(self, prompt: Prompt) -> PairRecord:
+        """The one record of `prompt` on a runner with one speculative arm."""
+        if len(self.speculative) != 1:
+            raise ValueError(f"run_pair on {len(self.speculative)} speculative arms: use run_group")
+        return self.run_group(prompt).records[0]

@@ -5,18 +5,21 @@ hours starting in it, in one snapshot) and hands everything to pure functions:
 `window_status` turns the pairs and roll-ups of a window into figures. Counts, means and
 rates are exact either way (roll-ups keep sums); end-to-end quantiles are exact over raw
 pairs and, as soon as a rolled-up hour contributes, read from the merged latency
-histograms and flagged `approximate`.
+histograms and flagged `approximate`. Each category's recommended draft length
+(`canaryd.recommend`) rests on the raw pairs of the last day, which carry the acceptance
+per position and the step timings a roll-up does not.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from canaryd.leader import Holder
+from canaryd.recommend import DraftRecommendation, recommend_draft_lengths
 from canaryd.store import Store, StoredRun
 from canaryd.store.rollup import (
     LATENCY_BOUNDS_S,
@@ -27,7 +30,7 @@ from canaryd.store.rollup import (
     merge_rollups,
     rollup_of,
 )
-from gates.records import ARMS, Arm
+from gates.records import ARMS, DEFAULT_ARM, Arm
 from gates.stats import quantile, rate
 
 STATUS_SCHEMA = "canaryd.status/1"
@@ -35,6 +38,7 @@ WINDOWS: tuple[tuple[str, timedelta], ...] = (
     ("last_hour", timedelta(hours=1)),
     ("last_day", timedelta(days=1)),
 )
+RECOMMENDATION_WINDOW = timedelta(days=1)  # the raw pairs draft lengths are chosen from
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,11 @@ class StatusReport:
     latest_run: StoredRun | None
     windows: dict[str, WindowStatus]
     leader: Holder | None = None  # the daemon that runs the gates; None: none does
+    draft_lengths: dict[str, DraftRecommendation] = field(default_factory=dict)
+    # `windows` are the switch arm's pairs; `arm_windows` every speculative arm's (the
+    # switch's included), by arm, then by window name.
+    switch_arm: str = DEFAULT_ARM
+    arm_windows: dict[str, dict[str, WindowStatus]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -118,6 +127,12 @@ class StatusReport:
             },
             "windows": {name: _window_json(window) for name, window in self.windows.items()},
             "leader": None if self.leader is None else self.leader.as_json(),
+            "draft_length": {c: r.as_json() for c, r in self.draft_lengths.items()},
+            "switch_arm": self.switch_arm,
+            "speculative_arms": {
+                arm: {name: _window_json(window) for name, window in windows.items()}
+                for arm, windows in self.arm_windows.items()
+            },
         }
 
 
@@ -214,14 +229,36 @@ def status_report(
     last_pair_at: datetime | None,
     latest_run: StoredRun | None,
 ) -> StatusReport:
-    """The report for `now` from pairs and roll-ups covering at least the longest window."""
-    windows = {name: window_status(now - length, now, pairs, rollups) for name, length in WINDOWS}
+    """The report for `now` from pairs and roll-ups covering at least the longest window;
+    the figures of `windows` are the latest run's switch arm's (each pair counts its
+    baseline once)."""
+    switch_arm = latest_run.switch_arm if latest_run is not None else DEFAULT_ARM
+    seen = {p.arm for p in pairs} | {r.arm for r in rollups}
+    arms = [switch_arm, *sorted(seen - {switch_arm})]
+    arm_windows = {
+        arm: {
+            name: window_status(
+                now - length,
+                now,
+                [p for p in pairs if p.arm == arm],
+                [r for r in rollups if r.arm == arm],
+            )
+            for name, length in WINDOWS
+        }
+        for arm in arms
+    }
+    windows = arm_windows[switch_arm]
+    pairs = [p for p in pairs if p.arm == switch_arm]
+    day = [p for p in pairs if now - RECOMMENDATION_WINDOW <= p.started_at < now]
     return StatusReport(
         now=now,
         database=database,
         last_pair_at=last_pair_at,
         latest_run=latest_run,
         windows=windows,
+        draft_lengths=recommend_draft_lengths(day),
+        switch_arm=switch_arm,
+        arm_windows=arm_windows,
     )
 
 

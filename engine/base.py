@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from engine.types import GenerationRequest, GenerationResult, Message
+from engine.types import GenerationRequest, GenerationResult, Message, TeacherScore
 
 
 @runtime_checkable
@@ -30,9 +30,9 @@ class Engine(Protocol):
         """Token ids of `text` under this engine's tokenizer (used by scoring)."""
         ...
 
-    def score(self, messages: tuple[Message, ...], token_ids: tuple[int, ...]) -> float | None:
-        """Mean token NLL of `token_ids` as the reply to `messages` under this engine's
-        model (the teacher for sampled pairs); None where it cannot score, never zero."""
+    def score(self, messages: tuple[Message, ...], output: GenerationResult) -> TeacherScore | None:
+        """How this engine's model judges `output` (its token ids, else its text) as the
+        reply to `messages`: the teacher of sampled pairs. None where it cannot score."""
         ...
 
     def close(self) -> None: ...

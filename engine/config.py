@@ -24,12 +24,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+DEFAULT_HEADS_TREE: tuple[int, ...] = (3, 2, 2, 1)
+DEFAULT_TREE_NODES = 12
+
+
 class SpeculativeConfig(_Strict):
     """How the speculative arm drafts. `num_draft_tokens` is k: the most tokens one
     verify step can accept is k + 1 (k drafted plus the target's bonus token)."""
 
-    method: Literal["prompt_lookup", "draft_model", "early_exit"] = "prompt_lookup"
-    num_draft_tokens: int = Field(default=8, ge=1, le=64)
+    method: Literal["prompt_lookup", "draft_model", "early_exit", "draft_heads"] = "prompt_lookup"
+    num_draft_tokens: int = Field(
+        default=8,
+        ge=1,
+        le=64,
+        description="draft_heads: the tree depth (heads used), default len(tree_topk) or 4",
+    )
     max_ngram_size: int = Field(default=2, ge=1, le=16, description="prompt_lookup only")
     adaptive: bool = Field(
         default=False,
@@ -38,11 +47,38 @@ class SpeculativeConfig(_Strict):
     )
     draft_model: str | None = Field(default=None, description="draft_model only: path")
     early_exit_layer: int | None = Field(default=None, ge=1, description="early_exit only")
+    causal: bool = Field(
+        default=True,
+        description="draft_heads only: causally dependent heads (each also sees the drafted "
+        "path, Hydra-style); false: independent heads (Medusa-style)",
+    )
+    tree_topk: tuple[int, ...] | None = Field(
+        default=None,
+        description="draft_heads only: children per node at each depth (all 1: a chain); "
+        f"default {list(DEFAULT_HEADS_TREE)}, cut or padded with 1 to num_draft_tokens",
+    )
+    max_tree_nodes: int = Field(
+        default=DEFAULT_TREE_NODES,
+        ge=1,
+        le=512,
+        description="draft_heads only: node budget; the tree keeps its likeliest nodes",
+    )
     fault: Literal["greedy_verify"] | None = Field(
         default=None,
-        description="a deliberate bug for drills: 'greedy_verify' accepts a draft token "
-        "whenever it is the target's argmax, even when sampling (no longer lossless)",
+        description="a deliberate bug for drills: 'greedy_verify' verifies drafts by "
+        "argmax match (greedy verification) even when sampling (no longer lossless)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _heads_depth(cls, data: Any) -> Any:
+        """For draft_heads, an unset num_draft_tokens is the tree's depth."""
+        heads = isinstance(data, dict) and data.get("method") == "draft_heads"
+        if heads and data.get("num_draft_tokens") is None:
+            tree = data.get("tree_topk")
+            depth = len(tree) if tree else len(DEFAULT_HEADS_TREE)
+            return {**data, "num_draft_tokens": depth}
+        return data
 
     @model_validator(mode="after")
     def _method_fields(self) -> SpeculativeConfig:
@@ -50,7 +86,23 @@ class SpeculativeConfig(_Strict):
             raise ValueError("method 'draft_model' needs draft_model (a model path)")
         if self.method == "early_exit" and self.early_exit_layer is None:
             raise ValueError("method 'early_exit' needs early_exit_layer (a layer count)")
+        if self.tree_topk is not None:
+            if len(self.tree_topk) != self.num_draft_tokens:
+                raise ValueError(
+                    f"tree_topk has {len(self.tree_topk)} depths but num_draft_tokens is "
+                    f"{self.num_draft_tokens}: give one of them, or make them agree"
+                )
+            if not all(1 <= k <= 64 for k in self.tree_topk):
+                raise ValueError(f"tree_topk {list(self.tree_topk)}: each entry in 1 … 64")
         return self
+
+    @property
+    def heads_tree(self) -> tuple[int, ...]:
+        """draft_heads: children per node at each depth, num_draft_tokens deep."""
+        if self.tree_topk is not None:
+            return self.tree_topk
+        depth = self.num_draft_tokens
+        return (DEFAULT_HEADS_TREE + (1,) * depth)[:depth]
 
 
 class TransformersEngineConfig(_Strict):
@@ -100,8 +152,22 @@ class FakeEngineConfig(_Strict):
         "the likeliest word under the fake teacher (`score`), as argmax verification would",
     )
     latency_factor: float = Field(default=1.0, gt=0, description="multiplies all timings")
+    latency_factor_by_category: dict[str, float] = Field(
+        default_factory=dict,
+        description="per prompt category, multiplies all timings too (one slow category)",
+    )
     tail_rate: float = Field(default=0.0, ge=0, le=1, description="requests made slow")
     tail_factor: float = Field(default=1.0, gt=0, description="how slow a tail request is")
+
+    @model_validator(mode="after")
+    def _positive_category_factors(self) -> FakeEngineConfig:
+        for category, factor in self.latency_factor_by_category.items():
+            if not factor > 0:
+                raise ValueError(
+                    f"latency_factor_by_category[{category!r}] = {factor!r}: a timing factor "
+                    "must be greater than 0"
+                )
+        return self
 
 
 class HTTPTimeouts(_Strict):

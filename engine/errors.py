@@ -37,3 +37,29 @@ class MetricsFormatError(ValueError):
     def __init__(self, what: str, reason: str) -> None:
         self.what, self.reason = what, reason
         super().__init__(f"unparseable {what}: {reason}")
+
+
+class PromptLogprobsError(ValueError):
+    """A `/tokenize` or prompt-log-probs answer that is not what vLLM sends."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"unreadable prompt log-probs answer: {reason}")
+
+
+class HeadsNotTrainedError(EngineError, FileNotFoundError):
+    """`method = "draft_heads"` names heads that have not been trained for this model."""
+
+    def __init__(self, path: Path | str, kind: str) -> None:
+        self.path, self.kind = Path(path), kind
+        super().__init__(
+            f"no trained {kind} draft heads at {str(path)!r}: run `canaryd models train-heads`"
+        )
+
+
+class HeadsFileError(EngineError, ValueError):
+    """Trained draft heads that cannot be used: corrupt, or for another model."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        self.path, self.reason = Path(path), reason
+        super().__init__(f"draft heads at {str(path)!r}: {reason}")

@@ -4,15 +4,17 @@ It answers instantly (or in real time, `realtime = true`) with deterministic tex
 synthetic but internally consistent figures: a speculative fake drafts k tokens per
 verify step and accepts each with a configurable probability (per category, so drift
 can be injected into one category), and its timings follow from the steps it took.
-Faults — errors, timeouts, corrupted outputs, slow tails, a global slowdown — and the
-noise (per-request log-normal duration, per-request acceptance rate) are drawn from
-streams seeded by the engine seed, its arm (baseline or speculative) and the number of
-the call, so a run is reproducible and the two arms of a pair draw independently.
+Faults — errors, timeouts, corrupted outputs, slow tails, a slowdown of everything or of
+one category — and the noise (per-request log-normal duration, per-request acceptance
+rate) are drawn from streams seeded by the engine seed, its arm (baseline or speculative)
+and the number of the call, so a run is reproducible and the two arms of a pair draw
+independently.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import threading
 import time
@@ -26,6 +28,7 @@ from engine.types import (
     GenerationResult,
     Message,
     SpeculativeStats,
+    TeacherScore,
 )
 
 _WORDS = (
@@ -41,6 +44,12 @@ def _token_id(word: str) -> int:
 def _teacher_nll(token_id: int) -> float:
     """The fake teacher's NLL of a token: a fixed pseudo-random value in [1, 4) nats."""
     return 1.0 + 3.0 * ((token_id * 2_654_435_761) % 1000) / 1000
+
+
+def _likeliest(messages: tuple[Message, ...]) -> str:
+    """The fake teacher's argmax: the likeliest word an answer to `messages` can hold."""
+    words = " ".join(m.content for m in messages).split()
+    return min([*words, *_WORDS], key=lambda w: _teacher_nll(_token_id(w)))
 
 
 class FakeEngine:
@@ -70,15 +79,25 @@ class FakeEngine:
     def count_tokens(self, text: str) -> list[int]:
         return [_token_id(word) for word in text.split()]
 
-    def score(self, messages: tuple[Message, ...], token_ids: tuple[int, ...]) -> float | None:
-        """A synthetic teacher: the mean of a fixed per-token NLL; None for no tokens."""
+    def score(self, messages: tuple[Message, ...], output: GenerationResult) -> TeacherScore | None:
+        """A synthetic teacher: a fixed NLL per token, and one argmax word per prompt (the
+        likeliest of the words an answer to it can hold); None for no tokens."""
+        token_ids = output.token_ids or tuple(self.count_tokens(output.text))
         if not token_ids:
             return None
-        return sum(_teacher_nll(t) for t in token_ids) / len(token_ids)
+        argmax = _token_id(_likeliest(messages))
+        return TeacherScore(
+            tokens=len(token_ids),
+            mean_nll=sum(_teacher_nll(t) for t in token_ids) / len(token_ids),
+            argmax_share=sum(1 for t in token_ids if t == argmax) / len(token_ids),
+            mean_top_probability=math.exp(-_teacher_nll(argmax)),
+        )
 
-    def _greedy_biased(self, words: list[str], rng: random.Random) -> list[str]:
+    def _greedy_biased(
+        self, messages: tuple[Message, ...], words: list[str], rng: random.Random
+    ) -> list[str]:
         """The `greedy_bias` fault: words swapped for the teacher's likeliest one."""
-        likeliest = min([*words, *_WORDS], key=lambda w: _teacher_nll(_token_id(w)))
+        likeliest = _likeliest(messages)
         return [likeliest if rng.random() < self.config.greedy_bias else w for w in words]
 
     def _rng(self, call: int, salt: str) -> random.Random:
@@ -106,10 +125,11 @@ class FakeEngine:
         fault = self._rng(call, "fault")
         words = self._answer(request)
         if cfg.speculative and cfg.greedy_bias and not request.sampling.greedy:
-            words = self._greedy_biased(words, self._rng(call, "greedy"))
+            words = self._greedy_biased(request.messages, words, self._rng(call, "greedy"))
         prompt_tokens = sum(len(m.content.split()) for m in request.messages)
         timing = self._rng(call, "timing")
-        scale = cfg.latency_factor * (cfg.tail_factor if fault.random() < cfg.tail_rate else 1.0)
+        scale = cfg.latency_factor * cfg.latency_factor_by_category.get(request.category, 1.0)
+        scale *= cfg.tail_factor if fault.random() < cfg.tail_rate else 1.0
         if cfg.latency_sigma:
             scale *= timing.lognormvariate(0.0, cfg.latency_sigma)
         ttft = self._jittered(timing, cfg.ttft_s) * scale

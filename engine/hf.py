@@ -7,8 +7,10 @@ counts acceptance *inside* the decoding loop: the candidate generator that
 verification result (`update_candidate_strategy`, called with the number of draft
 tokens the target kept) is recorded. Timings come from a streamer that stamps each
 batch of tokens as the loop emits it, so TTFT is the time to the first token actually
-produced, not an estimate. Weights are loaded once per (source, device, dtype) and
-shared by the engines that name them; the last engine to close releases them.
+produced, not an estimate. `draft_heads` runs canaryd's own tree loop instead
+(`engine.heads.decode`), which counts and times itself. Weights are loaded once per
+(source, device, dtype) and shared by the engines that name them; the last engine to
+close releases them.
 """
 
 from __future__ import annotations
@@ -24,13 +26,17 @@ import torch
 
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.errors import EngineConfigError
+from engine.heads.decode import HeadsDecoder, heads_decoder
+from engine.heads.model import DraftHeads
 from engine.types import (
     AcceptanceSource,
+    DraftCost,
     ErrorKind,
     GenerationRequest,
     GenerationResult,
     Message,
     SpeculativeStats,
+    TeacherScore,
 )
 
 log = structlog.get_logger(__name__)
@@ -122,10 +128,12 @@ class _RecordingCandidateGenerator:
 
 class _GreedyVerifyFault:
     """The `greedy_verify` drill fault, as the last logits processor of a speculative
-    generate: at a draft position whose drafted token is the target's argmax, the
-    distribution collapses onto that token, so verification accepts it with
-    probability 1 instead of p(token). Sampling then over-produces likely text, the
-    classic bug of verifying by argmax match while sampling."""
+    generate: at every drafted position the target's distribution collapses onto its
+    argmax, so drafts are verified by argmax match and a rejected draft is replaced by
+    the argmax, as greedy verification does, while the request samples. Positions
+    without a draft (the bonus token, steps the drafter skips) still sample. The output
+    then over-produces the target's likeliest tokens: the classic bug of verifying by
+    argmax while sampling."""
 
     def __init__(self, counter: _AcceptanceCounter) -> None:
         self._counter = counter
@@ -137,11 +145,8 @@ class _GreedyVerifyFault:
             return scores
         if not torch.equal(input_ids[0], candidates[0, :length]):
             return scores  # the drafter's own calls, never a verify position
-        drafted = int(candidates[0, length])
-        if int(scores[0].argmax()) != drafted:
-            return scores
         forced = torch.full_like(scores, float("-inf"))
-        forced[:, drafted] = 0.0
+        forced[:, int(scores[0].argmax())] = 0.0
         return forced
 
 
@@ -229,11 +234,14 @@ class TransformersEngine:
         model: Any = None,
         tokenizer: Any = None,
         draft_model: Any = None,
+        heads: DraftHeads | None = None,
     ) -> None:
         self.config = config
         self._models_dir = models_dir
         self._shared = _LoadedModel(model, tokenizer) if model is not None else None
         self._draft_model = draft_model
+        self._heads = heads  # draft_heads: given here (tests), else the trained ones
+        self._decoder: HeadsDecoder | None = None
         self._loaded = False
         # What `_load_shared` gave this engine ("target", "draft"); close() releases it.
         self._held: dict[str, _LoadedKey] = {}
@@ -261,6 +269,14 @@ class TransformersEngine:
                 ident["max_ngram_size"] = str(spec.max_ngram_size)
             elif spec.method == "draft_model":
                 ident["draft_model"] = str(spec.draft_model)
+            elif spec.method == "draft_heads":
+                ident |= {
+                    "causal": str(spec.causal).lower(),
+                    "tree_topk": ",".join(map(str, spec.heads_tree)),
+                    "max_tree_nodes": str(spec.max_tree_nodes),
+                }
+                if self._decoder is not None:
+                    ident["draft_bytes"] = str(self._decoder.heads.extra_bytes())
             else:
                 ident["early_exit_layer"] = str(spec.early_exit_layer)
         return ident
@@ -288,6 +304,10 @@ class TransformersEngine:
                     "speculative.early_exit_layer",
                     f"{spec.early_exit_layer} must be below the model's {layers} layers",
                 )
+        if spec is not None and spec.method == "draft_heads":
+            self._decoder = heads_decoder(
+                self._shared.model, spec, self._heads, self.config.model, self._models_dir
+            )
         self._configure_drafter()
         self._loaded = True
         if self.config.warmup_tokens:
@@ -302,6 +322,7 @@ class TransformersEngine:
             self._shared = None
         if "draft" in held:
             self._draft_model = None
+        self._decoder = None
         for key in held.values():
             _release_shared(key)
 
@@ -330,12 +351,13 @@ class TransformersEngine:
         assert self._shared is not None
         return list(self._shared.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def score(self, messages: tuple[Message, ...], token_ids: tuple[int, ...]) -> float | None:
-        """Mean token NLL (nats) of `token_ids` as the reply to `messages` under this
-        engine's model at temperature 1, in one forward pass; None for an empty output
-        or one that does not fit the model's context."""
+    def score(self, messages: tuple[Message, ...], output: GenerationResult) -> TeacherScore | None:
+        """How this engine's model judges `output` as the reply to `messages`, at
+        temperature 1, in one forward pass: its token ids (its text re-tokenised when it
+        has none). None for an empty output or one that does not fit the model's context."""
         self.load()
         assert self._shared is not None
+        token_ids = output.token_ids or tuple(self.count_tokens(output.text))
         if not token_ids or not messages:
             return None
         shared = self._shared
@@ -350,8 +372,15 @@ class TransformersEngine:
                 logits = shared.model(ids, attention_mask=torch.ones_like(ids)).logits
             start = int(prompt_ids.shape[1]) - 1
             log_probs = logits[0, start:-1].float().log_softmax(dim=-1)
-            picked = log_probs.gather(1, produced[0].unsqueeze(1))
-            return float(-picked.mean())
+            picked = log_probs.gather(1, produced[0].unsqueeze(1)).squeeze(1)
+            top = log_probs.max(dim=-1).values
+            # A token tied with the most likely one counts as an argmax token.
+            return TeacherScore(
+                tokens=len(token_ids),
+                mean_nll=float(-picked.mean()),
+                argmax_share=float((picked >= top).float().mean()),
+                mean_top_probability=float(top.exp().mean()),
+            )
 
     def _prompt_ids(self, messages: tuple[Message, ...]) -> torch.Tensor:
         assert self._shared is not None
@@ -392,16 +421,44 @@ class TransformersEngine:
                 }
             elif spec.method == "draft_model":
                 kwargs["assistant_model"] = self._draft_model
-            else:
+            elif spec.method == "early_exit":
                 kwargs["assistant_early_exit"] = spec.early_exit_layer
         return kwargs
+
+    def _decode_with_heads(
+        self,
+        request: GenerationRequest,
+        prompt_ids: torch.Tensor,
+        max_new_tokens: int,
+        counter: _AcceptanceCounter,
+        streamer: _TimingStreamer,
+        started: float,
+    ) -> tuple[torch.Tensor, DraftCost]:
+        assert self._decoder is not None and self.config.speculative is not None
+        timeout = request.timeout_s
+        decoding = self._decoder.decode(
+            prompt_ids,
+            max_new_tokens=max_new_tokens,
+            sampling=request.sampling,
+            eos_ids=self._eos_ids(),
+            recorder=counter,
+            deadline=None if timeout is None else started + timeout,
+            greedy_fault=self.config.speculative.fault == "greedy_verify",
+        )
+        streamer.first_token_at = decoding.first_token_at
+        return decoding.output(prompt_ids), decoding.cost
+
+    def _eos_ids(self) -> set[int]:
+        assert self._shared is not None
+        eos = self._shared.model.generation_config.eos_token_id
+        return set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
 
     def _configure_drafter(self) -> None:
         """Draft exactly k tokens per step. transformers reads the draft length from the
         *assistant's* generation_config (for early exit that is the target itself); its
         defaults (a heuristic schedule and a confidence cut-off) would make k vary."""
         spec = self.config.speculative
-        if spec is None or spec.method == "prompt_lookup":
+        if spec is None or spec.method in ("prompt_lookup", "draft_heads"):
             return
         assert self._shared is not None
         assistant = self._draft_model if spec.method == "draft_model" else self._shared.model
@@ -447,14 +504,20 @@ class TransformersEngine:
                 from transformers import LogitsProcessorList
 
                 kwargs["logits_processor"] = LogitsProcessorList([_GreedyVerifyFault(counter)])
+            cost = None
             try:
                 with torch.inference_mode():
-                    output = shared.model.generate(
-                        prompt_ids,
-                        attention_mask=torch.ones_like(prompt_ids),
-                        streamer=streamer,
-                        **kwargs,
-                    )
+                    if self._decoder is not None and counter is not None:
+                        output, cost = self._decode_with_heads(
+                            request, prompt_ids, new_tokens, counter, streamer, started
+                        )
+                    else:
+                        output = shared.model.generate(
+                            prompt_ids,
+                            attention_mask=torch.ones_like(prompt_ids),
+                            streamer=streamer,
+                            **kwargs,
+                        )
             except torch.cuda.OutOfMemoryError as exc:
                 return GenerationResult.failed(
                     ErrorKind.OOM, str(exc)[:500], time.perf_counter() - started, prompt_tokens
@@ -469,7 +532,7 @@ class TransformersEngine:
                 shared.counter = None
             finished = time.perf_counter()
         return self._result(
-            request, output, prompt_tokens, new_tokens, counter, streamer, started, finished
+            request, output, prompt_tokens, new_tokens, counter, streamer, started, finished, cost
         )
 
     def _result(
@@ -482,13 +545,13 @@ class TransformersEngine:
         streamer: _TimingStreamer,
         started: float,
         finished: float,
+        cost: DraftCost | None = None,
     ) -> GenerationResult:
         assert self._shared is not None
         tokenizer = self._shared.tokenizer
         token_ids = tuple(int(t) for t in output[0, prompt_tokens:].tolist())
         e2e = finished - started
-        eos = self._shared.model.generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        eos_ids = self._eos_ids()
         error, detail = ErrorKind.NONE, ""
         if token_ids and token_ids[-1] in eos_ids:
             finish_reason = "stop"
@@ -520,4 +583,5 @@ class TransformersEngine:
             acceptance_source=AcceptanceSource.DECODING_LOOP
             if stats
             else AcceptanceSource.NOT_REPORTED,
+            draft_cost=cost,
         )

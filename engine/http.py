@@ -37,12 +37,12 @@ import time
 import zlib
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import structlog
 
-from engine import acceptance
+from engine import acceptance, prompt_logprobs
 from engine.config import OpenAIEngineConfig
 from engine.errors import EngineConfigError
 from engine.types import (
@@ -52,6 +52,7 @@ from engine.types import (
     GenerationResult,
     Message,
     SpeculativeStats,
+    TeacherScore,
 )
 
 __all__ = ["OpenAIEngine"]
@@ -62,6 +63,8 @@ _RETRY_STATUSES = frozenset({429, 503})
 _BACKOFF_S = 0.2  # first retry delay; doubles each attempt
 _MAX_RETRY_AFTER_S = 10.0
 _DETAIL_CHARS = 300
+_PROMPT_IDS_CACHED = 16
+_T = TypeVar("_T")
 
 
 class _Failure(Exception):  # noqa: N818  (a result in flight, not an error condition)
@@ -96,7 +99,9 @@ class OpenAIEngine:
         self._thread: threading.Thread | None = None
         self._client: httpx.AsyncClient | None = None
         self._slots: asyncio.Semaphore | None = None
-        self._tasks: set[asyncio.Task[GenerationResult]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        # The prompt token ids of recent prompts: both arms of a pair are scored on one.
+        self._prompt_ids: dict[tuple[Message, ...], list[int]] = {}
         self._closed = False
 
     @property
@@ -223,9 +228,63 @@ class OpenAIEngine:
         when results carry no token ids, as HTTP results do not)."""
         return [zlib.crc32(word.encode()) for word in text.split()]
 
-    def score(self, messages: tuple[Message, ...], token_ids: tuple[int, ...]) -> float | None:
-        """Not reported: a remote arm's prompt log-probs are not read (yet)."""
-        return None
+    # -- teacher scoring ------------------------------------------------------------
+
+    def score(self, messages: tuple[Message, ...], output: GenerationResult) -> TeacherScore | None:
+        """vLLM only: the server's prompt log-probs of prompt + output (engine.prompt_logprobs).
+        None for other servers (no such extension), an empty output, or any failure."""
+        if self.config.server_kind != "vllm" or not messages:
+            return None
+        if not (output.token_ids or output.text):
+            return None
+        try:
+            self.load()
+        except EngineConfigError:
+            return None
+        loop = self._loop
+        if loop is None:
+            return None
+        try:
+            return self._submit(loop, self._score(messages, output)).result()
+        except concurrent.futures.CancelledError:
+            return None
+
+    async def _score(
+        self, messages: tuple[Message, ...], output: GenerationResult
+    ) -> TeacherScore | None:
+        assert self._slots is not None
+        cfg = self.config
+        try:
+            async with asyncio.timeout(cfg.timeouts.total), self._slots:
+                prompt_ids = self._prompt_ids.get(messages)
+                if prompt_ids is None:
+                    body = prompt_logprobs.tokenize_body(cfg.model, cfg.api, messages)
+                    prompt_ids = prompt_logprobs.tokenized(await self._post_json("/tokenize", body))
+                    if len(self._prompt_ids) >= _PROMPT_IDS_CACHED:
+                        self._prompt_ids.pop(next(iter(self._prompt_ids)))
+                    self._prompt_ids[messages] = prompt_ids
+                output_ids = list(output.token_ids)
+                if not output_ids:
+                    body = prompt_logprobs.tokenize_body(cfg.model, cfg.api, None, output.text)
+                    output_ids = prompt_logprobs.tokenized(await self._post_json("/tokenize", body))
+                if not output_ids:
+                    return None
+                answer = await self._post_json(
+                    "/v1/completions",
+                    prompt_logprobs.score_body(cfg.model, [*prompt_ids, *output_ids]),
+                )
+            return prompt_logprobs.teacher_score(answer, len(prompt_ids), output_ids)
+        except (TimeoutError, httpx.HTTPError, ValueError) as exc:
+            log.warning("openai.score_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+            return None
+
+    async def _post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """POST `body`, return the decoded JSON answer (httpx.HTTPError on a failed status,
+        ValueError on a body that is not JSON)."""
+        assert self._client is not None
+        response = await self._client.post(path, json=body, headers={"Accept": "application/json"})
+        response.raise_for_status()
+        return response.json()
 
     # -- generation -----------------------------------------------------------------
 
@@ -249,9 +308,9 @@ class OpenAIEngine:
             )
 
     def _submit(
-        self, loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, GenerationResult]
-    ) -> concurrent.futures.Future[GenerationResult]:
-        async def tracked() -> GenerationResult:
+        self, loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, _T]
+    ) -> concurrent.futures.Future[_T]:
+        async def tracked() -> _T:
             task = asyncio.current_task()
             assert task is not None
             self._tasks.add(task)

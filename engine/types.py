@@ -98,6 +98,26 @@ class SpeculativeStats:
 
 
 @dataclass(frozen=True, slots=True)
+class DraftCost:
+    """Where a speculative request's decoding time went, as its own loop measured it.
+
+    `draft_s` is time spent proposing drafts; `verify_s` the target's forward passes
+    (prefill included), acceptance and cache upkeep. `tree_tokens` counts the drafts
+    the target verified over every branch of every tree: the verify width, which can
+    exceed `SpeculativeStats.draft_tokens` (one candidate per depth and step)."""
+
+    draft_s: float
+    verify_s: float
+    tree_tokens: int
+
+    @property
+    def draft_share(self) -> float | None:
+        """Drafting's share of the decoding loop's time."""
+        total = self.draft_s + self.verify_s
+        return self.draft_s / total if total > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationResult:
     """One arm's answer to one request. Timings are seconds on a monotonic clock."""
 
@@ -114,6 +134,7 @@ class GenerationResult:
     http_status: int | None = None
     speculative: SpeculativeStats | None = None  # None: baseline arm, or not reported
     acceptance_source: AcceptanceSource = AcceptanceSource.NOT_REPORTED
+    draft_cost: DraftCost | None = None  # engines that time their own drafting
 
     @property
     def ok(self) -> bool:
@@ -154,3 +175,25 @@ class GenerationResult:
             error_detail=detail,
             http_status=http_status,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class TeacherScore:
+    """How the target model judges one produced output given the prompt, token by token
+    at temperature 1: the teacher's view of one arm of a sampled pair.
+
+    `argmax_share` is the share of the output's tokens that were the model's most likely
+    next token, `mean_top_probability` the mean probability of that most likely token at
+    the same positions. Their difference, `argmax_excess`, is how much more often the
+    output took the top token than the model's own confidence along its path predicts:
+    sampling that leans greedy (argmax verification of drafts) raises it, and the
+    path's peakedness, the larger part of the share's noise, cancels out."""
+
+    tokens: int
+    mean_nll: float  # nats per token
+    argmax_share: float
+    mean_top_probability: float
+
+    @property
+    def argmax_excess(self) -> float:
+        return self.argmax_share - self.mean_top_probability

@@ -5,7 +5,7 @@ One budget (`gates.budget`, default 0.1 false rollbacks per 30 days at one pair 
 gate's paired and ceiling detectors, per latency metric one on the median ratio and one
 per quantile (and one per SLO), the
 quality gate's mismatch, score, loop and distribution detectors (the last split again
-between its two one-sided CUSUMs), the speedup detector and the drift
+between its six one-sided CUSUMs, gates/distribution.py), the speedup detector and the drift
 gate (whose share is split again between the monitored categories). False-alarm rates
 add, so a detector given ARL0 = N × pairs-per-30-days / budget pairs keeps the sum within
 the budget. Gates in `warn` or `dry_run` mode cannot roll back and take no share; the

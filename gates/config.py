@@ -75,11 +75,11 @@ class LatencyGateConfig(GateConfigBase):
         description="the sequential detector's alternative: the speculative arm exceeds "
         "max_ratio × the baseline quantile this many times as often as 1 − quantile",
     )
-    median_alarm_share: float = Field(
-        default=0.6,
-        gt=0.5,
-        lt=1,
-        description="the median detector's alternative: this share of pairs above max_ratio",
+    shift_alarm_factor: float = Field(
+        default=1.25,
+        gt=1,
+        description="the median detector's alternative: the typical paired ratio at "
+        "max_ratio × this (a second chart watches max_ratio × this²)",
     )
     bootstrap_resamples: int = Field(default=1000, ge=100)
     bootstrap_seed: int = 0

@@ -43,7 +43,10 @@ class GateDecision:
     `upper` are one-sided bounds, each at the gate's `confidence` (None: the sample is too
     small for a distribution-free bound to exist). `threshold` is the limit the bound was
     compared with. `categories` names the prompt categories a per-category gate (drift)
-    flagged; `components` holds the individual checks of a multi-check gate.
+    flagged; `components` holds the individual checks of a multi-check gate. `category`
+    is set on a check that judges one traffic category's pairs alone (drift's per
+    category, speedup's and quality's under `scope = "category"`), whatever its state:
+    the switch policy acts on that category only, and a restore of it reads these.
     """
 
     name: str
@@ -64,6 +67,7 @@ class GateDecision:
     detail: str = ""
     categories: tuple[str, ...] = ()
     components: tuple[GateDecision, ...] = ()
+    category: str | None = None
 
     @property
     def enforced(self) -> bool:
@@ -90,6 +94,7 @@ class GateDecision:
             "detail": self.detail,
             "categories": list(self.categories),
             "components": [c.to_dict() for c in self.components],
+            "category": self.category,
         }
 
 

@@ -1,13 +1,15 @@
 """The acceptance-drift gate: has a category's acceptance length fallen below its reference?
 
-Per category, the window's acceptance lengths (output tokens per verify step, speculative
-arm), oldest first, feed a Gaussian likelihood-ratio CUSUM of N(μ1, σ²) against N(μ0, σ²),
-where μ0 is the reference mean, μ1 = μ0 × (1 − `max_relative_drop`) is the smallest drop
-that matters, and σ is the reference sd's 95 % chi-square upper bound (floored at
-`sd_floor_fraction` of the mean), so an uncertain reference makes the detector more
-cautious, not less. The drift gate's share of the false-alarm budget is split between
-the monitored categories by their share of the pairs. A category PASSes when its mean's
-lower t bound excludes the relevant drop.
+Per category, the window's acceptance lengths (output tokens per verify step,
+speculative arm), oldest first, feed two Gaussian likelihood-ratio CUSUMs (a bank,
+gates/sequential.py): N(μ0 × (1 − `max_relative_drop`), σ²) against N(μ0, σ²) on the
+lengths, where μ0 is the reference mean, for the smallest drop that matters; and a drop
+of twice that on log(length) against the reference's log mean and log sd (a gross drop
+is caught at its own chart's speed; the bank's threshold pays log 2 for the second
+chart). Each sd is the reference's 95 % chi-square upper bound (floored), so an
+uncertain reference makes the detector more cautious, not less. The drift gate's share
+of the false-alarm budget is split between the monitored categories by their share of
+the pairs. A category PASSes when its mean's lower t bound excludes the relevant drop.
 
 References are pinned per category from a healthy period (`pin_reference`, at least
 `pin_min_samples` pairs) under the current arms configuration, or configured. A category
@@ -29,12 +31,25 @@ from gates.config import DriftGateConfig
 from gates.core import GateDecision, GateState
 from gates.detectors import CALIBRATION_CONFIDENCE, cusum_note, sequential_state
 from gates.records import PairRecord
-from gates.sequential import gaussian_llr, llr_cusum, lorden_threshold
+from gates.sequential import cusum_bank, gaussian_llr, lorden_threshold
 from gates.stats import mean_t_bounds
 from gates.window import Window, combined, decision, nodata, select
 
 NAME = "drift"
 DEFAULT_PIN_MIN_SAMPLES = 30
+# The bank's charts, as multiples of the relevant drop: the smallest drop that matters,
+# on the acceptance length itself, and a gross one on log(acceptance length) — where a
+# proportional drop is a plain shift and the spread stays put, so it carries the evidence
+# a narrower distribution gives without modelling the spread. Both log-LRs are linear in
+# the observation, so a skewed, bounded-below distribution (mass piled near one token
+# per step) cannot pass for a drop; a chart that also shrank the sd did, and
+# false-alarmed on healthy measured traffic.
+_CHART_MULTIPLES = (1.0, 2.0)
+
+
+def _chart_drops(relevant: float) -> list[float]:
+    drops = [min(relevant * m, 0.9) for m in _CHART_MULTIPLES]
+    return sorted(set(drops))
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +59,10 @@ class ReferenceStats:
     mean: float
     sd: float
     n: int = 0
+    # The same over log(acceptance length), where a proportional drop is a plain shift;
+    # None for references configured or pinned without them.
+    log_mean: float | None = None
+    log_sd: float | None = None
 
 
 def acceptance_lengths(records: Sequence[PairRecord]) -> dict[str, list[float]]:
@@ -69,17 +88,33 @@ def pin_reference(
             continue
         mean = sum(values) / len(values)
         variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-        pinned[category] = ReferenceStats(mean=mean, sd=math.sqrt(variance), n=len(values))
+        logs = [math.log(v) for v in values if v > 0]
+        log_mean = sum(logs) / len(logs)
+        log_variance = sum((v - log_mean) ** 2 for v in logs) / (len(logs) - 1)
+        pinned[category] = ReferenceStats(
+            mean=mean,
+            sd=math.sqrt(variance),
+            n=len(values),
+            log_mean=log_mean,
+            log_sd=math.sqrt(log_variance),
+        )
     return pinned
+
+
+_MIN_LOG_SD = 0.05
+
+
+def _chi2_factor(n: int, confidence: float) -> float:
+    if n < 2:
+        return 1.0
+    return math.sqrt((n - 1) / float(chi2.ppf(1.0 - confidence, n - 1)))
 
 
 def cautious_sd(reference: ReferenceStats, confidence: float, floor_fraction: float) -> float:
     """The reference sd's upper chi-square bound (when n is known), floored."""
-    sd = reference.sd
-    if reference.n >= 2:
-        dof = reference.n - 1
-        sd *= math.sqrt(dof / float(chi2.ppf(1.0 - confidence, dof)))
-    return max(sd, floor_fraction * reference.mean)
+    return max(
+        reference.sd * _chi2_factor(reference.n, confidence), floor_fraction * reference.mean
+    )
 
 
 def drift_gate(
@@ -118,6 +153,7 @@ def drift_gate(
                         detail=f"{category}: unmonitored, no reference pinned yet "
                         f"({len(values)} pairs in the window)",
                         categories=(category,),
+                        category=category,
                     ),
                 )
             )
@@ -162,7 +198,18 @@ def _category(
     sigma = cautious_sd(reference, CALIBRATION_CONFIDENCE, config.sd_floor_fraction)
     mu0 = reference.mean
     mu1 = mu0 * (1.0 - config.max_relative_drop)
-    cusum = llr_cusum(gaussian_llr(values, mu0, mu1, sigma), h)
+    drops = _chart_drops(config.max_relative_drop)
+    charts = [gaussian_llr(values, mu0, mu0 * (1.0 - drops[0]), sigma)]
+    if reference.log_mean is not None and reference.log_sd is not None:
+        log_sigma = max(
+            reference.log_sd * _chi2_factor(reference.n, CALIBRATION_CONFIDENCE), _MIN_LOG_SD
+        )
+        logs = [math.log(max(v, 1e-9)) for v in values]
+        m0 = reference.log_mean
+        charts.append(gaussian_llr(logs, m0, m0 + math.log(1.0 - drops[-1]), log_sigma))
+    else:
+        charts.append(gaussian_llr(values, mu0, mu0 * (1.0 - drops[-1]), sigma))
+    cusum, chart, h = cusum_bank(charts, h)
     n = len(values)
     mean, mean_lower, mean_upper = mean_t_bounds(values, config.confidence)
     drop = 1.0 - mean / mu0
@@ -188,6 +235,8 @@ def _category(
         threshold=config.max_relative_drop,
         detail=f"{category}: acceptance length {mean:.3f} vs reference {mu0:.3f} "
         f"(drop {drop:.1%}, relevant {config.max_relative_drop:.0%}); "
-        f"{cusum_note(cusum, h)} for mean {mu0:.3f} → {mu1:.3f}, sd {sigma:.3f}",
+        f"{cusum_note(cusum, h)} for mean {mu0:.3f} → {mu0 * (1.0 - drops[chart]):.3f} "
+        f"(chart {chart + 1} of {len(charts)}), sd {sigma:.3f}",
         categories=(category,) if state is not GateState.PASS else (),
+        category=category,
     )

@@ -24,19 +24,32 @@ def evaluate_all(
     now: datetime,
     references: Mapping[str, ReferenceStats] | None = None,
     since: datetime | None = None,
+    category_since: Mapping[str, datetime] | None = None,
 ) -> list[GateDecision]:
     """Liveness, error, latency, quality, speedup and drift decisions for `records` at `now`.
 
     `records` must cover the longest configured window; each gate selects its own, and
     only pairs after `since` (the current evidence's start: the last switch transition or
     arms change) count. Each statistical detector gets its share of the false-alarm budget.
+    Under `policy.scope = "category"` speedup and quality judge each category on its own.
+    The per-category checks (drift always; speedup and quality under that scope) also
+    read a category's pairs only after `category_since[category]`, when that category
+    last moved on its own; the gates on all traffic read every pair.
     """
     arl0 = detector_arl0(config)
+    by_category = config.policy.scope == "category"
+    cuts = category_since or {}
+    own = [r for r in records if (cut := cuts.get(r.prompt.category)) is None or r.started_at > cut]
+    split = own if by_category else records
     return [
         liveness_gate(records, config.liveness, now=now),
         error_gate(records, config.error, now=now, arl0=arl0, since=since),
         latency_gate(records, config.latency, now=now, arl0=arl0, since=since),
-        quality_gate(records, config.quality, now=now, arl0=arl0, since=since),
-        speedup_gate(records, config.speedup, now=now, arl0=arl0, since=since),
-        drift_gate(records, config.drift, now=now, references=references, arl0=arl0, since=since),
+        quality_gate(
+            split, config.quality, now=now, arl0=arl0, since=since, by_category=by_category
+        ),
+        speedup_gate(
+            split, config.speedup, now=now, arl0=arl0, since=since, by_category=by_category
+        ),
+        drift_gate(own, config.drift, now=now, references=references, arl0=arl0, since=since),
     ]

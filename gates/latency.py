@@ -4,10 +4,10 @@ One decision for the gate, with one component per (metric, quantile) ratio and p
 absolute SLO. Only pairs where both arms succeeded count: failures belong to the error
 gate.
 
-Per metric, a median component watches the whole distribution: a sign detector on "this
-pair's speculative value is above `max_ratio` × its baseline value" (0.5 at a median
-paired ratio of exactly `max_ratio`, alarm at `median_alarm_share`); PASS when the median
-ratio's order-statistic upper bound is within `max_ratio`. A slowdown of every request
+Per metric, a median component watches the whole distribution: Gaussian CUSUMs on the
+paired log ratios, from a typical ratio of exactly `max_ratio` to `max_ratio` ×
+`shift_alarm_factor` (robust scale, clipped); PASS when the median ratio's
+order-statistic upper bound is within `max_ratio`. A slowdown of every request
 shows here long before a noisy, stall-dominated tail can show it.
 
 FAIL also comes from a sequential exceedance detector on the tail. The limit is `max_ratio` × the
@@ -32,11 +32,12 @@ from gates.config import LatencyGateConfig, LatencyMetric
 from gates.core import GateDecision, GateState
 from gates.detectors import bernoulli_increments, cusum_note, sequential_state
 from gates.records import PairRecord
-from gates.sequential import LlrCusum, llr_cusum, lorden_threshold
+from gates.sequential import LlrCusum, cusum_bank, gaussian_llr, llr_cusum, lorden_threshold
 from gates.stats import order_statistic_bounds, paired_bootstrap_quantile_ratio, quantile
 from gates.window import Window, combined, decision, nodata, select
 
 NAME = "latency"
+_MIN_LOG_SCALE = 0.02  # 2 % timing noise: below it, differences are clock resolution
 
 
 def _metric(result: GenerationResult, metric: LatencyMetric) -> float | None:
@@ -119,14 +120,24 @@ def _median(
     paired: list[tuple[float, float]],
     h: float,
 ) -> GateDecision:
-    """The whole distribution shifted: at a median paired ratio of exactly `max_ratio`,
-    half of the pairs have speculative > `max_ratio` × baseline, so a sign detector of
-    `median_alarm_share` against 0.5 alarms only on a real, broad slowdown."""
+    """The whole distribution shifted: a bank of Gaussian CUSUMs on the paired log ratios
+    log(speculative / baseline), from a typical ratio of exactly `max_ratio` to `max_ratio`
+    × `shift_alarm_factor` (and × its square). The scale is robust (the median absolute
+    deviation) and values are clipped three scales outside the two means, so a stall on
+    either arm moves the statistic by a bounded step instead of deciding alone."""
     name = f"{NAME}.{metric}.median"
     n = len(paired)
     ratios = [s / b for b, s in paired]
-    slower = [r > config.max_ratio for r in ratios]
-    cusum = llr_cusum(bernoulli_increments(slower, 0.5, config.median_alarm_share), h)
+    logs = [math.log(r) for r in ratios]
+    sigma = _robust_scale(logs)
+    m0 = math.log(config.max_ratio)
+    factors = (config.shift_alarm_factor, config.shift_alarm_factor**2)
+    charts = []
+    for factor in factors:
+        m1 = m0 + math.log(factor)
+        clipped = [min(max(x, m0 - 3.0 * sigma), m1 + 3.0 * sigma) for x in logs]
+        charts.append(gaussian_llr(clipped, m0, m1, sigma))
+    cusum, chart, h = cusum_bank(charts, h)
     estimate = quantile(ratios, 0.5)
     assert estimate is not None  # paired is non-empty
     lower, upper = order_statistic_bounds(ratios, 0.5, config.confidence)
@@ -138,6 +149,7 @@ def _median(
         passed=upper is not None and upper <= config.max_ratio,
         warned=estimate > config.max_ratio,
     )
+    above = sum(1 for r in ratios if r > config.max_ratio)
     return decision(
         name,
         config,
@@ -152,9 +164,19 @@ def _median(
         upper=upper,
         threshold=config.max_ratio,
         detail=f"{metric} median ratio {estimate:.3f} [{_fmt(lower)}, {_fmt(upper)}] vs max "
-        f"{config.max_ratio:g} ({sum(slower)}/{n} pairs above it); {cusum_note(cusum, h)} "
-        f"for share above 0.5 → {config.median_alarm_share:g}",
+        f"{config.max_ratio:g} ({above}/{n} pairs above it); {cusum_note(cusum, h)} "
+        f"for a typical ratio {config.max_ratio:g} → {config.max_ratio * factors[chart]:.3g} "
+        f"(chart {chart + 1} of {len(factors)}), log-ratio scale {sigma:.3f}",
     )
+
+
+def _robust_scale(values: list[float]) -> float:
+    """1.4826 × the median absolute deviation (the sd of a normal core, blind to stalls),
+    floored so that identical timings cannot make every difference infinitely significant."""
+    middle = quantile(values, 0.5)
+    assert middle is not None
+    mad = quantile([abs(v - middle) for v in values], 0.5)
+    return max(1.4826 * (mad or 0.0), _MIN_LOG_SCALE)
 
 
 def _ratio(

@@ -1,6 +1,6 @@
 """The quality gate: does the speculative arm answer as well as the baseline?
 
-Three detectors on the scored pairs of the window (pairs where both arms succeeded),
+Four detectors on the scored pairs of the window (pairs where both arms succeeded),
 oldest first:
 - mismatch (greedy pairs only, temperature 0): a lossless speculative decoder reproduces
   greedy output exactly, so a mismatch is a bug or numerical noise. Bernoulli CUSUM of
@@ -14,13 +14,18 @@ oldest first:
   when the mean delta's lower t bound is at or above −`score_margin`.
 - loops: speculative-only repetition loops; the edge is the baseline-only loop rate's
   upper bound plus `max_loop_rate`, the alarm twice that.
-- distribution (sampled pairs with a teacher-scored `nll_delta`): a lossless arm keeps
-  the target's output distribution, so the paired NLL difference has mean zero. Two
-  one-sided Gaussian CUSUMs, 0 → ±`distribution_margin`, each on half the detector's
-  share (ARL0 doubled), sd from the window (at least the margin); PASS when the mean's
-  two one-sided t bounds lie within ±`distribution_margin`.
+- distribution and argmax (sampled pairs the baseline model scored as teacher): a
+  lossless arm keeps the target's output distribution, so the paired NLL difference has
+  mean zero and neither arm's output is more often the argmax-heavier one
+  (gates/distribution.py).
 A check with nothing to judge (no scored prompts, no greedy pairs, no scored sampled
 pairs) is left out.
+
+With `by_category` (the switch policy's `scope = "category"`) every check runs on each
+category's scored pairs alone: component `quality.<category>` holds that category's
+checks (`quality.<category>.mismatch`, …), needs `min_samples` scored pairs of its own,
+and each of its detectors gets the category's share of that detector's budget
+(gates/categories.py), so a category whose answers got worse fails on its own.
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from gates.budget import DEFAULT_ARL0
+from gates.categories import category_arl0, combine_categories, group_by_category
 from gates.config import QualityGateConfig
-from gates.core import GateDecision, combine_states
+from gates.core import GateDecision
 from gates.detectors import CALIBRATION_CONFIDENCE, cusum_note, rate_check, sequential_state
+from gates.distribution import distribution_checks
 from gates.records import PairRecord, PairScores
 from gates.sequential import gaussian_llr, llr_cusum, lorden_threshold
 from gates.stats import clopper_pearson, mean_t_bounds
@@ -54,12 +61,55 @@ def quality_gate(
     now: datetime,
     arl0: float = DEFAULT_ARL0,
     since: datetime | None = None,
+    by_category: bool = False,
 ) -> GateDecision:
-    """The worst of the mismatch, score and loop checks decides."""
+    """The worst of the mismatch, score, loop and distribution checks decides (per
+    category, each on its own pairs, with `by_category`)."""
     window = select(records, config, now, since)
-    scored = [(r, r.scores) for r in window.records if r.scores is not None]
+    if by_category:
+        by = group_by_category(window.records, _scored)
+        if not by:
+            return nodata(NAME, config, window, now, 0)
+        counts = {c: len(v) for c, v in by.items()}
+        decisions = []
+        for category, pairs in by.items():
+            name = f"{NAME}.{category}"
+            checks, notes = _checks(
+                name, config, window, now, pairs, category_arl0(counts, category, arl0)
+            )
+            decisions.append(
+                combined(
+                    name,
+                    config,
+                    window,
+                    now,
+                    checks,
+                    [f"{category}: {note}" for note in notes],
+                    category=category,
+                )
+            )
+        return combine_categories(NAME, config, window, now, decisions)
+    scored = [pair for r in window.records if (pair := _scored(r)) is not None]
     if not scored:
         return nodata(NAME, config, window, now, 0)
+    components, notes = _checks(NAME, config, window, now, scored, arl0)
+    return combined(NAME, config, window, now, components, notes)
+
+
+def _scored(record: PairRecord) -> tuple[PairRecord, PairScores] | None:
+    return None if record.scores is None else (record, record.scores)
+
+
+def _checks(
+    prefix: str,
+    config: QualityGateConfig,
+    window: Window,
+    now: datetime,
+    scored: list[tuple[PairRecord, PairScores]],
+    arl0: float,
+) -> tuple[list[GateDecision], list[str]]:
+    """The checks of `scored` (at least one pair), named `<prefix>.<check>`, each at the
+    threshold of `arl0`; and a note per check with nothing to judge."""
     h = lorden_threshold(arl0)
     components: list[GateDecision] = []
     notes: list[str] = []
@@ -69,7 +119,7 @@ def quality_gate(
         tolerance = max(config.max_mismatch_rate, _RATE_FLOOR)
         components.append(
             rate_check(
-                f"{NAME}.mismatch",
+                f"{prefix}.mismatch",
                 config,
                 window,
                 now,
@@ -86,15 +136,13 @@ def quality_gate(
 
     deltas = [d for _, s in scored if (d := s.task_score_delta) is not None]
     if deltas:
-        components.append(_score(config, window, now, deltas, h))
+        components.append(_score(f"{prefix}.score", config, window, now, deltas, h))
     else:
         notes.append("score: no prompt in the window has a check or reference")
 
-    nll = [d for r, s in scored if r.temperature > 0.0 and (d := s.nll_delta) is not None]
-    if nll:
-        components.append(_distribution(config, window, now, nll, lorden_threshold(2.0 * arl0)))
-    else:
-        notes.append("distribution: no sampled pair has a teacher-scored likelihood")
+    sampled, sampled_notes = distribution_checks(prefix, config, window, now, scored, arl0)
+    components.extend(sampled)
+    notes.extend(sampled_notes)
 
     scores: list[PairScores] = [s for _, s in scored]
     n = len(scores)
@@ -103,7 +151,7 @@ def quality_gate(
     p0 = min(max(baseline_upper, _RATE_FLOOR) + config.max_loop_rate, 0.5)
     components.append(
         rate_check(
-            f"{NAME}.loops",
+            f"{prefix}.loops",
             config,
             window,
             now,
@@ -116,13 +164,17 @@ def quality_gate(
             note=f"; baseline-only loops {baseline_only}/{n}",
         )
     )
-    return combined(NAME, config, window, now, components, notes)
+    return components, notes
 
 
 def _score(
-    config: QualityGateConfig, window: Window, now: datetime, deltas: list[float], h: float
+    name: str,
+    config: QualityGateConfig,
+    window: Window,
+    now: datetime,
+    deltas: list[float],
+    h: float,
 ) -> GateDecision:
-    name = f"{NAME}.score"
     n = len(deltas)
     better = sum(1 for d in deltas if d > 0)
     worse = sum(1 for d in deltas if d < 0)
@@ -161,45 +213,4 @@ def _score(
         f"{threshold:+g} ({n} scored pairs: {worse} worse, {better} better); "
         f"{cusum_note(cusum, h)} for mean delta {-margin:+.4g} → "
         f"{mu1:+.4g}, sd {sigma:.4g}",
-    )
-
-
-def _distribution(
-    config: QualityGateConfig, window: Window, now: datetime, deltas: list[float], h: float
-) -> GateDecision:
-    name = f"{NAME}.distribution"
-    n = len(deltas)
-    margin = config.distribution_margin
-    sigma = max(statistics.pstdev(deltas) if n >= 2 else 0.0, margin)
-    clip = margin + _SCORE_CLIP_SDS * sigma  # one pathological pair cannot alarm alone
-    clipped = [min(max(d, -clip), clip) for d in deltas]
-    mean, lower, upper = mean_t_bounds(deltas, config.confidence)
-    within = lower >= -margin and upper <= margin
-    sides = {
-        side: llr_cusum(gaussian_llr(clipped, 0.0, side * margin, sigma), h) for side in (1, -1)
-    }
-    state = combine_states(
-        [
-            sequential_state(
-                cusum, h, n, max(2, config.min_samples), passed=within, warned=abs(mean) > margin
-            )
-            for cusum in sides.values()
-        ]
-    )
-    return decision(
-        name,
-        config,
-        window,
-        now,
-        state=state,
-        statistic="mean token-NLL delta speculative − baseline (nats)",
-        n_baseline=n,
-        n_speculative=n,
-        estimate=mean,
-        lower=lower,
-        upper=upper,
-        threshold=margin,
-        detail=f"NLL delta {mean:+.4f} [{lower:+.4f}, {upper:+.4f}] vs ±{margin:g} "
-        f"({n} teacher-scored sampled pairs); more likely: {cusum_note(sides[-1], h)}; "
-        f"less likely: {cusum_note(sides[1], h)}; sd {sigma:.4g}",
     )

@@ -3,9 +3,12 @@
 They live in `gates` because gates are the lowest layer that judges them: `canaryd`
 imports `gates`, never the other way round.
 
-`Prompt` is one item of a suite; `PairRecord` is one prompt run on both arms with the
-same sampling parameters, plus its `PairScores`. These are plain frozen dataclasses so
-that gates (pure) can consume them without importing SQL or engines.
+`Prompt` is one item of a suite; `PairRecord` is one prompt run on the baseline and one
+speculative arm with the same sampling parameters, plus its `PairScores`. A run with
+several speculative arms sends each prompt to all of them: one `PairRecord` per
+speculative arm (named by `arm`), sharing the baseline result and a `group_id`. These
+are plain frozen dataclasses so that gates (pure) can consume them without importing SQL
+or engines.
 """
 
 from __future__ import annotations
@@ -17,8 +20,12 @@ from typing import Any, Literal
 from engine.types import GenerationResult, Message
 
 CheckKind = Literal["exact", "contains", "regex", "json_schema", "numeric"]
+# An arm's role within one pair; a speculative arm's configured name is `PairRecord.arm`.
 Arm = Literal["baseline", "speculative"]
 ARMS: tuple[Arm, Arm] = ("baseline", "speculative")
+BASELINE_ARM = "baseline"  # the baseline arm's name; every other arm is speculative
+# The name of the speculative arm of a configuration that names only one.
+DEFAULT_ARM = "speculative"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +73,10 @@ class PairScores:
     # Mean token NLL of the speculative output minus the baseline's, both scored by the
     # baseline (target) model; sampled pairs only, None where the teacher cannot score.
     nll_delta: float | None = None
+    # Excess of the teacher's argmax tokens (their share minus the mean top-token
+    # probability, engine.types.TeacherScore), speculative minus baseline (same pairs as
+    # `nll_delta`): greedy-leaning sampling makes it positive.
+    argmax_delta: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +91,14 @@ class PairRecord:
     scores: PairScores | None  # None when either arm failed
     sampling_seed: int = 0
     temperature: float = 0.0
+    arm: str = DEFAULT_ARM  # the speculative arm's configured name
+    # The records of one prompt sent to several speculative arms share it (and their
+    # baseline result); empty: the record is its own group, `group_id` is its `pair_id`.
+    group_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.group_id:
+            object.__setattr__(self, "group_id", self.pair_id)
 
     @property
     def complete(self) -> bool:
@@ -103,5 +122,8 @@ class RunInfo:
     config: dict[str, Any]
     config_hash: str
     baseline_identity: dict[str, str]
-    speculative_identity: dict[str, str]
+    speculative_identity: dict[str, str]  # of the switch's arm
     software: dict[str, str] = field(default_factory=dict)
+    # Every speculative arm's identity by arm name (empty: runs recorded before arms had
+    # names, whose one speculative arm is `speculative_identity`).
+    arm_identities: dict[str, dict[str, str]] = field(default_factory=dict)

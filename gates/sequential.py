@@ -116,3 +116,17 @@ def gaussian_llr(values: Sequence[float], mu0: float, mu1: float, sigma: float) 
 def lorden_threshold(arl0: float) -> float:
     """The threshold h = log(ARL0) that guarantees an in-control ARL of at least `arl0`."""
     return math.log(max(arl0, 1.0))
+
+
+def cusum_bank(charts: Sequence[Sequence[float]], h: float) -> tuple[LlrCusum, int, float]:
+    """Several CUSUMs of the same data tuned to different changes (a multi-chart CUSUM):
+    each runs at h + log(len(charts)), so by the union bound the bank spends no more of
+    the budget than one chart at h, and the chart nearest the real change alarms almost
+    as early as an oracle tuned to it. Returns the chart with the largest share of its
+    threshold, its index and the bank's threshold."""
+    if not charts:
+        raise ValueError("a CUSUM bank needs at least one chart")
+    bank_h = h + math.log(len(charts))
+    runs = [llr_cusum(increments, bank_h) for increments in charts]
+    index = max(range(len(runs)), key=lambda i: (runs[i].statistic, runs[i].peak))
+    return runs[index], index, bank_h

@@ -20,11 +20,17 @@ Per category: `categories` holds a switch per traffic category that has ever bee
 on its own (a category without one follows the top level). The top level is the master:
 rolled back means off for every category. A human command naming a category moves only
 that category; its restore needs fresh PASS evidence for that category (every enforce
-gate's component for it PASSed; at least one) or `force`. Under `scope = "category"` a
-per-category gate (drift: one component `drift.<category>` per category) that FAILs
-rolls back only the categories whose components FAILed, with the same k-of-m rule counted
-on those components; every other gate still trips the top level. A category tripped by
-the gates needs a human restore. Every category change also bumps the top-level
+gate's check of it — a component whose `category` names it — PASSed; at least one) or
+`force`. Under `scope = "category"` a per-category gate (one component per category:
+drift always, speedup and quality under that scope) that FAILs rolls back only the
+categories whose components FAILed, with the same k-of-m rule counted on those
+components since the category last moved; every other gate (liveness, errors, latency)
+still trips the top level. Each category has its own cooldown and latch (its own trips
+within the latch window) and, with `auto_restore`, restores after `restore_passes`
+consecutive evaluations since its trip in which every enforce check of it PASSed, while
+the top level is on under the gates. A top-level restore leaves out the per-category
+checks of categories that are off on their own: they do not ride on the top level, so
+they cannot hold it back. Every category change also bumps the top-level
 `generation`, which orders the state file.
 Only evaluations after the last transition count, so old failures never re-trip a
 restored switch and old passes never restore a tripped one. Every change is a
@@ -38,11 +44,12 @@ clock catches up.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
+from gates.categories import category_decisions, category_passed, judged_state, per_category
 from gates.config import SwitchPolicyConfig
 from gates.core import GateDecision, GateState
 
@@ -59,7 +66,8 @@ class Control(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class CategorySwitch:
-    """One traffic category's own switch, under the top level's."""
+    """One traffic category's own switch, under the top level's, with its own latch,
+    cooldown and automatic trips (the top level's rules, counted for this category)."""
 
     mode: SwitchMode = SwitchMode.AUTO
     control: Control = Control.GATES
@@ -67,6 +75,9 @@ class CategorySwitch:
     since: datetime | None = None
     actor: str = ""
     reason: str = ""
+    latched: bool = False
+    cooldown_until: datetime | None = None
+    recent_trips: tuple[datetime, ...] = ()
 
     @property
     def speculative_enabled(self) -> bool:
@@ -101,6 +112,15 @@ class SwitchState:
     def with_category(self, name: str, switch: CategorySwitch) -> SwitchState:
         merged = {**dict(self.categories), name: switch}
         return replace(self, categories=tuple(sorted(merged.items())))
+
+    def categories_off(self) -> frozenset[str]:
+        """The categories whose own switch is rolled back."""
+        return frozenset(name for name, own in self.categories if not own.speculative_enabled)
+
+    def category_since(self) -> dict[str, datetime]:
+        """When each category last moved on its own: its evidence starts there, so that a
+        restored category is not judged again on the pairs that tripped it."""
+        return {name: own.since for name, own in self.categories if own.since is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +162,16 @@ class SwitchOutcome:
     refused: tuple[str, ...] = ()  # human commands not carried out, with why
 
 
+@dataclass(frozen=True, slots=True)
+class _Latch:
+    """A category's latch, cooldown and automatic trips, as a move sets them (the
+    default clears them: a restore)."""
+
+    latched: bool = False
+    cooldown_until: datetime | None = None
+    recent_trips: tuple[datetime, ...] = ()
+
+
 def _newest_pair(evaluation: Evaluation) -> datetime | None:
     return max((d.window_end for d in evaluation.decisions if d.window_end), default=None)
 
@@ -162,40 +192,11 @@ def _with_new_data(evaluations: Sequence[Evaluation]) -> list[Evaluation]:
     return kept
 
 
-def all_enforced_pass(decisions: Sequence[GateDecision]) -> bool:
-    """True when there is at least one enforce gate and every enforce gate PASSed."""
+def all_enforced_pass(decisions: Sequence[GateDecision], off: Collection[str] = ()) -> bool:
+    """True when there is at least one enforce gate and every enforce gate PASSed (a
+    per-category gate: its checks of the categories not in `off`)."""
     enforced = [d for d in decisions if d.enforced]
-    return bool(enforced) and all(d.state is GateState.PASS for d in enforced)
-
-
-PER_CATEGORY_GATES = frozenset({"drift"})  # gates with one component per category
-
-
-def component_category(decision: GateDecision, component: GateDecision) -> str | None:
-    """The category a per-category gate's component judges (`drift.<category>`); None for
-    any other gate's. The name, not `categories`, says it: a PASS flags no category."""
-    prefix = f"{decision.name}."
-    if decision.name in PER_CATEGORY_GATES and component.name.startswith(prefix):
-        return component.name[len(prefix) :]
-    return None
-
-
-def per_category(decision: GateDecision) -> bool:
-    """A gate whose components each judge one category (drift)."""
-    return bool(decision.components) and all(
-        component_category(decision, c) is not None for c in decision.components
-    )
-
-
-def category_decisions(decisions: Sequence[GateDecision], category: str) -> list[GateDecision]:
-    """The enforce gates' components that judge `category` alone."""
-    return [
-        c
-        for d in decisions
-        if d.enforced
-        for c in d.components
-        if component_category(d, c) == category
-    ]
+    return bool(enforced) and all(judged_state(d, off) is GateState.PASS for d in enforced)
 
 
 class _Machine:
@@ -247,16 +248,27 @@ class _Machine:
         if until is not None and until - now > cooldown:
             until = now + cooldown
         trips = tuple(min(t, now) for t in state.recent_trips)
-        categories = tuple(
-            (name, own if own.since is None or own.since <= now else replace(own, since=now))
-            for name, own in state.categories
-        )
+        categories = tuple((name, self.repaired(own)) for name, own in state.categories)
         self.state = replace(
             state, since=since, cooldown_until=until, recent_trips=trips, categories=categories
         )
 
-    def counted(self, history: Sequence[Evaluation]) -> list[Evaluation]:
-        since = self.state.since
+    def repaired(self, own: CategorySwitch) -> CategorySwitch:
+        """A category's times re-based on `now` as `repair_clock` does the top level's."""
+        now, cooldown = self.now, timedelta(seconds=self.policy.cooldown_seconds)
+        until = own.cooldown_until
+        if until is not None and until - now > cooldown:
+            until = now + cooldown
+        since = now if own.since is not None and own.since > now else own.since
+        trips = tuple(min(t, now) for t in own.recent_trips)
+        return replace(own, since=since, cooldown_until=until, recent_trips=trips)
+
+    def counted(
+        self, history: Sequence[Evaluation], since: datetime | None = None
+    ) -> list[Evaluation]:
+        """The evaluations up to now after `since` (the top level's last transition when
+        not given), oldest first."""
+        since = since if since is not None else self.state.since
         return sorted(
             (e for e in history if e.at <= self.now and (since is None or e.at > since)),
             key=lambda e: e.at,
@@ -274,10 +286,28 @@ class _Machine:
         actor: str,
         reason: str,
         evidence: Sequence[GateDecision] = (),
+        latch: _Latch | None = None,
     ) -> None:
+        """Move category `name`; `latch` replaces its latch, cooldown and trips (None
+        keeps them)."""
         previous = self.state.category(name) or CategorySwitch()
         generation = self.state.generation + 1
-        own = CategorySwitch(mode, control, generation, self.now, actor, reason)
+        own = replace(
+            previous,
+            mode=mode,
+            control=control,
+            generation=generation,
+            since=self.now,
+            actor=actor,
+            reason=reason,
+        )
+        if latch is not None:
+            own = replace(
+                own,
+                latched=latch.latched,
+                cooldown_until=latch.cooldown_until,
+                recent_trips=latch.recent_trips,
+            )
         self.state = replace(self.state.with_category(name, own), generation=generation)
         self.transitions.append(
             Transition(
@@ -331,7 +361,15 @@ class _Machine:
                 )
                 return
             reason = event.reason if ok else f"FORCED without passing evidence: {event.reason}"
-            self.move_category(name, SwitchMode.AUTO, Control.GATES, actor, reason, evidence)
+            self.move_category(
+                name,
+                SwitchMode.AUTO,
+                Control.GATES,
+                actor,
+                reason,
+                evidence,
+                _Latch(),
+            )
 
     def human(self, event: SwitchEvent, history: Sequence[Evaluation]) -> None:
         actor = f"user:{event.user}"
@@ -355,8 +393,10 @@ class _Machine:
             return
         latest = max((e for e in history if e.at <= self.now), key=lambda e: e.at, default=None)
         evidence = latest.decisions if latest is not None else ()
-        ok = latest is not None and self.fresh(latest) and all_enforced_pass(latest.decisions)
+        off = state.categories_off()
+        ok = latest is not None and self.fresh(latest) and all_enforced_pass(latest.decisions, off)
         if not ok and not event.force:
+            left_out = f" (categories rolled back on their own left out: {', '.join(sorted(off))})"
             why = (
                 "no gate evaluation"
                 if latest is None
@@ -364,7 +404,10 @@ class _Machine:
                 f"{self.policy.evidence_max_age_seconds:g}s"
                 if not self.fresh(latest)
                 else "not every enforce gate PASSed: "
-                + ", ".join(f"{d.name}={d.state.value}" for d in latest.decisions if d.enforced)
+                + ", ".join(
+                    f"{d.name}={judged_state(d, off).value}" for d in latest.decisions if d.enforced
+                )
+                + (left_out if off else "")
             )
             self.refused.append(f"restore by {actor} refused: {why} (use force to override)")
             return
@@ -380,6 +423,8 @@ class _Machine:
             return
         if self.state.mode is SwitchMode.AUTO:
             self.maybe_trip(counted)
+            if self.state.mode is SwitchMode.AUTO:
+                self.maybe_restore_categories(history)
         else:
             self.maybe_restore(counted)
 
@@ -410,9 +455,7 @@ class _Machine:
                 tripped.append((current.name, why, failures[-1]))
         if not tripped:
             return
-        horizon = timedelta(seconds=policy.latch_window_seconds)
-        kept = [t for t in self.state.recent_trips if self.now - t < horizon]
-        trips = (*kept, self.now)
+        trips = self.trips(self.state.recent_trips)
         latched = len(trips) >= policy.latch_trips
         reason = "; ".join(f"{name} {why}: {d.detail}" for name, why, d in tripped)
         if latched:
@@ -429,11 +472,16 @@ class _Machine:
             [d for _, _, d in tripped],
         )
 
+    def trips(self, earlier: tuple[datetime, ...]) -> tuple[datetime, ...]:
+        """The automatic trips within the latch window, this one (now) included."""
+        horizon = timedelta(seconds=self.policy.latch_window_seconds)
+        return (*(t for t in earlier if self.now - t < horizon), self.now)
+
     def trip_categories(self, current: GateDecision, fresh: list[Evaluation]) -> None:
         """Roll back each category whose component of `current` FAILed in trip_k of the
         last trip_m evaluations since that category last moved."""
         for component in current.components:
-            name = component_category(current, component)
+            name = component.category
             if name is None:
                 continue
             own = self.state.category(name) or CategorySwitch()
@@ -447,7 +495,7 @@ class _Machine:
                 for d in e.decisions
                 if d.name == current.name and d.enforced
                 for c in d.components
-                if component_category(d, c) == name and c.state is GateState.FAIL
+                if c.category == name and c.state is GateState.FAIL
             ]
             if not failures:
                 continue
@@ -457,13 +505,53 @@ class _Machine:
                 why = f"FAILed in {len(failures)} of the last {len(recent)} evaluations"
             else:
                 continue
+            trips = self.trips(own.recent_trips)
+            latched = len(trips) >= self.policy.latch_trips
+            reason = f"{component.name} {why}: {failures[-1].detail}"
+            if latched:
+                reason += (
+                    f"; LATCHED after {len(trips)} automatic trips of category {name!r} "
+                    "(only a human can restore)"
+                )
             self.move_category(
                 name,
                 SwitchMode.ROLLED_BACK,
                 Control.GATES,
                 f"gate:{component.name}",
-                f"{component.name} {why}: {failures[-1].detail}",
+                reason,
                 [failures[-1]],
+                _Latch(
+                    latched,
+                    self.now + timedelta(seconds=self.policy.cooldown_seconds),
+                    trips,
+                ),
+            )
+
+    def maybe_restore_categories(self, history: Sequence[Evaluation]) -> None:
+        """With `auto_restore`, turn back on each category the gates rolled back that is
+        neither latched nor cooling down, after `restore_passes` consecutive evaluations
+        since its trip in which every enforce check of it PASSed (the latest fresh)."""
+        policy = self.policy
+        if not policy.auto_restore:
+            return
+        for name, own in self.state.categories:
+            if own.mode is not SwitchMode.ROLLED_BACK or own.control is not Control.GATES:
+                continue
+            if own.latched or (own.cooldown_until is not None and self.now < own.cooldown_until):
+                continue
+            recent = self.counted(history, own.since)[-policy.restore_passes :]
+            if len(recent) < policy.restore_passes or not self.fresh(recent[-1]):
+                continue
+            if not all(category_passed(e.decisions, name) for e in recent):
+                continue
+            self.move_category(
+                name,
+                SwitchMode.AUTO,
+                Control.GATES,
+                "gate:all",
+                f"every enforce check of category {name!r} PASSed in the last {len(recent)} "
+                "evaluations (auto-restore)",
+                category_decisions(recent[-1].decisions, name),
             )
 
     def maybe_restore(self, counted: list[Evaluation]) -> None:
@@ -475,7 +563,8 @@ class _Machine:
         recent = counted[-policy.restore_passes :]
         if len(recent) < policy.restore_passes or not self.fresh(recent[-1]):
             return
-        if not all(all_enforced_pass(e.decisions) for e in recent):
+        off = state.categories_off()
+        if not all(all_enforced_pass(e.decisions, off) for e in recent):
             return
         self.move(
             SwitchMode.AUTO,

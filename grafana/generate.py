@@ -108,8 +108,8 @@ def quantile_targets(metric: str, by: str = "arm") -> list[prometheus.Dataquery]
 # -- "Speculative decoding canary" (Prometheus) ---------------------------------------------
 
 ACCEPTANCE_LENGTH = (
-    "1 + sum by (category) (rate(canaryd_speculative_accepted_tokens_total[{w}]))"
-    " / sum by (category) (rate(canaryd_speculative_verify_steps_total[{w}]))"
+    "1 + sum by (arm, category) (rate(canaryd_speculative_accepted_tokens_total[{w}]))"
+    " / sum by (arm, category) (rate(canaryd_speculative_verify_steps_total[{w}]))"
 )
 
 
@@ -163,6 +163,37 @@ def canary_dashboard() -> dash.Dashboard:
         .span(6)
         .height(5),
     ]
+    categories = (
+        statetimeline.Panel()
+        .title("Speculative decoding per category")
+        .description(
+            "Each category's own switch: ROLLED BACK when the gates (scope = category) or an "
+            "operator turned speculation off for that category only; LATCHED needs a human. "
+            "Only categories ever moved on their own appear; a rolled-back top level turns "
+            "every category off whatever this shows."
+        )
+        .datasource(PROMETHEUS)
+        .with_target(
+            promql(
+                "max by (category) (canaryd_switch_category_rolled_back"
+                " + canaryd_switch_category_latched)",
+                "{{category}}",
+            )
+        )
+        .mappings(
+            [
+                model.ValueMap(
+                    options={
+                        "0": model.ValueMappingResult(text="ENABLED", color="green"),
+                        "1": model.ValueMappingResult(text="ROLLED BACK", color="orange"),
+                        "2": model.ValueMappingResult(text="LATCHED", color="red"),
+                    }
+                )
+            ]
+        )
+        .span(24)
+        .height(6)
+    )
     gates = (
         statetimeline.Panel()
         .title("Gate states")
@@ -181,9 +212,9 @@ def canary_dashboard() -> dash.Dashboard:
             "Baseline e2e / speculative e2e of complete pairs. Below 1: speculation is slower.",
             [
                 promql(
-                    "histogram_quantile(0.5, sum by (category, le)"
+                    "histogram_quantile(0.5, sum by (arm, category, le)"
                     f" (rate(canaryd_speedup_ratio_bucket[{WINDOW}])))",
-                    "{{category}}",
+                    "{{arm}} {{category}}",
                 )
             ],
             "x",
@@ -194,17 +225,17 @@ def canary_dashboard() -> dash.Dashboard:
             "Tokens per verify step (1 … k+1), over 1 h; the band is the 7-day mean ± 2 sd "
             "of hourly values. Leaving the band is acceptance drift.",
             [
-                promql(ACCEPTANCE_LENGTH.format(w="1h"), "{{category}}", "A"),
+                promql(ACCEPTANCE_LENGTH.format(w="1h"), "{{arm}} {{category}}", "A"),
                 promql(
                     f"avg_over_time(({ACCEPTANCE_LENGTH.format(w='1h')})[7d:1h])"
                     f" - 2 * stddev_over_time(({ACCEPTANCE_LENGTH.format(w='1h')})[7d:1h])",
-                    "{{category}} band low",
+                    "{{arm}} {{category}} band low",
                     "B",
                 ),
                 promql(
                     f"avg_over_time(({ACCEPTANCE_LENGTH.format(w='1h')})[7d:1h])"
                     f" + 2 * stddev_over_time(({ACCEPTANCE_LENGTH.format(w='1h')})[7d:1h])",
-                    "{{category}} band high",
+                    "{{arm}} {{category}} band high",
                     "C",
                 ),
             ],
@@ -216,9 +247,11 @@ def canary_dashboard() -> dash.Dashboard:
             "(engines that report positions only).",
             [
                 promql(
-                    "sum by (position) (rate(canaryd_speculative_position_accepted_total[1h]))"
-                    " / sum by (position) (rate(canaryd_speculative_position_drafted_total[1h]))",
-                    "position {{position}}",
+                    "sum by (arm, position)"
+                    " (rate(canaryd_speculative_position_accepted_total[1h]))"
+                    " / sum by (arm, position)"
+                    " (rate(canaryd_speculative_position_drafted_total[1h]))",
+                    "{{arm}} position {{position}}",
                 )
             ],
             "percentunit",
@@ -311,9 +344,9 @@ def canary_dashboard() -> dash.Dashboard:
             "Complete pairs whose outputs were token-for-token identical (greedy: expect 1).",
             [
                 promql(
-                    "sum by (category) (rate(canaryd_pairs_exact_match_total[1h]))"
-                    " / sum by (category) (rate(canaryd_pairs_compared_total[1h]))",
-                    "{{category}}",
+                    "sum by (arm, category) (rate(canaryd_pairs_exact_match_total[1h]))"
+                    " / sum by (arm, category) (rate(canaryd_pairs_compared_total[1h]))",
+                    "{{arm}} {{category}}",
                 )
             ],
             "percentunit",
@@ -323,15 +356,15 @@ def canary_dashboard() -> dash.Dashboard:
             "P10 and median per category; below 0 the speculative arm scores worse.",
             [
                 promql(
-                    "histogram_quantile(0.1, sum by (category, le)"
+                    "histogram_quantile(0.1, sum by (arm, category, le)"
                     " (rate(canaryd_task_score_delta_bucket[6h])))",
-                    "{{category}} p10",
+                    "{{arm}} {{category}} p10",
                     "A",
                 ),
                 promql(
-                    "histogram_quantile(0.5, sum by (category, le)"
+                    "histogram_quantile(0.5, sum by (arm, category, le)"
                     " (rate(canaryd_task_score_delta_bucket[6h])))",
-                    "{{category}} p50",
+                    "{{arm}} {{category}} p50",
                     "B",
                 ),
             ],
@@ -383,7 +416,7 @@ def canary_dashboard() -> dash.Dashboard:
         )
     )
     rows: list[tuple[str, list[Any]]] = [
-        ("Switch and gates", [*switch, gates]),
+        ("Switch and gates", [*switch, categories, gates]),
         ("Speed and acceptance", speed),
         ("Latency", latency),
         ("Errors and store", errors),
@@ -399,7 +432,7 @@ def canary_dashboard() -> dash.Dashboard:
 # -- "History" (PostgreSQL, canaryd's tables) -------------------------------------------------
 
 RAW_SPEEDUP = """
-SELECT $__timeGroupAlias(p.started_at, '1h'), p.category AS metric,
+SELECT $__timeGroupAlias(p.started_at, '1h'), p.arm || ' ' || p.category AS metric,
   percentile_cont(0.5) WITHIN GROUP (ORDER BY b.e2e_s / NULLIF(s.e2e_s, 0)) AS value
 FROM pairs p
 JOIN generations b ON b.pair_id = p.pair_id AND b.arm = 'baseline'
@@ -408,45 +441,47 @@ WHERE $__timeFilter(p.started_at) AND p.complete
 GROUP BY 1, 2 ORDER BY 1, 2
 """
 RAW_EXACT_MATCH = """
-SELECT $__timeGroupAlias(p.started_at, '1h'), p.category AS metric,
+SELECT $__timeGroupAlias(p.started_at, '1h'), p.arm || ' ' || p.category AS metric,
   avg(CASE WHEN ps.exact_match THEN 1.0 ELSE 0.0 END) AS value
 FROM pairs p JOIN pair_scores ps ON ps.pair_id = p.pair_id
 WHERE $__timeFilter(p.started_at)
 GROUP BY 1, 2 ORDER BY 1, 2
 """
 RAW_ERRORS = """
-SELECT $__timeGroupAlias(p.started_at, '1h'), g.arm AS metric,
+SELECT $__timeGroupAlias(p.started_at, '1h'),
+  CASE WHEN g.arm = 'baseline' THEN 'baseline' ELSE p.arm END AS metric,
   avg(CASE WHEN g.error <> 'none' THEN 1.0 ELSE 0.0 END) AS value
 FROM pairs p JOIN generations g ON g.pair_id = p.pair_id
 WHERE $__timeFilter(p.started_at)
 GROUP BY 1, 2 ORDER BY 1, 2
 """
 ROLLUP_SPEEDUP = """
-SELECT $__timeGroupAlias(hour_start, '1d'), category AS metric,
+SELECT $__timeGroupAlias(hour_start, '1d'), arm || ' ' || category AS metric,
   sum(speedup_sum) / NULLIF(sum(speedup_count), 0) AS value
 FROM pair_rollups WHERE $__timeFilter(hour_start)
 GROUP BY 1, 2 ORDER BY 1, 2
 """
 ROLLUP_ACCEPTANCE = """
-SELECT $__timeGroupAlias(hour_start, '1d'), category AS metric,
+SELECT $__timeGroupAlias(hour_start, '1d'), arm || ' ' || category AS metric,
   1 + sum(accepted_tokens)::float / NULLIF(sum(verify_steps), 0) AS value
 FROM pair_rollups WHERE $__timeFilter(hour_start)
 GROUP BY 1, 2 ORDER BY 1, 2
 """
 ROLLUP_EXACT_MATCH = """
-SELECT $__timeGroupAlias(hour_start, '1d'), category AS metric,
+SELECT $__timeGroupAlias(hour_start, '1d'), arm || ' ' || category AS metric,
   sum(exact_matches)::float / NULLIF(sum(scored_pairs), 0) AS value
 FROM pair_rollups WHERE $__timeFilter(hour_start)
 GROUP BY 1, 2 ORDER BY 1, 2
 """
 ROLLUP_QUALITY = """
-SELECT $__timeGroupAlias(hour_start, '1d'), category AS metric,
+SELECT $__timeGroupAlias(hour_start, '1d'), arm || ' ' || category AS metric,
   sum(quality_delta_sum) / NULLIF(sum(quality_delta_count), 0) AS value
 FROM pair_rollups WHERE $__timeFilter(hour_start)
 GROUP BY 1, 2 ORDER BY 1, 2
 """
 ROLLUP_PAIRS = """
-SELECT $__timeGroupAlias(hour_start, '1d'), category AS metric, sum(pairs) AS value
+SELECT $__timeGroupAlias(hour_start, '1d'), arm || ' ' || category AS metric,
+  sum(pairs) AS value
 FROM pair_rollups WHERE $__timeFilter(hour_start)
 GROUP BY 1, 2 ORDER BY 1, 2
 """

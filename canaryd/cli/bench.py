@@ -24,6 +24,7 @@ from canaryd.assembly import (
     new_run,
     prompt_sampler,
     resolve_prompts,
+    speculative_engines,
 )
 from canaryd.bench import (
     DEFAULT_CONCURRENCY,
@@ -121,7 +122,7 @@ def bench(
     try:
         for suite in suites:
             store.record_suite(suite.name, suite.sha256, str(suite.path))
-        baseline, speculative = load_arms(settings, err)
+        engines = load_arms(settings, err)
         started_at = datetime.now(UTC)
         with Progress(
             TextColumn("{task.description:<22}"),
@@ -132,8 +133,8 @@ def bench(
             disable=not err.is_terminal,
         ) as progress:
             runner = Bench(
-                baseline,
-                speculative,
+                engines["baseline"],
+                speculative_engines(engines),
                 prompts=sequence,
                 plan=plan,
                 params=BenchParams(
@@ -155,8 +156,7 @@ def bench(
         run = new_run(
             settings,
             "bench",
-            baseline,
-            speculative,
+            engines,
             run_id=runner.run_id,
             started_at=started_at,
             extra_config={"bench": runner.section(level_records, monitor.summary())},

@@ -38,10 +38,11 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def load_arms(settings: Settings, console: Console) -> tuple[Engine, Engine]:
-    """Build both arms and load them (warm-up included) behind a spinner on `console`."""
-    baseline, speculative = build_arms(settings)
+def load_arms(settings: Settings, console: Console) -> dict[str, Engine]:
+    """Build every arm and load it (warm-up included) behind a spinner on `console`;
+    by name, `baseline` first."""
+    engines = build_arms(settings)
     with console.status("loading and warming up engines…", spinner="dots"):
-        baseline.load()
-        speculative.load()
-    return baseline, speculative
+        for engine in engines.values():
+            engine.load()
+    return engines

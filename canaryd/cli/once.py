@@ -1,4 +1,5 @@
-"""`canaryd once`: run N pairs now, store them, print a per-category table or JSON."""
+"""`canaryd once`: run N pairs now, store them, print a per-category table (one per
+speculative arm, with the ratios between arms) or JSON."""
 
 from __future__ import annotations
 
@@ -18,24 +19,25 @@ from canaryd.assembly import (
     pair_params,
     prompt_sampler,
     resolve_prompts,
+    speculative_engines,
 )
 from canaryd.cli.common import handle_errors, load_arms
-from canaryd.cli.once_json import once_json
+from canaryd.cli.once_json import RATIO_FIGURES, once_json
 from canaryd.cli.options import ConfigOption
 from canaryd.config import load_settings
 from canaryd.logs import configure_logging
 from canaryd.report import ALL, CategorySummary, summarise
-from canaryd.runner import PairRunner
+from canaryd.runner import PairGroup, PairRunner
 from canaryd.store import SqlStore
-from gates.records import PairRecord
 
 
 def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
     return "—" if value is None else f"{value:{spec}}{suffix}"
 
 
-def summary_table(summary: dict[str, CategorySummary], run_id: str) -> Table:
-    table = Table(title=f"canaryd once — run {run_id}", title_justify="left")
+def summary_table(summary: dict[str, CategorySummary], run_id: str, arm: str = "") -> Table:
+    title = f"canaryd once — run {run_id}" + (f" — arm {arm}" if arm else "")
+    table = Table(title=title, title_justify="left")
     for column in (
         "category",
         "pairs",
@@ -86,17 +88,17 @@ def once(
     try:
         for suite in suites:
             store.record_suite(suite.name, suite.sha256, str(suite.path))
-        baseline, speculative = load_arms(settings, err)
-        run = new_run(settings, "once", baseline, speculative)
+        engines = load_arms(settings, err)
+        run = new_run(settings, "once", engines)
         store.create_run(run)
         runner = PairRunner(
-            baseline,
-            speculative,
+            engines["baseline"],
+            speculative_engines(engines),
             run_id=run.run_id,
             seed=settings.prompts.seed,
             params=pair_params(settings),
         )
-        records: list[PairRecord] = []
+        groups: list[PairGroup] = []
         with Progress(
             TextColumn("pairs"),
             BarColumn(),
@@ -109,19 +111,29 @@ def once(
             task = progress.add_task("", total=pairs)
             for prompt in sampler.take(pairs):
                 progress.update(task, description=prompt.category)
-                record = runner.run_pair(prompt)
-                store.save_pair(record)
-                records.append(record)
+                group = runner.run_group(prompt)
+                for record in group.records:
+                    store.save_pair(record)
+                groups.append(group)
                 progress.advance(task)
         store.finish_run(run.run_id, datetime.now(UTC))
     finally:
         store.close()
-    summary = summarise(records)
+    output = once_json(run.run_id, groups, settings.switch_arm)
     if as_json:
-        json.dump(once_json(run.run_id, summary, records), sys.stdout, indent=2)
+        json.dump(output, sys.stdout, indent=2)
         sys.stdout.write("\n")
-    else:
-        out = Console()
-        if not out.is_terminal:  # a pipe or a log: do not squeeze the table into 80 columns
-            out = Console(width=160)
-        out.print(summary_table(summary, run.run_id))
+        return
+    out = Console()
+    if not out.is_terminal:  # a pipe or a log: do not squeeze the table into 80 columns
+        out = Console(width=160)
+    arms = list(runner.speculative)
+    if len(arms) == 1:
+        out.print(summary_table(summarise(g.records[0] for g in groups), run.run_id))
+        return
+    for arm in arms:
+        label = f"{arm} (switch)" if arm == settings.switch_arm else arm
+        out.print(summary_table(summarise(g.record(arm) for g in groups), run.run_id, label))
+    for ratio in output["summary"]["ratios"]:
+        figures = ", ".join(f"{name} {_fmt(ratio[name], '.3f', '×')}" for name in RATIO_FIGURES)
+        out.print(f"{ratio['arm']} over {ratio['over']} (all): {figures}")

@@ -113,6 +113,32 @@ def _render(report: StatusReport, console: Console) -> None:
     console.print(figures)
     for name, window in windows:
         console.print(_quality_line(_WINDOW_TITLES.get(name, name), window))
+    if len(report.arm_windows) > 1:
+        console.print(_arms_table(report))
+    if report.draft_lengths:
+        console.print("draft length by category (last day's pairs):", highlight=False)
+        for recommendation in report.draft_lengths.values():
+            console.print(f"  {recommendation.summary()}", highlight=False, soft_wrap=True)
+
+
+def _arms_table(report: StatusReport) -> Table:
+    """Every speculative arm over each window (the tables above are the switch arm's)."""
+    table = Table(title=f"speculative arms (the switch controls {report.switch_arm})")
+    for column in ("window", "arm", "pairs", "accept len", "exact match", "errors", "e2e p99"):
+        table.add_column(column, justify="left" if column in ("window", "arm") else "right")
+    for arm, windows in report.arm_windows.items():
+        for name, window in windows.items():
+            status = window.speculative
+            table.add_row(
+                _WINDOW_TITLES.get(name, name),
+                f"{arm} (switch)" if arm == report.switch_arm else arm,
+                str(window.pairs),
+                _figure(window.acceptance_length_mean, ".2f"),
+                _figure(window.exact_match_rate, ".1%"),
+                str(status.error_count),
+                _seconds(status.e2e_p99_s, status.e2e_approximate),
+            )
+    return table
 
 
 def _quality_line(title: str, window: WindowStatus) -> str:

@@ -53,8 +53,8 @@ from canaryd.switch import (
     shows,
     state_object,
 )
-from gates import Evaluation, SwitchEvent, SwitchState
-from gates.switch import category_decisions
+from gates import Evaluation, SwitchEvent, SwitchMode, SwitchState
+from gates.categories import category_decisions
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -108,10 +108,16 @@ def category_lines(state: SwitchState) -> list[str]:
     for name, own in state.categories:
         enabled = "ENABLED" if state.enabled_for(name) else "DISABLED"
         since = own.since.isoformat() if own.since else "-"
+        latch = " (LATCHED: only a human can restore)" if own.latched else ""
+        cooldown = (
+            f" cooldown until {own.cooldown_until.isoformat()}"
+            if own.cooldown_until is not None and own.mode is SwitchMode.ROLLED_BACK
+            else ""
+        )
         lines.append(
             f"  {name}: {own.mode.value} (speculative decoding {enabled}) control="
-            f"{own.control.value} generation={own.generation} since {since} by "
-            f"{own.actor or '-'}: {own.reason}"
+            f"{own.control.value}{latch} generation={own.generation} since {since}"
+            f"{cooldown} by {own.actor or '-'}: {own.reason}"
         )
     return lines
 

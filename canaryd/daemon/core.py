@@ -27,7 +27,14 @@ import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from canaryd import paths
-from canaryd.assembly import new_run, pair_params, prompt_sampler, resolve_prompts
+from canaryd.assembly import (
+    arm_names,
+    new_run,
+    pair_params,
+    prompt_sampler,
+    resolve_prompts,
+    speculative_engines,
+)
 from canaryd.config import Settings, load_settings
 from canaryd.daemon.buffer import PairWriter, PendingPairs
 from canaryd.daemon.probe import DatabaseProbe, health_report, max_stall_s, readiness_report
@@ -42,7 +49,7 @@ from canaryd.scoring import load_metrics
 from canaryd.store import SqlStore, Store
 from engine.base import Engine
 from engine.registry import build_engine
-from gates.records import ARMS, Arm, RunInfo
+from gates.records import BASELINE_ARM, RunInfo
 
 __all__ = ["RESTART_ONLY", "Daemon", "GateHook", "NoGates"]
 
@@ -84,7 +91,7 @@ class _Plan:
     settings: Settings
     sampler: StratifiedSampler
     runner: PairRunner
-    engines: dict[Arm, Engine]
+    engines: dict[str, Engine]  # by arm name: baseline, the switch's arm, comparison arms
     run: RunInfo
 
 
@@ -122,7 +129,7 @@ class Daemon:
         self._server: StatusServer | None = None
         self._scheduler: BackgroundScheduler | None = None
         self._plan: _Plan | None = None
-        self._engines: dict[Arm, Engine] = {}
+        self._engines: dict[str, Engine] = {}
         self._engines_loaded = False
         self._stopping = threading.Event()
         self._idle = threading.Event()
@@ -172,8 +179,8 @@ class Daemon:
         return self._plan.run.run_id
 
     @property
-    def engines(self) -> dict[Arm, Engine]:
-        """The running engine of each arm."""
+    def engines(self) -> dict[str, Engine]:
+        """The running engine of each arm, by name."""
         return dict(self._engines)
 
     @property
@@ -255,29 +262,30 @@ class Daemon:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def _load_engines(self, settings: Settings, reuse: dict[Arm, Engine]) -> dict[Arm, Engine]:
-        """Engines for both arms: those in `reuse` as they are, the others built, loaded and
-        warmed up; if one fails, those built here are closed again."""
-        engines: dict[Arm, Engine] = {}
+    def _load_engines(self, settings: Settings, reuse: dict[str, Engine]) -> dict[str, Engine]:
+        """Engines for every arm: those in `reuse` as they are, the others built, loaded
+        and warmed up; if one fails, those built here are closed again."""
+        engines: dict[str, Engine] = {}
         with contextlib.ExitStack() as fresh:
-            for arm in ARMS:
+            for arm in arm_names(settings):
                 if arm in reuse:
                     engines[arm] = reuse[arm]
                     continue
-                engine = build_engine(getattr(settings.arms, arm), models_dir=paths.models_dir())
+                engine = build_engine(settings.arms.arm(arm), models_dir=paths.models_dir())
                 fresh.callback(engine.close)
                 log.info("engine.loading", arm=arm, identity=engine.identity)
                 engine.load()
                 engines[arm] = engine
             fresh.pop_all()
-        for arm in ARMS:
+        self.metrics.set_arms(engines)
+        for arm in engines:
             self.metrics.set_engine_ready(arm, True)
         self._engines_loaded = True
         return engines
 
     def _close_engines(self) -> None:
         self._engines_loaded = False
-        for arm in ARMS:
+        for arm in self._engines:
             self.metrics.set_engine_ready(arm, False)
         if self.abandoned:
             return  # a pair is still generating on them; the process is about to exit
@@ -288,7 +296,7 @@ class Daemon:
         self,
         settings: Settings,
         sampler: StratifiedSampler,
-        engines: dict[Arm, Engine],
+        engines: dict[str, Engine],
         *,
         previous: RunInfo | None = None,
     ) -> _Plan:
@@ -299,16 +307,16 @@ class Daemon:
         else:
             run = self._new_run(settings, engines)
         runner = PairRunner(
-            engines["baseline"],
-            engines["speculative"],
+            engines[BASELINE_ARM],
+            speculative_engines(engines),
             run_id=run.run_id,
             seed=settings.prompts.seed,
             params=pair_params(settings),
         )
         return _Plan(settings, sampler, runner, engines, run)
 
-    def _new_run(self, settings: Settings, engines: dict[Arm, Engine]) -> RunInfo:
-        return new_run(settings, "daemon", engines["baseline"], engines["speculative"])
+    def _new_run(self, settings: Settings, engines: dict[str, Engine]) -> RunInfo:
+        return new_run(settings, "daemon", engines)
 
     def _build_info(self, plan: _Plan) -> None:
         software = plan.run.software
@@ -397,22 +405,24 @@ class Daemon:
         for prompt in plan.sampler.take(plan.settings.schedule.pairs_per_cycle):
             if self._stopping.is_set():
                 break  # stop scheduling new pairs; the one that finished is stored
-            record = plan.runner.run_pair(prompt)
+            group = plan.runner.run_group(prompt)
             self._progress_at = time.monotonic()
-            self.metrics.observe_pair(record)
-            if include_text:
-                log.info(
-                    "pair.text",
-                    pair_id=record.pair_id,
-                    prompt_text=[m.content for m in prompt.messages],
-                    baseline_text=record.baseline.text,
-                    speculative_text=record.speculative.text,
-                )
-            if db_away:
-                self._pairs.buffer(record)  # keep the order: it goes after the pairs waiting
-                continue
-            if not self._pairs.save(record):
-                db_away, ok = True, False
+            self.metrics.observe_group(group.records)
+            for record in group.records:
+                if include_text:
+                    log.info(
+                        "pair.text",
+                        pair_id=record.pair_id,
+                        arm=record.arm,
+                        prompt_text=[m.content for m in prompt.messages],
+                        baseline_text=record.baseline.text,
+                        speculative_text=record.speculative.text,
+                    )
+                if db_away:
+                    self._pairs.buffer(record)  # keep the order: after the pairs waiting
+                    continue
+                if not self._pairs.save(record):
+                    db_away, ok = True, False
         return ok
 
     def evaluate_gates(self) -> None:
@@ -519,12 +529,12 @@ class Daemon:
             log.error("config.reload_failed", reason=str(exc), kept=old.run.config_hash)
             return False
         reuse = {
-            arm: old.engines[arm]
-            for arm in ARMS
-            if getattr(new.arms, arm) == getattr(old.settings.arms, arm)
+            arm: engine
+            for arm, engine in old.engines.items()
+            if arm in new.arms.names and new.arms.arm(arm) == old.settings.arms.arm(arm)
         }
-        replaced = [arm for arm in ARMS if arm not in reuse]
-        engines: dict[Arm, Engine] = dict(reuse)
+        replaced = [arm for arm in old.engines if arm not in reuse]
+        engines: dict[str, Engine] = dict(reuse)
         try:
             engines = self._load_engines(new, reuse)
             plan = self._new_plan(new, sampler, engines, previous=old.run)
@@ -535,9 +545,12 @@ class Daemon:
             # Any error, not only ours: a model directory transformers cannot read raises
             # OSError, a GPU without room for the new model a RuntimeError. A reload must
             # never take the running daemon down with it.
-            for arm in replaced:
-                if arm in engines and engines[arm] is not old.engines[arm]:
-                    engines[arm].close()
+            for arm, engine in engines.items():
+                if arm not in reuse:
+                    engine.close()
+            self.metrics.set_arms(old.engines)
+            for arm in old.engines:
+                self.metrics.set_engine_ready(arm, True)
             self._engines_loaded = True  # the old engines still are
             log.error(
                 "config.reload_failed",
@@ -567,7 +580,8 @@ class Daemon:
             "config.reloaded",
             run_id=plan.run.run_id,
             config_hash=plan.run.config_hash,
-            engines_rebuilt=replaced,
+            engines_rebuilt=[arm for arm in engines if arm not in reuse],
+            engines_closed=replaced,
             categories=sampler.categories,
         )
         return True

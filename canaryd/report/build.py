@@ -8,7 +8,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from canaryd.assembly import arms_key
+from canaryd.assembly import arm_pair_config, arms_key
+from canaryd.recommend import recommend_draft_lengths
+from canaryd.report.arms import (
+    arm_category_table,
+    arm_figures,
+    arm_gates_table,
+    arm_ladder_tables,
+    arm_position_table,
+    arms_table,
+    pairs_by_arm,
+    plot_arm_acceptance,
+    plot_arm_positions,
+)
 from canaryd.report.drift import drift_by_category
 from canaryd.report.figures import (
     acceptance_figures,
@@ -18,6 +30,7 @@ from canaryd.report.figures import (
     by_category,
     consistency_figures,
     ladder_figures,
+    run_arms,
 )
 from canaryd.report.html import Report
 from canaryd.report.plots import (
@@ -35,6 +48,7 @@ from canaryd.report.tables import (
     acceptance_table,
     category_table,
     consistency_table,
+    draft_length_table,
     drift_table,
     flips_table,
     gates_table,
@@ -44,7 +58,8 @@ from canaryd.report.tables import (
     speedup_table,
 )
 from canaryd.store import Store, StoredRun
-from gates.records import PairRecord
+from canaryd.store.rollup import facts_from_record
+from gates.records import DEFAULT_ARM, PairRecord
 
 
 def build_report(
@@ -73,6 +88,12 @@ def build_report(
         title = "canaryd report — history"
         meta = [f"pairs started from {_iso(since)} to {_iso(until)}"]
     meta += [f"{len(pairs)} pairs", *([f"database {database}"] if database else [])]
+    # The single-arm figures below are the switch's arm's; the others sit beside it.
+    arms = _arms(store, run, pairs)
+    by_arm = pairs_by_arm(pairs, arms)
+    all_pairs, pairs = pairs, by_arm[arms[0]]
+    if len(arms) > 1:
+        meta.append(f"speculative arms: {', '.join(arms)} (the figures are {arms[0]}'s)")
     if run is not None:
         audit = read_audit(store, run.info.started_at, run.finished_at)
     else:
@@ -83,15 +104,22 @@ def build_report(
     acceptance = by_category(pairs, acceptance_figures)
     consistency = by_category(pairs, consistency_figures)
     latency = arm_latency(pairs)
-    drift = drift_by_category(pairs, store.drift_references(_arms_of(store, run)))
+    drift = drift_by_category(pairs, store.drift_references(_arms_of(store, run, arms[0])))
+    draft_lengths = recommend_draft_lengths([facts_from_record(p) for p in pairs])
     section = bench_section(run) if run is not None else None
-    ladder = ladder_figures(section, pairs) if section is not None else []
+    ladder = ladder_figures(section, all_pairs) if section is not None else []
+    compared = arm_figures(by_arm, arms[0]) if len(arms) > 1 else []
 
     tables = [category_table(summary)]
-    if ladder:
+    if compared:
+        tables += [arms_table(compared), arm_category_table(by_arm), arm_position_table(compared)]
+    if ladder and compared:
+        tables += arm_ladder_tables(ladder, arms)
+    elif ladder:
         tables += [speedup_table(ladder), ladder_table(ladder)]
     tables += [
         acceptance_table(acceptance),
+        draft_length_table(draft_lengths),
         consistency_table(consistency),
         latency_table(latency),
         drift_table(drift),
@@ -100,6 +128,10 @@ def build_report(
         tables.append(flips_table(audit))
     if audit.gates:
         tables.append(gates_table(audit))
+    if compared:
+        tables.append(
+            arm_gates_table({a: store.latest_evaluation(comparison_arm=a) for a in arms[1:]})
+        )
     if section is not None:
         tables.append(resources_table(section.get("resources")))
 
@@ -109,8 +141,12 @@ def build_report(
     else:
         if any(s.speedup_median is not None for s in summary.values()):
             plots.append(plot_speedup_by_category(summary))
+        if compared:
+            plots += [plot_arm_acceptance(by_arm), plot_arm_positions(compared)]
         if ladder:
-            plots.append(plot_ladder(ladder))
+            plots.append(
+                plot_ladder([level for level in ladder if level.speculative_arm == arms[0]])
+            )
         lengths = {
             c: acceptance_lengths([p for p in pairs if p.prompt.category == c])
             for c in sorted({p.prompt.category for p in pairs})
@@ -136,18 +172,31 @@ def build_report(
         latency=latency,
         ladder=tuple(ladder),
         drift=drift,
+        draft_lengths=draft_lengths,
     )
 
 
 def bench_markdown(run: StoredRun, pairs: Sequence[PairRecord]) -> str:
-    """What `canaryd bench` prints: the report's tables for the stored bench run."""
+    """What `canaryd bench` prints: the report's tables for the stored bench run (with
+    several speculative arms, the arms side by side, then the switch's arm's tables)."""
     section = bench_section(run)
     ladder = ladder_figures(section, pairs) if section is not None else []
-    tables = [
-        speedup_table(ladder),
-        ladder_table(ladder),
-        acceptance_table(by_category(pairs, acceptance_figures)),
-        consistency_table(by_category(pairs, consistency_figures)),
+    arms = run_arms(run, pairs)
+    by_arm = pairs_by_arm(pairs, arms)
+    main = by_arm[arms[0]]
+    if len(arms) > 1:
+        compared = arm_figures(by_arm, arms[0])
+        tables = [
+            arms_table(compared),
+            arm_category_table(by_arm),
+            arm_position_table(compared),
+            *arm_ladder_tables(ladder, arms),
+        ]
+    else:
+        tables = [speedup_table(ladder), ladder_table(ladder)]
+    tables += [
+        acceptance_table(by_category(main, acceptance_figures)),
+        consistency_table(by_category(main, consistency_figures)),
         resources_table(None if section is None else section.get("resources")),
     ]
     return "\n".join(table.markdown() for table in tables)
@@ -161,10 +210,26 @@ def _iso(moment: datetime | None) -> str:
     return "—" if moment is None else moment.isoformat(timespec="seconds")
 
 
-def _arms_of(store: Store, run: StoredRun | None) -> str:
-    """The arms key whose drift references the report shows: the run's own, else the
-    latest run's."""
+def _reference_run(store: Store, run: StoredRun | None) -> StoredRun | None:
+    """The run whose configuration the report reads: the run itself, else the latest."""
     if run is None:
         latest = store.runs(limit=1)
         run = latest[0] if latest else None
-    return arms_key(run.info.config.get("arms")) if run is not None else ""
+    return run
+
+
+def _arms(store: Store, run: StoredRun | None, pairs: Sequence[PairRecord]) -> list[str]:
+    """The speculative arms with pairs in the selection, the switch's arm first."""
+    reference = _reference_run(store, run)
+    named = run_arms(reference, pairs) if reference is not None else sorted({p.arm for p in pairs})
+    present = {p.arm for p in pairs}
+    return [arm for arm in named if arm in present] or [DEFAULT_ARM]
+
+
+def _arms_of(store: Store, run: StoredRun | None, arm: str) -> str:
+    """The arms key whose drift references the report shows for `arm`: the run's own,
+    else the latest run's."""
+    run = _reference_run(store, run)
+    if run is None:
+        return ""
+    return arms_key(arm_pair_config(run.info.config.get("arms"), arm))

@@ -16,7 +16,7 @@ from typing import Any
 from canaryd.report.summary import ALL
 from canaryd.store import StoredRun
 from engine.types import GenerationResult
-from gates.records import ARMS, Arm, PairRecord
+from gates.records import ARMS, BASELINE_ARM, DEFAULT_ARM, Arm, PairRecord
 from gates.stats import mean, quantile, rate
 
 LATENCY_QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
@@ -84,12 +84,15 @@ def arm_level_figures(results: Sequence[GenerationResult], wall_s: float) -> Arm
 
 @dataclass(frozen=True, slots=True)
 class LevelFigures:
+    """One concurrency level of one speculative arm against the baseline."""
+
     concurrency: int
     arm_order: tuple[Arm, Arm]
     baseline: ArmLevelFigures
     speculative: ArmLevelFigures
     throughput_speedup: float | None  # speculative / baseline aggregate tokens/s
     e2e_speedup_median: float | None  # median over complete pairs of baseline e2e / spec e2e
+    speculative_arm: str = DEFAULT_ARM  # the speculative arm's name
 
     def arm(self, arm: Arm) -> ArmLevelFigures:
         return self.baseline if arm == "baseline" else self.speculative
@@ -100,8 +103,10 @@ def level_figures(
     arm_order: tuple[Arm, Arm],
     pairs: Sequence[PairRecord],
     wall_s: Mapping[Arm, float],
+    arm: str = DEFAULT_ARM,
 ) -> LevelFigures:
-    """Both arms of one level and the speedups between them."""
+    """The baseline and the speculative arm `arm` at one level and the speedups between
+    them."""
     baseline = arm_level_figures([p.baseline for p in pairs], wall_s["baseline"])
     speculative = arm_level_figures([p.speculative for p in pairs], wall_s["speculative"])
     base_tps, spec_tps = baseline.aggregate_tokens_per_s, speculative.aggregate_tokens_per_s
@@ -112,6 +117,7 @@ def level_figures(
         speculative=speculative,
         throughput_speedup=spec_tps / base_tps if base_tps and spec_tps is not None else None,
         e2e_speedup_median=quantile([s for p in pairs if (s := p.speedup) is not None], 0.5),
+        speculative_arm=arm,
     )
 
 
@@ -233,12 +239,22 @@ class ArmWindow:
 
 @dataclass(frozen=True, slots=True)
 class LevelRecord:
-    """Which stored pairs one level produced, and each arm's wall-clock window."""
+    """Which stored pairs one level produced (of every speculative arm), and each arm's
+    wall-clock window, by arm name; `arm_order` is the order the arms were driven in."""
 
     concurrency: int
-    arm_order: tuple[Arm, Arm]
+    arm_order: tuple[str, ...]
     pair_ids: tuple[str, ...]
-    windows: dict[Arm, ArmWindow]
+    windows: dict[str, ArmWindow]
+
+    @property
+    def speculative_arms(self) -> tuple[str, ...]:
+        return tuple(arm for arm in self.arm_order if arm != BASELINE_ARM)
+
+    def roles(self, arm: str) -> tuple[Arm, Arm]:
+        """Whether the baseline or the speculative arm `arm` ran first at this level."""
+        first = self.arm_order.index(BASELINE_ARM) < self.arm_order.index(arm)
+        return ("baseline", "speculative") if first else ("speculative", "baseline")
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -253,21 +269,28 @@ class LevelRecord:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LevelRecord:
-        order = tuple(data["arm_order"])
-        if sorted(order) != sorted(ARMS):
+        order = tuple(str(arm) for arm in data["arm_order"])
+        if BASELINE_ARM not in order or len(order) < 2 or len(set(order)) != len(order):
             raise ValueError(f"bad arm order {order!r} in a stored bench level")
         return cls(
             concurrency=int(data["concurrency"]),
-            arm_order=(order[0], order[1]),
+            arm_order=order,
             pair_ids=tuple(data["pair_ids"]),
             windows={
                 arm: ArmWindow(
                     started_at=datetime.fromisoformat(w["started_at"]), wall_s=float(w["wall_s"])
                 )
                 for arm, w in data["arms"].items()
-                if arm in ARMS
+                if arm in order
             },
         )
+
+
+def run_arms(run: StoredRun, pairs: Iterable[PairRecord] = ()) -> list[str]:
+    """The speculative arms of a stored run and of `pairs`: the run's switch arm first,
+    then the others by name."""
+    first, *others = run.arms
+    return [first, *sorted((set(others) | {p.arm for p in pairs}) - {first})]
 
 
 def bench_section(run: StoredRun) -> dict[str, Any] | None:
@@ -279,18 +302,24 @@ def bench_section(run: StoredRun) -> dict[str, Any] | None:
 
 
 def ladder_figures(section: Mapping[str, Any], pairs: Sequence[PairRecord]) -> list[LevelFigures]:
-    """Each level's figures from the stored pairs it lists and its stored windows."""
+    """Each level's figures from the stored pairs it lists and its stored windows: one
+    per level and speculative arm, levels in order, arms in their driven order."""
     by_id = {p.pair_id: p for p in pairs}
     figures = []
     for data in section.get("levels", []):
         level = LevelRecord.from_json(data)
-        level_pairs = [by_id[i] for i in level.pair_ids if i in by_id]
-        figures.append(
-            level_figures(
-                level.concurrency,
-                level.arm_order,
-                level_pairs,
-                {arm: level.windows[arm].wall_s for arm in ARMS},
+        listed = [by_id[i] for i in level.pair_ids if i in by_id]
+        for arm in level.speculative_arms:
+            figures.append(
+                level_figures(
+                    level.concurrency,
+                    level.roles(arm),
+                    [p for p in listed if p.arm == arm],
+                    {
+                        "baseline": level.windows[BASELINE_ARM].wall_s,
+                        "speculative": level.windows[arm].wall_s,
+                    },
+                    arm=arm,
+                )
             )
-        )
     return figures

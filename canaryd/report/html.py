@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
+from canaryd.recommend import DraftRecommendation
 from canaryd.report.drift import DriftSeries
 from canaryd.report.figures import AcceptanceFigures, ConsistencyFigures, LevelFigures, Percentiles
 from canaryd.report.plots import Plot
@@ -29,6 +30,7 @@ class Report:
     latency: dict[Arm, dict[str, Percentiles]] = field(default_factory=dict)
     ladder: tuple[LevelFigures, ...] = ()
     drift: dict[str, DriftSeries] = field(default_factory=dict)
+    draft_lengths: dict[str, DraftRecommendation] = field(default_factory=dict)
 
     def markdown(self) -> str:
         parts = [f"# {self.title}", "", *(f"- {line}" for line in self.meta), ""]

@@ -58,7 +58,8 @@ def _dates(moments: Iterable[datetime]) -> list[float]:
     return [_date(m) for m in moments]
 
 
-def _png(figure: Figure, title: str) -> Plot:
+def as_plot(figure: Figure, title: str) -> Plot:
+    """`figure` titled `title`, laid out and rendered as a PNG `Plot`."""
     figure.suptitle(title)
     figure.tight_layout()
     buffer = io.BytesIO()
@@ -75,7 +76,7 @@ def plot_speedup_by_category(summary: Mapping[str, CategorySummary]) -> Plot:
     axes.axhline(1.0, color="#C44E52", linestyle="--", linewidth=1)
     axes.set_ylabel("median speedup (×)")
     axes.tick_params(axis="x", labelrotation=30)
-    return _png(figure, "Speedup by category")
+    return as_plot(figure, "Speedup by category")
 
 
 def plot_ladder(levels: Sequence[LevelFigures]) -> Plot:
@@ -105,7 +106,7 @@ def plot_ladder(levels: Sequence[LevelFigures]) -> Plot:
     right.set_xlabel("concurrency")
     right.set_ylabel("aggregate output tok/s")
     right.legend()
-    return _png(figure, "Speedup and throughput by concurrency")
+    return as_plot(figure, "Speedup and throughput by concurrency")
 
 
 def plot_acceptance_distributions(lengths: Mapping[str, Sequence[float]]) -> Plot:
@@ -115,7 +116,7 @@ def plot_acceptance_distributions(lengths: Mapping[str, Sequence[float]]) -> Plo
     axes.boxplot([list(lengths[c]) for c in names], whis=(10, 90), showmeans=True)
     axes.set_xticks(range(1, len(names) + 1), names, rotation=30)
     axes.set_ylabel("acceptance length (tokens / verify step)")
-    return _png(figure, "Acceptance length distribution by category")
+    return as_plot(figure, "Acceptance length distribution by category")
 
 
 def plot_latency(latency: Mapping[Arm, Mapping[str, Percentiles]]) -> Plot:
@@ -137,7 +138,7 @@ def plot_latency(latency: Mapping[Arm, Mapping[str, Percentiles]]) -> Plot:
         axes.set_title(f"{label} (s)")
         if i == 0:
             axes.legend()
-    return _png(figure, "Latency percentiles per arm")
+    return as_plot(figure, "Latency percentiles per arm")
 
 
 def plot_drift(drift: Mapping[str, DriftSeries], flips: Sequence[Flip]) -> Plot:
@@ -153,7 +154,7 @@ def plot_drift(drift: Mapping[str, DriftSeries], flips: Sequence[Flip]) -> Plot:
         axes.xaxis_date()
         axes.set_ylabel(category, rotation=0, ha="right", fontsize=8)
         axes.tick_params(labelsize=7)
-    return _png(figure, "Acceptance length over time (band: reference; dotted: switch flips)")
+    return as_plot(figure, "Acceptance length over time (band: reference; dotted: switch flips)")
 
 
 def plot_gates(audit: Audit) -> Plot:
@@ -175,4 +176,4 @@ def plot_gates(audit: Audit) -> Plot:
     axes.xaxis_date()
     axes.set_yticks(range(len(gates)), gates)
     axes.legend(fontsize=7, loc="upper left")
-    return _png(figure, "Gate states over time")
+    return as_plot(figure, "Gate states over time")

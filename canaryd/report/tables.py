@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from canaryd.recommend import DraftRecommendation
 from canaryd.report.drift import DriftSeries
 from canaryd.report.figures import (
     LATENCY_METRICS,
@@ -130,6 +131,42 @@ def acceptance_table(figures: Mapping[str, AcceptanceFigures]) -> ReportTable:
     )
 
 
+def draft_length_table(recommendations: Mapping[str, DraftRecommendation]) -> ReportTable:
+    def recommended(r: DraftRecommendation) -> str:
+        if r.draft_length is None:
+            return "—"
+        return "off" if r.draft_length == 0 else str(r.draft_length)
+
+    return ReportTable(
+        title="Draft length by category (recommendation)",
+        columns=(
+            "category",
+            "pairs",
+            "k measured",
+            "accept per position 1…k",
+            "E[L] by k",
+            "expected speedup by k",
+            "recommended k",
+            "why",
+        ),
+        rows=tuple(
+            (
+                category,
+                str(r.pairs),
+                str(r.measured_k),
+                positions(r.acceptance_by_position),
+                positions(r.expected_length),
+                positions(r.expected_speedup),
+                recommended(r),
+                r.reason,
+            )
+            for category, r in recommendations.items()
+        ),
+        note="E[L](k) = expected tokens per verify step with drafts capped at k; expected "
+        "speedup = E[L](k) ÷ the fitted cost of a verify step (baseline token times)",
+    )
+
+
 def consistency_table(figures: Mapping[str, ConsistencyFigures]) -> ReportTable:
     return ReportTable(
         title="Output consistency by category",
@@ -169,7 +206,7 @@ def ladder_table(levels: Sequence[LevelFigures]) -> ReportTable:
             rows.append(
                 (
                     str(level.concurrency),
-                    arm,
+                    arm if arm == "baseline" else level.speculative_arm,
                     str(f.requests),
                     pct(f.error_rate),
                     fmt(f.aggregate_tokens_per_s, ".2f"),

@@ -3,9 +3,9 @@
 With greedy decoding a correct speculative engine reproduces the baseline exactly, so
 most pairs are identical and take a fast path; differing pairs get the full set of
 similarity metrics, and both arms are graded against the prompt's check or reference.
-Sampled pairs may also be scored by a teacher (the baseline engine): the difference of
-the two outputs' mean token NLL under the target model, which is zero on average for a
-lossless speculative arm.
+Sampled pairs may also be scored by a teacher (the baseline engine): the differences of
+the two outputs' mean token NLL and of their excess of argmax tokens under the target
+model, both zero on average for a lossless speculative arm.
 """
 
 from __future__ import annotations
@@ -44,22 +44,25 @@ def task_score(prompt: Prompt, text: str, metrics: ScoringMetrics | None = None)
     return None
 
 
-def nll_delta(
+def teacher_deltas(
     teacher: Engine, prompt: Prompt, baseline: GenerationResult, speculative: GenerationResult
-) -> float | None:
-    """Mean token NLL (speculative) - mean token NLL (baseline) under `teacher`; None when
-    it cannot score either output (a remote arm, no token ids) or fails."""
-    if not (baseline.token_ids and speculative.token_ids):
-        return None
-    if baseline.token_ids == speculative.token_ids:
-        return 0.0  # one output, one likelihood: no forward pass needed
+) -> tuple[float | None, float | None]:
+    """(`nll_delta`, `argmax_delta`): mean token NLL and argmax excess (engine.types.
+    TeacherScore) under `teacher`, speculative minus baseline; (None, None) when it
+    cannot score either output (no output, a teacher without scores) or fails."""
+    if not (baseline.token_ids or baseline.text) or not (speculative.token_ids or speculative.text):
+        return None, None
+    if baseline.token_ids == speculative.token_ids and baseline.text == speculative.text:
+        return 0.0, 0.0  # one output, one score: no forward pass needed
     try:
-        base = teacher.score(prompt.messages, baseline.token_ids)
-        spec = teacher.score(prompt.messages, speculative.token_ids)
+        base = teacher.score(prompt.messages, baseline)
+        spec = teacher.score(prompt.messages, speculative)
     except Exception:  # a scoring bug must not lose the pair
         log.exception("pair.teacher_score_failed")
-        return None
-    return None if base is None or spec is None else spec - base
+        return None, None
+    if base is None or spec is None:
+        return None, None
+    return spec.mean_nll - base.mean_nll, spec.argmax_excess - base.argmax_excess
 
 
 def score_pair(
@@ -72,7 +75,7 @@ def score_pair(
 
     Identical outputs score 1.0 ROUGE-L, 100 chrF and 1.0 edit similarity without
     running the metrics (rouge-score would give two empty texts 0). `teacher`, given for
-    sampled pairs, scores both outputs' likelihood (`nll_delta`).
+    sampled pairs, scores both outputs (`nll_delta`, `argmax_delta`).
     """
     if not (baseline.ok and speculative.ok):
         return None
@@ -92,6 +95,9 @@ def score_pair(
         speculative_task = task_score(prompt, speculative.text, metrics)
 
     baseline_loop = has_repetition_loop(loop_units(baseline))
+    nll, argmax = (
+        (None, None) if teacher is None else teacher_deltas(teacher, prompt, baseline, speculative)
+    )
     return PairScores(
         exact_match=exact_match,
         first_divergence=divergence,
@@ -112,5 +118,6 @@ def score_pair(
             if baseline_task is not None and speculative_task is not None
             else None
         ),
-        nll_delta=None if teacher is None else nll_delta(teacher, prompt, baseline, speculative),
+        nll_delta=nll,
+        argmax_delta=argmax,
     )

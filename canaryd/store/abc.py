@@ -18,7 +18,7 @@ from typing import Protocol
 from canaryd.store.rollup import PairFacts, PairRollup
 from canaryd.store.switching import AuditEntry, SwitchRecord
 from gates import Evaluation, ReferenceStats, SwitchOutcome, SwitchState
-from gates.records import PairRecord, RunInfo
+from gates.records import DEFAULT_ARM, PairRecord, RunInfo
 
 __all__ = [
     "RETENTION_BATCH_PAIRS",
@@ -42,6 +42,23 @@ class StoredRun:
 
     info: RunInfo
     finished_at: datetime | None
+
+    @property
+    def switch_arm(self) -> str:
+        """The speculative arm the run's switch controlled: its `switch.arm`, else its one
+        speculative arm (`speculative` for runs from before arms had names)."""
+        switch = self.info.config.get("switch")
+        named = switch.get("arm") if isinstance(switch, dict) else None
+        if isinstance(named, str) and named:
+            return named
+        arms = list(self.info.arm_identities)
+        return arms[0] if len(arms) == 1 else DEFAULT_ARM
+
+    @property
+    def arms(self) -> list[str]:
+        """The run's speculative arms: the switch's first, then the others by name."""
+        first = self.switch_arm
+        return [first, *sorted(set(self.info.arm_identities) - {first})]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +106,7 @@ class HistoryStore(Protocol):
         until: datetime | None = None,
         category: str | None = None,
         limit: int | None = None,
+        arm: str | None = None,
     ) -> list[PairRecord]: ...
 
     def runs(self, limit: int | None = 20) -> list[StoredRun]: ...
@@ -142,11 +160,13 @@ class SwitchStore(Protocol):
         self, *, since: datetime | None = None, limit: int | None = None
     ) -> list[AuditEntry]: ...
 
-    def save_evaluation(self, evaluation: Evaluation) -> None: ...
+    def save_evaluation(
+        self, evaluation: Evaluation, *, comparison_arm: str | None = None
+    ) -> None: ...
 
-    def evaluations(self, limit: int) -> list[Evaluation]: ...
+    def evaluations(self, limit: int, *, comparison_arm: str | None = None) -> list[Evaluation]: ...
 
-    def latest_evaluation(self) -> Evaluation | None: ...
+    def latest_evaluation(self, *, comparison_arm: str | None = None) -> Evaluation | None: ...
 
     def prune_gate_decisions(self, before: datetime) -> int: ...
 

@@ -50,6 +50,7 @@ from canaryd.store.rollup import (
 from canaryd.store.switching import AuditEntry, SwitchRecord
 from engine.types import (
     AcceptanceSource,
+    DraftCost,
     ErrorKind,
     GenerationResult,
     Message,
@@ -255,7 +256,13 @@ def _generation_row(arm: Arm, result: GenerationResult) -> GenerationRow:
         }
     else:
         speculative = _row_values(stats, GenerationRow, renamed=_SPECULATIVE_COLUMNS)
-    return GenerationRow(arm=arm, **_row_values(result, GenerationRow), **speculative)
+    cost = result.draft_cost
+    draft_cost = (
+        {spec.name: None for spec in fields(DraftCost)}
+        if cost is None
+        else _row_values(cost, GenerationRow)
+    )
+    return GenerationRow(arm=arm, **_row_values(result, GenerationRow), **speculative, **draft_cost)
 
 
 def _generation_from_row(row: GenerationRow) -> GenerationResult:
@@ -267,7 +274,14 @@ def _generation_from_row(row: GenerationRow) -> GenerationResult:
             renamed=_SPECULATIVE_COLUMNS,
             convert=_SPECULATIVE_FROM_COLUMNS,
         )
-    return _from_row(GenerationResult, row, convert=_GENERATION_FROM_COLUMNS, speculative=stats)
+    cost = None if row.draft_s is None else _from_row(DraftCost, row)
+    return _from_row(
+        GenerationResult,
+        row,
+        convert=_GENERATION_FROM_COLUMNS,
+        speculative=stats,
+        draft_cost=cost,
+    )
 
 
 def _arm_order(stored: Sequence[str]) -> tuple[Arm, Arm]:
@@ -349,6 +363,7 @@ def facts_query() -> Select[Any]:
             _SPECULATIVE.drafted_per_position,
             PairScoresRow.exact_match,
             PairScoresRow.task_score_delta,
+            PairRow.arm,
         )
         .join(_BASELINE, and_(_BASELINE.pair_id == PairRow.pair_id, _BASELINE.arm == "baseline"))
         .join(
@@ -362,7 +377,7 @@ def facts_query() -> Select[Any]:
 def facts_from_columns(row: Sequence[Any]) -> PairFacts:
     """The facts of one pair from a row of `facts_query`."""
     (pair_id, category, started_at, *arms) = row[:13]
-    verify, drafted, accepted, per_position, drafted_per_position, exact, delta = row[13:]
+    verify, drafted, accepted, per_position, drafted_per_position, exact, delta, arm = row[13:]
     return PairFacts(
         pair_id=pair_id,
         category=category,
@@ -376,6 +391,7 @@ def facts_from_columns(row: Sequence[Any]) -> PairFacts:
         drafted_per_position=None if drafted_per_position is None else tuple(drafted_per_position),
         exact_match=exact,
         task_score_delta=delta,
+        arm=arm,
     )
 
 
@@ -444,6 +460,8 @@ def _categories_to_json(categories: Iterable[tuple[str, CategorySwitch]]) -> dic
         name: {
             **_column_values(own),
             "since": own.since.isoformat() if own.since else None,
+            "cooldown_until": own.cooldown_until.isoformat() if own.cooldown_until else None,
+            "recent_trips": [t.isoformat() for t in own.recent_trips],
         }
         for name, own in categories
     }
@@ -451,7 +469,9 @@ def _categories_to_json(categories: Iterable[tuple[str, CategorySwitch]]) -> dic
 
 def _categories_from_json(data: dict[str, Any] | None) -> tuple[tuple[str, CategorySwitch], ...]:
     def one(value: dict[str, Any]) -> CategorySwitch:
+        # The latch fields are absent from switches stored before categories had them.
         since = value.get("since")
+        until = value.get("cooldown_until")
         return CategorySwitch(
             mode=SwitchMode(value["mode"]),
             control=Control(value["control"]),
@@ -459,6 +479,9 @@ def _categories_from_json(data: dict[str, Any] | None) -> tuple[tuple[str, Categ
             since=datetime.fromisoformat(since) if since else None,
             actor=str(value["actor"]),
             reason=str(value["reason"]),
+            latched=bool(value.get("latched", False)),
+            cooldown_until=datetime.fromisoformat(until) if until else None,
+            recent_trips=tuple(datetime.fromisoformat(t) for t in value.get("recent_trips", ())),
         )
 
     return tuple(sorted((name, one(value)) for name, value in (data or {}).items()))
@@ -471,6 +494,7 @@ def _column_values(own: CategorySwitch) -> dict[str, Any]:
         "generation": own.generation,
         "actor": own.actor,
         "reason": own.reason,
+        "latched": own.latched,
     }
 
 
@@ -544,12 +568,15 @@ def audit_entry(row: SwitchAuditRow) -> AuditEntry:
     return _from_row(AuditEntry, row, convert={"evidence": list})
 
 
-def gate_decision_rows(evaluation: Evaluation) -> list[GateDecisionRow]:
-    """A row per gate decision, all at `evaluation.at` (the rows sharing it are one
-    evaluation, whatever each decision's own `evaluated_at`)."""
+def gate_decision_rows(
+    evaluation: Evaluation, comparison_arm: str | None = None
+) -> list[GateDecisionRow]:
+    """A row per gate decision, all at `evaluation.at` (the rows sharing it and
+    `comparison_arm` are one evaluation, whatever each decision's own `evaluated_at`)."""
     return [
         GateDecisionRow(
             evaluated_at=evaluation.at,
+            comparison_arm=comparison_arm,
             gate=d.name,
             state=d.state.value,
             mode=d.mode.value,

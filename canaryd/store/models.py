@@ -2,9 +2,11 @@
 
 These models describe the schema that `alembic/versions` creates; they are not the source
 of truth for it (every change is a migration, and the migration test compares the two).
-Rows are flat on purpose: a `PairRecord` becomes one `pairs` row, two `generations` rows
-(one per arm) and at most one `pair_scores` row, so time-window queries by category and
-arm are plain indexed range scans. A figure an engine did not report is SQL NULL, never 0.
+Rows are flat on purpose: a `PairRecord` becomes one `pairs` row (named by its
+speculative arm), two `generations` rows (baseline and speculative) and at most one
+`pair_scores` row, so time-window queries by category and arm are plain indexed range
+scans; a prompt sent to several speculative arms is a row per arm, sharing `group_id`
+(and a copy of the baseline generation). A figure an engine did not report is SQL NULL, never 0.
 """
 
 from __future__ import annotations
@@ -122,15 +124,22 @@ class RunRow(Base):
     baseline_identity: Mapped[dict[str, str]] = mapped_column(json_column_type())
     speculative_identity: Mapped[dict[str, str]] = mapped_column(json_column_type())
     software: Mapped[dict[str, str]] = mapped_column(json_column_type())
+    # Every speculative arm's identity by arm name; {} in runs from before arms had names.
+    arm_identities: Mapped[dict[str, dict[str, str]]] = mapped_column(
+        json_column_type(), server_default="{}"
+    )
 
 
 class PairRow(Base):
-    """One prompt run on both arms; `category` is copied from the prompt for window scans."""
+    """One prompt run on the baseline and the speculative arm `arm`; `category` is copied
+    from the prompt for window scans. The rows of one prompt sent to several speculative
+    arms share `group_id` (a single arm's row: its own `pair_id`)."""
 
     __tablename__ = "pairs"
     __table_args__ = (
         Index(None, "category", "started_at"),
         Index(None, "run_id", "started_at"),
+        Index(None, "arm", "started_at"),
     )
 
     pair_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -142,6 +151,8 @@ class PairRow(Base):
     seed: Mapped[int] = mapped_column(BigInteger)
     temperature: Mapped[float] = mapped_column(Double)
     complete: Mapped[bool] = mapped_column(Boolean)
+    arm: Mapped[str] = mapped_column(String(32), server_default="speculative")
+    group_id: Mapped[str] = mapped_column(String(64), server_default="")
 
     prompt: Mapped[PromptRow] = relationship(lazy="joined", innerjoin=True)
     generations: Mapped[list[GenerationRow]] = relationship(
@@ -190,6 +201,10 @@ class GenerationRow(Base):
     accepted_tokens: Mapped[int | None] = mapped_column(Integer)
     accepted_per_position: Mapped[list[int] | None] = mapped_column(json_column_type())
     drafted_per_position: Mapped[list[int] | None] = mapped_column(json_column_type())
+    # All NULL when the engine did not time its own drafting (`DraftCost`).
+    draft_s: Mapped[float | None] = mapped_column(Double)
+    verify_s: Mapped[float | None] = mapped_column(Double)
+    tree_tokens: Mapped[int | None] = mapped_column(Integer)
 
     pair: Mapped[PairRow] = relationship(back_populates="generations")
 
@@ -214,12 +229,14 @@ class PairScoresRow(Base):
     speculative_task_score: Mapped[float | None] = mapped_column(Double)
     task_score_delta: Mapped[float | None] = mapped_column(Double)
     nll_delta: Mapped[float | None] = mapped_column(Double)
+    argmax_delta: Mapped[float | None] = mapped_column(Double)
 
     pair: Mapped[PairRow] = relationship(back_populates="scores")
 
 
 class PairRollupRow(Base):
-    """The pairs of one category in one UTC hour, rolled up by retention (see
+    """The pairs of one category and speculative arm in one UTC hour, rolled up by
+    retention (see
     `canaryd.store.rollup.PairRollup`, which this row stores field for field).
 
     Histograms are JSON lists of counts over the bucket bounds in `canaryd.store.rollup`;
@@ -228,13 +245,14 @@ class PairRollupRow(Base):
 
     __tablename__ = "pair_rollups"
     __table_args__ = (
-        UniqueConstraint("hour_start", "category"),
+        UniqueConstraint("hour_start", "category", "arm"),
         CheckConstraint("complete_pairs >= 0 AND complete_pairs <= pairs", name="pair_counts"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     hour_start: Mapped[datetime] = mapped_column(UTCDateTime())
     category: Mapped[str] = mapped_column(String(100))
+    arm: Mapped[str] = mapped_column(String(32), server_default="speculative")
     pairs: Mapped[int] = mapped_column(Integer)
     complete_pairs: Mapped[int] = mapped_column(Integer)
     scored_pairs: Mapped[int] = mapped_column(Integer)
@@ -333,8 +351,10 @@ class SwitchAuditRow(Base):
 
 
 class GateDecisionRow(Base):
-    """One gate's decision in one evaluation; the rows sharing `evaluated_at` are one
-    `gates.Evaluation`. `decision` is `GateDecision.to_dict()`, evidence and components."""
+    """One gate's decision in one evaluation; the rows sharing `evaluated_at` and
+    `comparison_arm` are one `gates.Evaluation`. `decision` is `GateDecision.to_dict()`,
+    evidence and components. `comparison_arm` is NULL for the evaluations of the switch's
+    arm (the ones the switch steps on), else the comparison arm judged (never switching)."""
 
     __tablename__ = "gate_decisions"
     __table_args__ = (Index(None, "gate", "evaluated_at"),)
@@ -346,6 +366,7 @@ class GateDecisionRow(Base):
     mode: Mapped[str] = mapped_column(String(16))
     critical: Mapped[bool] = mapped_column(Boolean)
     decision: Mapped[dict[str, Any]] = mapped_column(json_column_type())
+    comparison_arm: Mapped[str | None] = mapped_column(String(32))
 
 
 class DriftReferenceRow(Base):
@@ -360,4 +381,7 @@ class DriftReferenceRow(Base):
     mean: Mapped[float] = mapped_column(Double)
     sd: Mapped[float] = mapped_column(Double)
     n: Mapped[int] = mapped_column(Integer)
+    # Mean and sd of log(acceptance length); NULL for references pinned before them.
+    log_mean: Mapped[float | None] = mapped_column(Double, nullable=True)
+    log_sd: Mapped[float | None] = mapped_column(Double, nullable=True)
     pinned_at: Mapped[datetime] = mapped_column(UTCDateTime())

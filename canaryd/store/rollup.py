@@ -1,4 +1,4 @@
-"""Per-hour, per-category roll-ups of pairs, and the fixed-bucket histograms they carry.
+"""Per-hour, per-category, per-arm roll-ups of pairs, and the fixed-bucket histograms they carry.
 
 Retention turns old raw pairs into `PairRollup`s: counts and sums that merge by addition,
 plus histograms over fixed bucket bounds so that a quantile over many hours can still be
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 
 from engine.types import ErrorKind, GenerationResult
-from gates.records import PairRecord
+from gates.records import DEFAULT_ARM, PairRecord
 
 __all__ = [
     "ACCEPTANCE_LENGTH_BOUNDS",
@@ -149,6 +149,7 @@ class PairFacts:
     drafted_per_position: tuple[int, ...] | None
     exact_match: bool | None
     task_score_delta: float | None
+    arm: str = DEFAULT_ARM  # the speculative arm's name
 
     @property
     def complete(self) -> bool:
@@ -195,6 +196,7 @@ def facts_from_record(record: PairRecord) -> PairFacts:
         drafted_per_position=None if stats is None else tuple(stats.drafted_per_position),
         exact_match=None if record.scores is None else record.scores.exact_match,
         task_score_delta=None if record.scores is None else record.scores.task_score_delta,
+        arm=record.arm,
     )
 
 
@@ -278,7 +280,8 @@ def _add_positions(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
 
 @dataclass(frozen=True, slots=True)
 class PairRollup:
-    """The pairs of one category started in one UTC hour, as sums, counts and histograms.
+    """The pairs of one category and one speculative arm started in one UTC hour, as
+    sums, counts and histograms (the baseline figures are those of the arm's pairs).
 
     Pair-level and acceptance figures count complete pairs only (both arms succeeded), as
     `canaryd once`'s summary does: `speculative_reported` of them carried acceptance stats,
@@ -292,6 +295,7 @@ class PairRollup:
 
     hour_start: datetime
     category: str
+    arm: str = DEFAULT_ARM
     pairs: int = 0
     complete_pairs: int = 0
     scored_pairs: int = 0
@@ -319,6 +323,7 @@ class PairRollup:
         rollup = cls(
             hour_start=hour_start(facts.started_at),
             category=facts.category,
+            arm=facts.arm,
             pairs=1,
             baseline=ArmRollup.of(facts.baseline),
             speculative=ArmRollup.of(facts.speculative),
@@ -356,11 +361,16 @@ class PairRollup:
         )
 
     def merge(self, other: PairRollup) -> PairRollup:
-        """The sum of two roll-ups of the same hour and category."""
-        if (self.hour_start, self.category) != (other.hour_start, other.category):
+        """The sum of two roll-ups of the same hour, category and arm."""
+        if (self.hour_start, self.category, self.arm) != (
+            other.hour_start,
+            other.category,
+            other.arm,
+        ):
             raise ValueError(
-                f"cannot merge the roll-up of {other.category!r} at {other.hour_start!r} "
-                f"into that of {self.category!r} at {self.hour_start!r}"
+                f"cannot merge the roll-up of {other.category!r} on arm {other.arm!r} at "
+                f"{other.hour_start!r} into that of {self.category!r} on arm {self.arm!r} "
+                f"at {self.hour_start!r}"
             )
         return merge_rollups(self, other, hour=self.hour_start, category=self.category)
 
@@ -368,10 +378,11 @@ class PairRollup:
 def merge_rollups(
     *rollups: PairRollup, hour: datetime | None = None, category: str | None = None
 ) -> PairRollup:
-    """The sum of any roll-ups, labelled `hour` and `category` (default: the first one's).
+    """The sum of any roll-ups, labelled `hour` and `category` (default: the first one's)
+    and the first one's arm.
 
     Merging across hours or categories is how status builds a window's figures; the
-    stored rows only ever merge within one (hour, category).
+    stored rows only ever merge within one (hour, category, arm).
     """
     if not rollups:
         raise ValueError("merge_rollups needs at least one roll-up")
@@ -385,7 +396,7 @@ def merge_rollups(
         merged: dict[str, object] = {}
         for spec in fields(PairRollup):
             name = spec.name
-            if name in ("hour_start", "category"):
+            if name in ("hour_start", "category", "arm"):
                 continue
             mine, theirs = getattr(total, name), getattr(rollup, name)
             if isinstance(mine, ArmRollup):
@@ -400,18 +411,23 @@ def merge_rollups(
     return total
 
 
-def rollups_by_hour(facts: Iterable[PairFacts]) -> dict[tuple[datetime, str], PairRollup]:
-    """One roll-up per (UTC hour start, category) of the given pairs."""
-    grouped: dict[tuple[datetime, str], list[PairRollup]] = {}
+def rollups_by_hour(
+    facts: Iterable[PairFacts],
+) -> dict[tuple[datetime, str, str], PairRollup]:
+    """One roll-up per (UTC hour start, category, arm) of the given pairs."""
+    grouped: dict[tuple[datetime, str, str], list[PairRollup]] = {}
     for pair in facts:
         single = PairRollup.of(pair)
-        grouped.setdefault((single.hour_start, single.category), []).append(single)
+        grouped.setdefault((single.hour_start, single.category, single.arm), []).append(single)
     return {key: merge_rollups(*singles) for key, singles in sorted(grouped.items())}
 
 
-def rollup_of(facts: Iterable[PairFacts], hour: datetime, category: str) -> PairRollup:
-    """All of `facts` in one roll-up labelled `hour` and `category` (empty if no facts)."""
+def rollup_of(
+    facts: Iterable[PairFacts], hour: datetime, category: str, arm: str = DEFAULT_ARM
+) -> PairRollup:
+    """All of `facts` in one roll-up labelled `hour` and `category` (empty if no facts:
+    labelled `arm`)."""
     singles = [PairRollup.of(pair) for pair in facts]
     if not singles:
-        return PairRollup(hour_start=hour, category=category)
+        return PairRollup(hour_start=hour, category=category, arm=arm)
     return merge_rollups(*singles, hour=hour, category=category)

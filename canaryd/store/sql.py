@@ -229,8 +229,10 @@ class SqlStore:
         until: datetime | None = None,
         category: str | None = None,
         limit: int | None = None,
+        arm: str | None = None,
     ) -> list[PairRecord]:
-        """Pairs started in [since, until), oldest first; with `limit`, the most recent ones."""
+        """Pairs started in [since, until), oldest first; with `limit`, the most recent
+        ones; with `arm`, only those of that speculative arm."""
         query = select(PairRow)
         if run_id is not None:
             query = query.where(PairRow.run_id == run_id)
@@ -240,6 +242,8 @@ class SqlStore:
             query = query.where(PairRow.started_at < aware(until, "until"))
         if category is not None:
             query = query.where(PairRow.category == category)
+        if arm is not None:
+            query = query.where(PairRow.arm == arm)
         query = query.order_by(PairRow.started_at.desc(), PairRow.pair_id.desc())
         if limit is not None:
             query = query.limit(limit)
@@ -399,19 +403,19 @@ class SqlStore:
             return len(pair_ids)
 
     def _merge_into_stored(self, session: Session, rollup: PairRollup) -> None:
-        key = {"hour_start": rollup.hour_start, "category": rollup.category}
         # Create the row if missing without racing a concurrent creator, then lock it.
-        empty = PairRollup(hour_start=rollup.hour_start, category=rollup.category)
+        empty = PairRollup(hour_start=rollup.hour_start, category=rollup.category, arm=rollup.arm)
         session.execute(
             self._insert_ignoring_duplicates(
-                PairRollupRow, rollup_values(empty), ["hour_start", "category"]
+                PairRollupRow, rollup_values(empty), ["hour_start", "category", "arm"]
             )
         )
         stored = session.scalars(
             select(PairRollupRow)
             .where(
-                PairRollupRow.hour_start == key["hour_start"],
-                PairRollupRow.category == key["category"],
+                PairRollupRow.hour_start == rollup.hour_start,
+                PairRollupRow.category == rollup.category,
+                PairRollupRow.arm == rollup.arm,
             )
             .with_for_update()
         ).one()
@@ -429,12 +433,13 @@ class SqlStore:
             query = query.where(PairRollupRow.hour_start >= aware(since, "since"))
         if until is not None:
             query = query.where(PairRollupRow.hour_start < aware(until, "until"))
-        return query.order_by(PairRollupRow.hour_start, PairRollupRow.category)
+        return query.order_by(PairRollupRow.hour_start, PairRollupRow.category, PairRollupRow.arm)
 
     def rollups(
         self, *, since: datetime | None = None, until: datetime | None = None
     ) -> list[PairRollup]:
-        """Roll-ups of the hours starting in [since, until), oldest first, by category."""
+        """Roll-ups of the hours starting in [since, until), oldest first, by category and
+        arm."""
         with self._translating("reading roll-ups"), self._sessions() as session:
             return [
                 rollup_from_row(row) for row in session.scalars(self._rollups_query(since, until))
@@ -568,19 +573,31 @@ class SqlStore:
         with self._translating("reading the audit trail"), self._sessions() as session:
             return [audit_entry(row) for row in reversed(session.scalars(query).all())]
 
-    def save_evaluation(self, evaluation: Evaluation) -> None:
-        """Store one evaluation: a row per gate decision, all at `evaluation.at`."""
+    def save_evaluation(self, evaluation: Evaluation, *, comparison_arm: str | None = None) -> None:
+        """Store one evaluation: a row per gate decision, all at `evaluation.at`; of the
+        comparison arm `comparison_arm` (never read by the switch), else of the switch's
+        arm."""
         aware(evaluation.at, "evaluation time")
         with self._transaction("saving gate decisions") as session:
-            session.add_all(gate_decision_rows(evaluation))
+            session.add_all(gate_decision_rows(evaluation, comparison_arm))
 
     def _evaluations(
-        self, session: Session, limit: int, *, until: datetime | None = None
+        self,
+        session: Session,
+        limit: int,
+        *,
+        until: datetime | None = None,
+        comparison_arm: str | None = None,
     ) -> list[Evaluation]:
         if limit < 1:
             return []
-        times_query = select(GateDecisionRow.evaluated_at).distinct()
-        rows_query = select(GateDecisionRow)
+        of_arm = (
+            GateDecisionRow.comparison_arm.is_(None)
+            if comparison_arm is None
+            else GateDecisionRow.comparison_arm == comparison_arm
+        )
+        times_query = select(GateDecisionRow.evaluated_at).where(of_arm).distinct()
+        rows_query = select(GateDecisionRow).where(of_arm)
         if until is not None:
             times_query = times_query.where(GateDecisionRow.evaluated_at <= until)
             rows_query = rows_query.where(GateDecisionRow.evaluated_at <= until)
@@ -599,13 +616,14 @@ class SqlStore:
             grouped.setdefault(row.evaluated_at, []).append(decision_from_dict(row.decision))
         return [Evaluation(at, tuple(decisions)) for at, decisions in grouped.items()]
 
-    def evaluations(self, limit: int) -> list[Evaluation]:
-        """The last `limit` evaluations, oldest first."""
+    def evaluations(self, limit: int, *, comparison_arm: str | None = None) -> list[Evaluation]:
+        """The last `limit` evaluations of the switch's arm (or of `comparison_arm`),
+        oldest first."""
         with self._translating("reading gate decisions"), self._sessions() as session:
-            return self._evaluations(session, limit)
+            return self._evaluations(session, limit, comparison_arm=comparison_arm)
 
-    def latest_evaluation(self) -> Evaluation | None:
-        found = self.evaluations(1)
+    def latest_evaluation(self, *, comparison_arm: str | None = None) -> Evaluation | None:
+        found = self.evaluations(1, comparison_arm=comparison_arm)
         return found[0] if found else None
 
     def prune_gate_decisions(self, before: datetime) -> int:

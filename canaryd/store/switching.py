@@ -94,4 +94,5 @@ def decision_from_dict(data: dict[str, Any]) -> GateDecision:
         detail=data.get("detail", ""),
         categories=tuple(data.get("categories", ())),
         components=tuple(decision_from_dict(c) for c in data.get("components", ())),
+        category=data.get("category"),
     )

@@ -268,6 +268,10 @@ class SwitchService:
                 rolled_back=state.mode is SwitchMode.ROLLED_BACK,
                 generation=state.generation,
                 latched=state.latched,
+                categories=[
+                    (name, own.mode is SwitchMode.ROLLED_BACK, own.latched)
+                    for name, own in state.categories
+                ],
             )
 
     def _latest(self) -> dict[str, Any] | None:

@@ -68,6 +68,7 @@ def state_object(state: SwitchState) -> dict[str, Any]:
                 "actor": own.actor,
                 "generation": own.generation,
                 "control": own.control.value,
+                "latched": own.latched,
             }
             for name, own in state.categories
         },

@@ -81,10 +81,16 @@ class TestGatePower:
                 "canaryd_pairs_median",
                 "kayenta_pairs_median",
                 "optimal_pairs",
+                "optimal_within_tolerance_pairs",
                 "tripped_by",
             ):
                 assert key in row
             assert row["seeds"] == [0]
+        for name in ("errors_5pct", "corruption_3pct", "mismatch_80pct"):
+            assert result["faults"][name]["optimal_within_tolerance_statistic"] is not None
+        assert (
+            result["faults"]["drift_30pct_one_category"]["optimal_within_tolerance_pairs"] is None
+        )
         assert result["faults"]["mismatch_80pct"]["tripped_by"] == "quality"
         assert "hours_to_all_pass" in result["default_schedule"]
         config = result["config"]
@@ -93,6 +99,22 @@ class TestGatePower:
         )
         assert config["h"] == pytest.approx(lorden_threshold(config["detector_arl0"]))
         assert result["elapsed_s"] > 0
+
+    def test_kayenta_windows_start_on_their_own_clock(self) -> None:
+        """The judge cannot know when a fault starts: the onset falls anywhere in a window,
+        and a window that straddles it holds the healthy pairs before it."""
+        phases = {gate_power.kayenta_phase(seed, 200) for seed in range(20)}
+        assert all(0 <= p < 200 for p in phases) and len(phases) > 10
+        model = gate_power.realistic()
+        prefix = gate_power.PairStream(model, 0).take(300)
+        fault = gate_power.Fault("mismatch_80pct", "mismatch", {"corrupt_rate": 0.8})
+        stream = gate_power.FaultStream(
+            gate_power.PairStream(model.with_speculative(corrupt_rate=0.8), 1, first=300), 200
+        )
+        aligned = gate_power.kayenta_pairs(fault, prefix, stream, [], 50, 0.01, 0)
+        shifted = gate_power.kayenta_pairs(fault, prefix, stream, [], 50, 0.01, 30)
+        assert aligned == 50
+        assert shifted == 20  # the straddling window (30 healthy + 20 faulty pairs) rejects
 
     def test_mismatch_80pct_trips_within_twenty_pairs(self) -> None:
         """An 80 % greedy mismatch rate trips the switch through the quality gate at the

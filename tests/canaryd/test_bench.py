@@ -4,6 +4,7 @@ closed-loop driver, and the command end to end on fake engines storing a bench r
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from canaryd.report import (
     level_figures,
     percentiles,
 )
-from canaryd.store import SqlStore
+from canaryd.store import SqlStore, StoredRun
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
 from engine.types import (
@@ -315,3 +316,71 @@ class TestBenchCommand:
         )
         assert result.exit_code == 2
         assert "'1,x' is not a comma-separated list of integers" in result.output
+
+
+THREE_ARMS = """
+[arms.baseline]
+kind = "fake"
+[arms.hydra]
+kind = "fake"
+speculative = true
+acceptance_rate = 0.9
+[arms.medusa]
+kind = "fake"
+speculative = true
+acceptance_rate = 0.3
+[switch]
+arm = "medusa"
+"""
+
+
+class TestBenchArms:
+    def test_every_arm_climbs_the_ladder_against_one_baseline(self, env: Path) -> None:
+        """Three arms: a ladder entry per level and speculative arm, the arms side by side
+        in results.json and in the tables, and the report of the run draws the ablation."""
+        (env / "canaryd.toml").write_text(THREE_ARMS)
+        out = env / "out"
+        result = CliRunner().invoke(
+            app,
+            ["bench", "-c", str(env / "canaryd.toml"), "--concurrency", "1,2",
+             "--requests", "4", "--warmup", "1", "--out", str(out)],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        results = json.loads((out / "results.json").read_text())
+        with SqlStore.open(database(env)) as store:
+            run = store.runs_by_id([results["run_id"]])[results["run_id"]]
+            pairs = store.pairs(run_id=run.info.run_id)
+        assert len(pairs) == 2 * 4 * 2, "levels × requests × speculative arms"
+        assert json.loads(json.dumps(bench_results(run, pairs))) == results
+        assert [(lv["concurrency"], lv["speculative_arm"]) for lv in results["ladder"]] == [
+            (c, arm) for c in (1, 2) for arm in sorted(("hydra", "medusa"), key=_driven(run, c))
+        ]
+        assert results["switch_arm"] == "medusa"
+        assert set(results["arms"]) == {"hydra", "medusa"}
+        assert results["acceptance"] == results["arms"]["medusa"]["acceptance"]
+        hydra = results["arms"]["hydra"]["acceptance"]["all"]["acceptance_length_mean"]
+        medusa = results["arms"]["medusa"]["acceptance"]["all"]["acceptance_length_mean"]
+        assert hydra > medusa
+        assert set(results["engines"]) >= {"baseline", "hydra", "medusa"}
+        groups = {p.group_id for p in pairs}
+        assert len(groups) == 2 * 4 and all(p.pair_id.startswith(p.group_id) for p in pairs)
+        for table in ("### Speculative arms", "Concurrency ladder — hydra", "— medusa"):
+            assert table in result.stdout
+        report = CliRunner().invoke(
+            app,
+            ["report", "-c", str(env / "canaryd.toml"), "--run", results["run_id"],
+             "--out", str(env / "report.html")],
+        )  # fmt: skip
+        assert report.exit_code == 0, report.output
+        page = (env / "report.html").read_text()
+        assert "Acceptance length per arm and category" in page
+        assert "Acceptance by draft position per arm" in page
+
+
+def _driven(run: StoredRun, concurrency: int) -> Callable[[str], int]:
+    """The order the bench drove the arms in at `concurrency`, as a sort key."""
+    section = bench_section(run)
+    assert section is not None
+    [level] = [lv for lv in section["levels"] if lv["concurrency"] == concurrency]
+    order: list[str] = level["arm_order"]
+    return order.index

@@ -123,3 +123,87 @@ class TestOnceBadInput:
         assert result.exit_code != 0
         assert "canaryd models pull" in result.stderr
         assert "Traceback" not in result.output
+
+
+THREE_ARMS = """
+[arms.baseline]
+kind = "fake"
+[arms.hydra]
+kind = "fake"
+speculative = true
+acceptance_rate = 0.9
+[arms.medusa]
+kind = "fake"
+speculative = true
+acceptance_rate = 0.3
+[switch]
+arm = "hydra"
+"""
+
+
+class TestOnceArms:
+    def test_three_arms_json(self, env: Path) -> None:
+        """Each prompt is one entry with the baseline once and every speculative arm under
+        `arms`, each with its own scores; no single-arm `speculative`; the summary is the
+        switch arm's, with every arm's beside it and the ratio between them."""
+        path = env / "canaryd.toml"
+        path.write_text(THREE_ARMS)
+        result = CliRunner().invoke(app, ["once", "-c", str(path), "--pairs", "9", "--json"])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        assert data["switch_arm"] == "hydra"
+        assert len(data["pairs"]) == 9
+        for pair in data["pairs"]:
+            assert "speculative" not in pair and "scores" not in pair
+            assert sorted(pair["arm_order"]) == ["baseline", "hydra", "medusa"]
+            assert set(pair["arms"]) == {"hydra", "medusa"}
+            for arm in pair["arms"].values():
+                assert arm["scores"]["exact_match"] is True
+                assert arm["verify_steps"] > 0 and arm["acceptance_length"] >= 1.0
+                assert arm["pair_id"] != pair["pair_id"] == pair["group_id"]
+        summary = data["summary"]
+        assert set(summary["arms"]) == {"hydra", "medusa"}
+        assert summary["all"] == summary["arms"]["hydra"]["all"]
+        hydra = summary["arms"]["hydra"]["all"]["acceptance_length_mean"]
+        medusa = summary["arms"]["medusa"]["all"]["acceptance_length_mean"]
+        assert hydra > medusa, "a higher acceptance rate drafts longer accepted runs"
+        [ratio] = summary["ratios"]
+        assert (ratio["arm"], ratio["over"]) == ("hydra", "medusa")
+        assert ratio["acceptance_length_mean"] == pytest.approx(hydra / medusa)
+        store = SqlStore.open(f"sqlite:///{env / 'data' / 'canaryd.db'}")
+        try:
+            stored = store.pairs(run_id=data["run_id"])
+            run = store.runs_by_id([data["run_id"]])[data["run_id"]]
+        finally:
+            store.close()
+        assert sorted(r.pair_id for r in stored) == sorted(
+            arm["pair_id"] for pair in data["pairs"] for arm in pair["arms"].values()
+        )
+        assert {r.arm for r in stored} == {"hydra", "medusa"}
+        assert set(run.info.arm_identities) == {"hydra", "medusa"}
+        assert run.switch_arm == "hydra"
+
+    def test_one_arm_keeps_its_keys_and_gains_arms(self, env: Path) -> None:
+        """With one speculative arm every single-arm key stays, and `arms.speculative`
+        repeats the arm's figures with its scores."""
+        result = CliRunner().invoke(app, ["once", "-c", str(config(env)), "-n", "3", "--json"])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        assert data["summary"]["ratios"] == []
+        assert data["summary"]["arms"]["speculative"]["all"] == data["summary"]["all"]
+        for pair in data["pairs"]:
+            entry = pair["arms"]["speculative"]
+            assert entry["scores"] == pair["scores"] and entry["speedup"] == pair["speedup"]
+            assert entry["pair_id"] == pair["pair_id"] == pair["group_id"]
+            assert {k: v for k, v in entry.items() if k in pair["speculative"]} == pair[
+                "speculative"
+            ]
+
+    def test_three_arms_table(self, env: Path) -> None:
+        """Without --json a table per arm, the switch's marked, and the ratio line."""
+        path = env / "canaryd.toml"
+        path.write_text(THREE_ARMS)
+        result = CliRunner().invoke(app, ["once", "-c", str(path), "-n", "3"])
+        assert result.exit_code == 0, result.output
+        assert "arm hydra (switch)" in result.stdout and "arm medusa" in result.stdout
+        assert "hydra over medusa (all): acceptance_length_mean" in result.stdout

@@ -95,7 +95,12 @@ class TestReadCommands:
         assert result.exit_code == 0
         assert "no gate decisions recorded yet" in result.output
         as_json = runner.invoke(app, ["gates", "--json", *url], env=env)
-        assert json.loads(as_json.output) == {"evaluated_at": None, "gates": []}
+        assert json.loads(as_json.output) == {
+            "evaluated_at": None,
+            "gates": [],
+            "arm": "speculative",
+            "comparison_arms": {},
+        }
 
     def test_audit_rejects_a_bad_since(self, cli: Cli) -> None:
         """A --since that is neither a duration nor an ISO time is exit 2 with the forms."""

@@ -11,9 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from canaryd.cli.app import app
+from canaryd.config import SwitchConfig
 from canaryd.store import SqlStore
-from canaryd.switch import read_state_file
-from gates import Evaluation, GateDecision, GateMode, GateState
+from canaryd.switch import SwitchService, read_state_file
+from gates import Evaluation, GateDecision, GateMode, GateState, SwitchPolicyConfig
 
 Cli = tuple[CliRunner, list[str], dict[str, str], Path]
 
@@ -38,6 +39,7 @@ def _drift(at: datetime, states: dict[str, GateState]) -> GateDecision:
             evaluated_at=at,
             detail=f"{name}: {state.value}",
             categories=(name,) if state is not GateState.PASS else (),
+            category=name,
         )
         for name, state in states.items()
     )
@@ -158,3 +160,26 @@ class TestCategorySwitch:
         assert data is not None
         assert data["categories"]["math"]["control"] == "gates"
         assert data["categories"]["math"]["speculative_enabled"] is False
+
+
+def test_status_shows_a_category_the_gates_latched(cli: Cli, database_url: str) -> None:
+    """A category tripped by the gates under a latch of one trip: status says it is
+    latched and cooling down, the state file carries `latched` for it."""
+    runner, url, env, state_file = cli
+    now = datetime.now(UTC)
+    policy = SwitchPolicyConfig(scope="category", latch_trips=1)
+    with SqlStore.open(database_url) as store:
+        failing = _drift(now, {"math": GateState.FAIL, "code": GateState.PASS})
+        store.save_evaluation(Evaluation(now, (failing,)))
+        service = SwitchService(
+            store, SwitchConfig(state_file=state_file), policy, sleep=lambda _s: None
+        )
+        service.step_gates(now)
+    output = _status(runner, url, env)
+    assert (
+        "math: rolled_back (speculative decoding DISABLED) control=gates (LATCHED: only a "
+        "human can restore)" in output
+    )
+    assert "cooldown until" in output and "by gate:drift.math" in output
+    data = read_state_file(state_file)
+    assert data is not None and data["categories"]["math"]["latched"] is True

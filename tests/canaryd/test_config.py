@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from canaryd.cli.app import app
-from canaryd.config import load_settings
+from canaryd.config import Settings, load_settings
 from canaryd.errors import ConfigError
 from engine.config import FakeEngineConfig, TransformersEngineConfig
 
@@ -184,3 +184,87 @@ class TestNonFiniteValues:
         result = CliRunner().invoke(app, ["status", "--config", str(path)])
         assert result.exit_code == 2
         assert "gates.policy.cooldown_seconds" in result.output
+
+
+THREE_ARMS = """
+[arms.baseline]
+kind = "fake"
+[arms.hydra]
+kind = "fake"
+speculative = true
+[arms.medusa]
+kind = "fake"
+speculative = true
+"""
+
+
+class TestArms:
+    def test_any_number_of_named_speculative_arms(self, tmp_path: Path) -> None:
+        """Every `[arms.<name>]` but `baseline` is a speculative arm; `switch.arm` names the
+        one the switch controls and the others are comparison arms."""
+        settings = load_settings(write(tmp_path, THREE_ARMS + '[switch]\narm = "medusa"\n'))
+        assert settings.arms.names == ["baseline", "hydra", "medusa"]
+        assert list(settings.arms.speculative_arms) == ["hydra", "medusa"]
+        assert settings.switch_arm == "medusa"
+        assert settings.comparison_arms == ["hydra"]
+        assert isinstance(settings.arms.arm("hydra"), FakeEngineConfig)
+
+    def test_one_speculative_arm_is_the_switch_arm(self, tmp_path: Path) -> None:
+        """With one speculative arm, whatever its name, `switch.arm` may stay unset."""
+        settings = load_settings(write(tmp_path, '[arms.hydra]\nkind = "fake"\n'))
+        assert settings.arms.names == ["baseline", "hydra"]
+        assert settings.switch_arm == "hydra" and settings.comparison_arms == []
+
+    def test_the_default_speculative_arm_is_added_only_when_none_is_named(
+        self, tmp_path: Path
+    ) -> None:
+        """A file naming only the baseline keeps the default `speculative` arm, and the
+        snapshot of the defaults is what it always was (baseline, then speculative)."""
+        settings = load_settings(write(tmp_path, '[arms.baseline]\nkind = "fake"\n'))
+        assert settings.arms.names == ["baseline", "speculative"]
+        assert settings.switch_arm == "speculative"
+        assert list(Settings().snapshot()["arms"]) == ["baseline", "speculative"]
+
+    def test_several_arms_need_switch_arm(self, tmp_path: Path) -> None:
+        """Two speculative arms and no `switch.arm` is one line naming the key and the arms."""
+        path = write(tmp_path, THREE_ARMS)
+        with pytest.raises(ConfigError) as info:
+            load_settings(path)
+        assert str(info.value) == (
+            f"{path}: switch.arm: unset, but there are 2 speculative arms (hydra, medusa): "
+            "name the one whose rollback the switch controls"
+        )
+
+    def test_switch_arm_must_name_a_speculative_arm(self, tmp_path: Path) -> None:
+        """`switch.arm` naming the baseline or an unknown arm lists the arms it may name."""
+        for name in ("baseline", "eagle"):
+            path = write(tmp_path, THREE_ARMS + f'[switch]\narm = "{name}"\n')
+            with pytest.raises(ConfigError) as info:
+                load_settings(path)
+            assert str(info.value) == (
+                f"{path}: switch.arm: names no speculative arm; expected one of hydra, "
+                f"medusa (got {name!r})"
+            )
+
+    def test_bad_arm_name_names_the_key(self, tmp_path: Path) -> None:
+        """An arm name that is no lower-case identifier is refused under its own key."""
+        path = write(tmp_path, '[arms."Hydra-2"]\nkind = "fake"\n')
+        with pytest.raises(ConfigError) as info:
+            load_settings(path)
+        assert str(info.value).startswith(f"{path}: arms.Hydra-2: an arm name is a lower-case")
+
+    def test_an_arm_called_like_an_engine_kind_keeps_its_name_in_errors(
+        self, tmp_path: Path
+    ) -> None:
+        """An arm called `fake` (an engine kind) is still named in the key of its error."""
+        path = write(tmp_path, '[arms.fake]\nkind = "fake"\nbogus = 1\n')
+        with pytest.raises(ConfigError, match=r": arms\.fake\.bogus: "):
+            load_settings(path)
+
+    def test_switch_arm_from_the_environment(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """CANARYD_SWITCH__ARM picks the switch's arm like the file does."""
+        monkeypatch.setenv("CANARYD_SWITCH__ARM", "hydra")
+        settings = load_settings(write(tmp_path, THREE_ARMS))
+        assert settings.switch_arm == "hydra" and settings.comparison_arms == ["medusa"]

@@ -1,6 +1,7 @@
-"""Per-category rollback end to end: a fake speculative arm whose acceptance drops in one
-category only, pairs from the real pair runner in a real database, gated by
-`SwitchGates` under `gates.policy.scope = "category"`: only that category rolls back."""
+"""Per-category rollback end to end: a fake speculative arm whose acceptance drops, or
+whose speed falls below the baseline's, in one category only, pairs from the real pair
+runner in a real database, gated by `SwitchGates` under `gates.policy.scope =
+"category"`: only that category rolls back."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 from canaryd.cli.app import app
 from canaryd.config import Settings, SwitchConfig
 from canaryd.gating import SwitchGates
+from canaryd.metrics import CanarydMetrics
 from canaryd.runner import PairRunner
 from canaryd.sampling import StratifiedSampler
 from canaryd.store import SqlStore
@@ -139,6 +141,85 @@ class TestCategoryScope:
         state = store.switch().state
         assert state.mode is SwitchMode.ROLLED_BACK and state.actor == "gate:liveness"
         assert state.categories == ()
+
+
+MATH_SLOW = HEALTHY.model_copy(update={"latency_factor_by_category": {"math": 3.0}})
+
+
+def speedup_settings(url: str, tmp_path: Path, scope: str) -> Settings:
+    """Liveness and speedup enforce (speedup decides from 20 pairs a category)."""
+    return Settings(
+        storage={"url": url},
+        switch={"state_file": str(tmp_path / "state" / "switch.json")},
+        gates={
+            "liveness": {"min_samples": 5, "window_pairs": 10},
+            "error": DRY,
+            "latency": DRY,
+            "quality": DRY,
+            "speedup": {"min_samples": 20},
+            "drift": DRY,
+            "policy": {"cooldown_seconds": 0, "scope": scope},
+        },
+    )
+
+
+class TestSlowCategory:
+    """The bar: a speculative arm slower in math only (3× its timings there, about 0.65×
+    the baseline's speed; about 2× faster elsewhere)."""
+
+    def test_category_scope_rolls_back_only_the_slow_category(
+        self, store: SqlStore, database_url: str, tmp_path: Path
+    ) -> None:
+        soak = Soak(store)
+        metrics = CanarydMetrics()
+        hook = SwitchGates(
+            speedup_settings(database_url, tmp_path, "category"), store=store, metrics=metrics
+        )
+        for _ in range(15):
+            hook.evaluate(soak.pairs(60, MATH_SLOW))
+            if store.switch().state.generation:
+                break
+        state = store.switch().state
+        assert state.generation == 1, "the slow math category never tripped the switch"
+        assert state.mode is SwitchMode.AUTO and state.speculative_enabled
+        assert not state.enabled_for("math")
+        assert all(state.enabled_for(c) for c in ("code", "qa", "extraction", "rag"))
+        (entry,) = store.audit()
+        assert (entry.category, entry.target, entry.actor) == (
+            "math",
+            "rolled_back",
+            "gate:speedup.math",
+        )
+        assert "math: median speedup 0." in entry.reason
+        on_disk = read_state_file(tmp_path / "state" / "switch.json")
+        assert on_disk is not None and on_disk["speculative_enabled"] is True
+        assert on_disk["categories"]["math"]["speculative_enabled"] is False
+        gauge = metrics.registry.get_sample_value
+        assert gauge("canaryd_switch_category_rolled_back", {"category": "math"}) == 1
+        assert gauge("canaryd_switch_category_latched", {"category": "math"}) == 0
+        assert gauge("canaryd_switch_rolled_back") == 0
+        # The other categories keep being judged, and keep passing: nothing else moves.
+        hook.evaluate(soak.pairs(120, MATH_SLOW))
+        assert store.switch().state.generation == 1
+        latest = store.latest_evaluation()
+        assert latest is not None
+        (speedup,) = [d for d in latest.decisions if d.name == "speedup"]
+        states = {c.category: c.state.value for c in speedup.components}
+        assert states["math"] != "PASS" and states["code"] == "PASS"
+
+    def test_global_scope_keeps_everything_on(
+        self, store: SqlStore, database_url: str, tmp_path: Path
+    ) -> None:
+        """Why the scope exists: pooled over all categories the arm is faster, so the
+        global speedup gate PASSes and math keeps losing."""
+        soak = Soak(store)
+        hook = SwitchGates(speedup_settings(database_url, tmp_path, "global"), store=store)
+        hook.evaluate(soak.pairs(600, MATH_SLOW))
+        assert store.switch().state.generation == 0
+        latest = store.latest_evaluation()
+        assert latest is not None
+        (speedup,) = [d for d in latest.decisions if d.name == "speedup"]
+        assert speedup.state.value == "PASS" and speedup.components == ()
 
 
 class TestKillSwitchKeepsCategories:

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from canaryd.bench import bench_results
 from canaryd.cli.app import app
+from canaryd.recommend import recommend_draft_lengths
 from canaryd.report import (
     arm_level_figures,
     bench_section,
@@ -25,11 +26,16 @@ from canaryd.report import (
     parse_duration,
     summarise,
 )
+from canaryd.runner import PairRunner
 from canaryd.store import SqlStore
+from canaryd.store.rollup import facts_from_record
+from canaryd.suites import load_default_suites
+from engine.config import FakeEngineConfig
+from engine.fake import FakeEngine
 from engine.types import GenerationResult, Message, SpeculativeStats
 from gates.core import GateDecision, GateMode, GateState
 from gates.drift import ReferenceStats
-from gates.records import PairRecord, Prompt
+from gates.records import PairRecord, Prompt, RunInfo
 from gates.stats import quantile
 from gates.switch import Control, Evaluation, SwitchMode, SwitchOutcome, Transition
 
@@ -266,3 +272,40 @@ class TestReportWindow:
         result = CliRunner().invoke(app, ["report", "--since", "1h", "--run", "x"])
         assert result.exit_code == 2
         assert "give --since or --run, not both" in result.stderr
+
+
+class TestDraftLengthRecommendation:
+    def test_the_report_recommends_a_draft_length_per_category(self, tmp_path: Path) -> None:
+        """From stored fake pairs (math accepts far less), `canaryd report` prints the
+        draft-length table: a length for the healthy categories, speculation off for
+        math, each with its evidence, equal to the recommendation from the stored pairs."""
+        url = f"sqlite:///{tmp_path / 'canaryd.db'}"
+        now = datetime.now(UTC)
+        speculative = FakeEngineConfig(
+            speculative=True, num_draft_tokens=6, acceptance_rate_by_category={"math": 0.1}
+        )
+        runner = PairRunner(FakeEngine(FakeEngineConfig()), FakeEngine(speculative), run_id="r")
+        prompts = [p for s in load_default_suites() for p in s.prompts]
+        chosen = [p for p in prompts if p.category in ("math", "code", "qa")]
+        with SqlStore.open(url, create=True) as store:
+            store.create_run(RunInfo("r", "daemon", now, {}, "h", {}, {}, {}))
+            for index in range(240):
+                record = runner.run_pair(chosen[index % len(chosen)])
+                store.save_pair(replace(record, started_at=now - timedelta(seconds=index + 1)))
+            pairs = store.pairs(since=now - timedelta(hours=1), until=now)
+            report = build_report(store, since=now - timedelta(hours=1), until=now)
+        assert report.draft_lengths == recommend_draft_lengths(
+            [facts_from_record(p) for p in pairs]
+        )
+        assert report.draft_lengths["math"].draft_length == 0
+        assert report.draft_lengths["code"].draft_length in range(1, 7)
+        result = CliRunner().invoke(
+            app, ["report", "--since", "1h", "--out", str(tmp_path / "r.html"), "--url", url]
+        )
+        assert result.exit_code == 0, result.output
+        table = result.stdout.split("### Draft length by category (recommendation)")[1]
+        table = table.split("###")[0]
+        rows = {line.split(" | ")[0]: line for line in table.splitlines() if line.startswith("|")}
+        assert "| off | speculation off (k=0)" in rows["| math"]
+        code = report.draft_lengths["code"]
+        assert f"| {code.draft_length} | draft length {code.draft_length}" in rows["| code"]

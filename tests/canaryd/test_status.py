@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from canaryd.cli.app import app
+from canaryd.recommend import recommend_draft_lengths
 from canaryd.status import build_status, window_status
 from canaryd.store import SqlStore
 from canaryd.store.rollup import (
@@ -249,6 +250,20 @@ class TestBuildStatus:
         assert day.acceptance_length_mean == pytest.approx(3.0)
         assert day.exact_match_rate == pytest.approx(3 / 4)
 
+    def test_draft_lengths_rest_on_the_days_raw_pairs(self, database_url: str) -> None:
+        """The recommendation per category is computed from the raw pairs of the last day
+        (the 20-hour-old pair, once rolled up, no longer counts)."""
+        with SqlStore.open(database_url, create=True) as store:
+            store.create_run(run_info())
+            for r in scenario():
+                store.save_pair(r)
+            store.apply_retention(NOW, raw_retention_days=0.5, rollup_retention_days=30)
+            report = build_status(store, NOW, database="db")
+        raw = [facts_from_record(r) for r in scenario()[:4]]
+        assert report.draft_lengths == recommend_draft_lengths(raw)
+        assert report.draft_lengths["chat"].pairs == 2
+        assert report.draft_lengths["chat"].reason.startswith("too few pairs: 2")
+
     def test_only_rollups_left_reports_their_hour(self, database_url: str) -> None:
         """When every raw pair is rolled up, the last pair time is the latest rolled-up hour."""
         with SqlStore.open(database_url, create=True) as store:
@@ -291,6 +306,11 @@ class TestStatusCommand:
         for text in ("pairs by category", "chat", "code", "baseline", "speculative", "oom 1"):
             assert text in result.stdout
         assert "last day: acceptance length mean 3.00, exact match 100.0%" in result.stdout
+        assert "draft length by category (last day's pairs):" in result.stdout
+        assert (
+            "chat: too few pairs: 1 with acceptance per position (at least 20 needed)"
+            in result.stdout
+        )
 
     def test_json_is_the_documented_object(self, database_url: str) -> None:
         """--json prints one object with the schema tag, windows, arms and errors."""
@@ -306,6 +326,9 @@ class TestStatusCommand:
         assert day["arms"]["speculative"]["errors"] == {"oom": 1}
         assert day["arms"]["baseline"]["e2e_p50_s"] == pytest.approx(0.4)
         assert data["windows"]["last_hour"]["pairs"] == 1
+        chat = data["draft_length"]["chat"]
+        assert chat["draft_length"] is None and chat["pairs"] == 1
+        assert chat["acceptance_by_position"] == [pytest.approx(8 / 16)]
 
     def test_url_comes_from_the_config_file(self, database_url: str, tmp_path: Path) -> None:
         """Without --url, the configuration's storage.url is read."""

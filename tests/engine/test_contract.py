@@ -29,6 +29,7 @@ from engine.config import (
     TransformersEngineConfig,
 )
 from engine.fake import FakeEngine
+from engine.heads.model import initialised_heads
 from engine.hf import TransformersEngine
 from engine.http import OpenAIEngine
 from engine.testing import tiny_llama
@@ -94,11 +95,16 @@ class Rig:
 
     def transformers(self, spec: SpeculativeConfig | None) -> TransformersEngine:
         model, tokenizer = self._fixtures.getfixturevalue("tiny")
-        draft = None
+        draft = heads = None
         if spec is not None and spec.method == "draft_model":
             draft = self._fixtures.getfixturevalue("tiny_draft")
+        if spec is not None and spec.method == "draft_heads":  # random, untrained heads
+            kind = "causal" if spec.causal else "independent"
+            heads = initialised_heads(model, kind, spec.num_draft_tokens, scale=0.05)
         config = TransformersEngineConfig(model="tiny", speculative=spec, warmup_tokens=2)
-        return TransformersEngine(config, model=model, tokenizer=tokenizer, draft_model=draft)
+        return TransformersEngine(
+            config, model=model, tokenizer=tokenizer, draft_model=draft, heads=heads
+        )
 
     def http(
         self, behaviour: Behaviour, *, refused: bool, read_s: float, **config: Any
@@ -168,6 +174,7 @@ def _stalled_server(rig: Rig, timeout_s: float) -> GenerationRequest:
 
 LOOKUP = SpeculativeConfig(method="prompt_lookup", num_draft_tokens=4)
 DRAFT = SpeculativeConfig(method="draft_model", draft_model="tiny-draft", num_draft_tokens=3)
+HEADS = SpeculativeConfig(method="draft_heads", tree_topk=(2, 2, 1), max_tree_nodes=6)
 
 
 def _llamacpp(behaviour: Behaviour) -> Build:
@@ -187,6 +194,7 @@ ARMS = [
     Arm("hf-baseline", _hf(), slow=_long_generation),
     Arm("hf-prompt-lookup", _hf(LOOKUP), acceptance="exact", k=4, slow=_long_generation),
     Arm("hf-draft-model", _hf(DRAFT), acceptance="exact", k=3, slow=_long_generation),
+    Arm("hf-draft-heads", _hf(HEADS), acceptance="exact", k=3, slow=_long_generation),
     Arm("http-baseline", _http(), slow=_stalled_server),
     Arm(
         "http-llamacpp",

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
-from engine.types import ErrorKind, GenerationRequest, Message, SamplingParams
+from engine.types import ErrorKind, GenerationRequest, GenerationResult, Message, SamplingParams
 
 
 def req(
@@ -76,6 +79,19 @@ class TestFakeEngine:
         slow = FakeEngine(FakeEngineConfig(latency_factor=1.5)).generate(req(6))
         assert abs(slow.e2e_s / fast.e2e_s - 1.5) < 1e-9
 
+    def test_latency_factor_by_category_slows_only_that_category(self) -> None:
+        """latency_factor_by_category {"math": 2} doubles math's timings, nothing else's."""
+        config = FakeEngineConfig(speculative=True, latency_factor_by_category={"math": 2.0})
+        for category, factor in (("math", 2.0), ("qa", 1.0)):
+            plain = FakeEngine(FakeEngineConfig(speculative=True)).generate(req(6, category))
+            slowed = FakeEngine(config).generate(req(6, category))
+            assert abs(slowed.e2e_s / plain.e2e_s - factor) < 1e-9
+            assert slowed.token_ids == plain.token_ids
+
+    def test_a_category_factor_must_be_positive(self) -> None:
+        with pytest.raises(ValidationError, match=r"latency_factor_by_category\['math'\] = 0.0"):
+            FakeEngineConfig(latency_factor_by_category={"math": 0.0})
+
     def test_speculative_fake_is_faster_when_acceptance_is_high(self) -> None:
         """With 70 % acceptance of 4 drafted tokens the speculative fake is faster."""
         base = [FakeEngine(FakeEngineConfig()).generate(req(i)).e2e_s for i in range(100)]
@@ -96,16 +112,16 @@ class TestGreedyBias:
             sampling=SamplingParams(max_tokens=64, temperature=temperature, seed=i),
         )
 
-    def test_sampled_outputs_score_lower_nll(self) -> None:
+    def test_sampled_outputs_score_lower_nll_and_more_argmax(self) -> None:
         teacher = FakeEngine(FakeEngineConfig())
         biased = FakeEngine(FakeEngineConfig(speculative=True, greedy_bias=0.5))
         for i in range(10):
             request = self.sampled(i)
-            base, spec = teacher.generate(request), biased.generate(request)
-            base_nll = teacher.score(request.messages, base.token_ids)
-            spec_nll = teacher.score(request.messages, spec.token_ids)
-            assert base_nll is not None and spec_nll is not None
-            assert spec_nll < base_nll
+            base = teacher.score(request.messages, teacher.generate(request))
+            spec = teacher.score(request.messages, biased.generate(request))
+            assert base is not None and spec is not None
+            assert spec.mean_nll < base.mean_nll
+            assert spec.argmax_share > base.argmax_share
 
     def test_off_by_default_and_greedy_requests_are_untouched(self) -> None:
         assert FakeEngineConfig().greedy_bias == 0.0
@@ -116,4 +132,12 @@ class TestGreedyBias:
         assert biased.generate(sampled).token_ids != healthy.generate(sampled).token_ids
 
     def test_score_of_nothing_is_none(self) -> None:
-        assert FakeEngine(FakeEngineConfig()).score((Message("user", "x"),), ()) is None
+        nothing = GenerationResult.failed(ErrorKind.INVALID, "empty prompt", 0.0)
+        assert FakeEngine(FakeEngineConfig()).score((Message("user", "x"),), nothing) is None
+
+    def test_full_bias_is_all_argmax(self) -> None:
+        """greedy_bias 1 swaps every word for the teacher's argmax word."""
+        request = self.sampled(1)
+        biased = FakeEngine(FakeEngineConfig(speculative=True, greedy_bias=1.0))
+        score = FakeEngine(FakeEngineConfig()).score(request.messages, biased.generate(request))
+        assert score is not None and score.argmax_share == 1.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.hf import TransformersEngine
 from engine.testing import tiny_llama
-from engine.types import ErrorKind, GenerationRequest, Message, SamplingParams
+from engine.types import ErrorKind, GenerationRequest, GenerationResult, Message, SamplingParams
 
 COPYING_PROMPT = (
     "Rewrite the sentence exactly: the quick brown fox jumps over the lazy dog. "
@@ -259,37 +260,62 @@ class TestGreedyVerifyFault:
         faulty, base = engine(tiny, self.FAULTY), engine(tiny)
         assert faulty.generate(request()).token_ids == base.generate(request()).token_ids
 
-    def test_sampled_outputs_are_more_likely_under_the_target(self, peaked: Any) -> None:
-        """Across seeds the faulty arm's samples have a lower mean NLL under the target
-        than the healthy arm's and than plain sampling's."""
+    def test_sampled_outputs_lean_to_the_targets_argmax(self, peaked: Any) -> None:
+        """Across seeds the faulty arm's samples hold an excess of the target's argmax tokens
+        and are likelier under it than the healthy arm's and plain sampling's."""
         base = engine(peaked)
         healthy, faulty = engine(peaked, self.HEALTHY), engine(peaked, self.FAULTY)
 
-        def mean_nll(arm: TransformersEngine) -> float:
-            values = []
+        def mean_scores(arm: TransformersEngine) -> tuple[float, float]:
+            nll, excess = [], []
             for seed in range(16):
                 result = arm.generate(request(max_tokens=24, temperature=1.0, seed=seed))
-                nll = base.score(request().messages, result.token_ids)
-                assert nll is not None
-                values.append(nll)
-            return sum(values) / len(values)
+                score = base.score(request().messages, result)
+                assert score is not None and score.tokens == len(result.token_ids)
+                nll.append(score.mean_nll)
+                excess.append(score.argmax_excess)
+            return sum(nll) / len(nll), sum(excess) / len(excess)
 
-        plain, lossless, lossy = mean_nll(base), mean_nll(healthy), mean_nll(faulty)
-        assert lossy < lossless - 0.4
-        assert lossy < plain - 0.4
+        (plain_nll, plain_excess), (lossless_nll, lossless_excess), (lossy_nll, lossy_excess) = (
+            mean_scores(base),
+            mean_scores(healthy),
+            mean_scores(faulty),
+        )
+        assert lossy_nll < min(plain_nll, lossless_nll) - 0.4
+        assert lossy_excess > max(plain_excess, lossless_excess) + 0.2
 
 
 class TestScore:
     def test_score_is_the_mean_token_nll_of_the_output(self, tiny: Any) -> None:
         e = engine(tiny)
         result = e.generate(request(max_tokens=8))
-        nll = e.score(request().messages, result.token_ids)
-        assert nll is not None and nll > 0
-        assert e.score(request().messages, ()) is None
+        score = e.score(request().messages, result)
+        assert score is not None and score.mean_nll > 0 and score.tokens == 8
+        assert 0.0 <= score.argmax_share <= 1.0 and 0.0 < score.mean_top_probability <= 1.0
+        assert e.score(request().messages, GenerationResult.failed(ErrorKind.HTTP, "x", 0)) is None
+
+    def test_greedy_output_is_all_argmax(self, tiny: Any) -> None:
+        """A greedy output is the teacher's argmax at every position."""
+        e = engine(tiny)
+        score = e.score(request().messages, e.generate(request(max_tokens=8)))
+        assert score is not None and score.argmax_share == 1.0
+        assert score.argmax_excess == pytest.approx(1.0 - score.mean_top_probability)
+
+    def test_text_without_ids_is_retokenised(self, tiny: Any) -> None:
+        """An output that carries text but no ids (an HTTP arm's) is scored by its text."""
+        e = engine(tiny)
+        result = e.generate(request(max_tokens=8))
+        by_text = e.score(request().messages, replace(result, token_ids=()))
+        assert by_text is not None and by_text.tokens == len(e.count_tokens(result.text))
 
     def test_the_greedy_first_token_is_the_likeliest(self, peaked: Any) -> None:
         e = engine(peaked)
-        first = e.generate(request(max_tokens=1)).token_ids[0]
-        greedy = e.score(request().messages, (first,))
-        others = [e.score(request().messages, ((first + k) % 300,)) for k in (1, 7, 50)]
-        assert greedy is not None and all(o is not None and greedy < o for o in others)
+        first = e.generate(request(max_tokens=1))
+
+        def nll(token: int) -> float:
+            score = e.score(request().messages, replace(first, token_ids=(token,)))
+            assert score is not None
+            return score.mean_nll
+
+        greedy = first.token_ids[0]
+        assert all(nll(greedy) < nll((greedy + k) % 300) for k in (1, 7, 50))

@@ -304,3 +304,44 @@ class TestVLLMPair:
         assert result.speculative is not None
         length = result.acceptance_length
         assert length is not None and 1.0 <= length <= K + 1
+
+
+class TestVLLMTeacher:
+    def test_prompt_logprobs_score_as_the_in_process_model_does(
+        self, vllm_servers: Servers
+    ) -> None:
+        """The plain server scores outputs through its prompt log-probs: a greedy output
+        is (almost) all argmax tokens, and both a greedy and a sampled output get the
+        mean NLL, argmax share and top-token probability the in-process engine gives the
+        same text."""
+        from engine.config import TransformersEngineConfig
+        from engine.hf import TransformersEngine
+
+        remote = _arm(vllm_servers.plain, speculative=False)
+        local = TransformersEngine(
+            TransformersEngineConfig(warmup_tokens=0, dtype="float32"), models_dir=models_dir()
+        )
+        prompt = _prompts()[0]
+        try:
+            greedy = remote.generate(_request(prompt))
+            sampled = remote.generate(
+                GenerationRequest(
+                    prompt.messages, SamplingParams(max_tokens=MAX_TOKENS, temperature=0.8, seed=3)
+                )
+            )
+            assert greedy.ok and sampled.ok and greedy.token_ids == ()
+            scores = [
+                (remote.score(prompt.messages, out), local.score(prompt.messages, out))
+                for out in (greedy, sampled)
+            ]
+        finally:
+            remote.close()
+            local.close()
+        (greedy_remote, _), _ = scores
+        assert greedy_remote is not None and greedy_remote.argmax_share >= 0.9
+        for by_server, in_process in scores:
+            assert by_server is not None and in_process is not None
+            assert by_server.tokens == in_process.tokens
+            assert abs(by_server.mean_nll - in_process.mean_nll) < 0.02
+            assert abs(by_server.argmax_share - in_process.argmax_share) <= 1 / by_server.tokens
+            assert abs(by_server.mean_top_probability - in_process.mean_top_probability) < 0.01

@@ -80,7 +80,9 @@ def exposed_names() -> set[str]:
     metrics.cycle_finished(1.0, ok=True)
     metrics.heartbeat(1.0)
     metrics.observe_gates([("latency", "PASS"), ("drift", "WARN"), ("speedup", "FAIL")])
-    metrics.set_switch(rolled_back=True, generation=2, latched=False)
+    metrics.set_switch(
+        rolled_back=True, generation=2, latched=False, categories=[("qa", True, False)]
+    )
     names = set()
     for family in text_string_to_metric_families(metrics.render().decode()):
         # A labelled family observed nothing yet still has its HELP/TYPE: it is exposed.
@@ -124,7 +126,8 @@ class TestPromQL:
         """Switch, gates, speedup, acceptance, positions, latency, errors, quality."""
         text = json.dumps(dashboards()["canaryd-canary.json"])
         for name in (
-            "canaryd_switch_rolled_back", "canaryd_gate_state", "canaryd_speedup_ratio_bucket",
+            "canaryd_switch_rolled_back", "canaryd_switch_category_rolled_back",
+            "canaryd_gate_state", "canaryd_speedup_ratio_bucket",
             "canaryd_speculative_verify_steps_total", "canaryd_speculative_position_drafted_total",
             "canaryd_ttft_seconds_bucket", "canaryd_tpot_seconds_bucket",
             "canaryd_e2e_seconds_bucket", "canaryd_errors_total",

@@ -9,6 +9,12 @@ Retry-After), a stall before or during the stream, a stream cut mid-way (connect
 dropped without the final chunk), a malformed chunk. It also serves `/metrics` and
 `/server_info` bodies set by the test, and records every request body it received.
 
+Like vLLM it tokenises (`POST /tokenize`: words to ids, a chat template of one id before
+and after each message) and scores prompts: a non-streamed `/v1/completions` with
+`prompt_logprobs` answers, per prompt position, the token's log-prob and rank from
+`teacher_logprob` (plus the top token where the token is not it); with
+`prompt_logprobs = False` it answers like a server without that extension.
+
 `refused_url()` names a loopback port with nothing listening: a refused connection.
 """
 
@@ -18,12 +24,13 @@ import json
 import socket
 import threading
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
-__all__ = ["Behaviour", "MisbehavingServer", "refused_url"]
+__all__ = ["Behaviour", "MisbehavingServer", "refused_url", "teacher_logprob", "word_id"]
 
 Fault = Literal["ok", "status", "stall_headers", "stall_stream", "cut", "malformed", "json"]
 
@@ -39,6 +46,17 @@ class Behaviour:
     tokens: int = 8  # content chunks in a healthy stream (cut: chunks before the cut)
     token_delay_s: float = 0.0
     final_extra: dict[str, Any] = field(default_factory=dict)  # merged into the usage chunk
+
+
+def word_id(word: str) -> int:
+    """The loopback server's token id of a word (ids 0-9 are its template markers)."""
+    return 10 + zlib.crc32(word.encode()) % 1000
+
+
+def teacher_logprob(token: int) -> tuple[float, int]:
+    """The loopback server's (log-prob, rank) of `token` at any prompt position: even ids
+    are the most likely token there (rank 1)."""
+    return -(0.5 + 0.5 * (token % 5)), 1 if token % 2 == 0 else 3
 
 
 def refused_url() -> str:
@@ -61,6 +79,7 @@ class MisbehavingServer:
         self.requests: list[dict[str, Any]] = []
         self.metrics_text = ""
         self.server_info: dict[str, Any] = {}
+        self.prompt_logprobs = True  # answer vLLM's prompt_logprobs extension
         self._stop = threading.Event()
         self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
@@ -136,11 +155,20 @@ def _handler_for(server: MisbehavingServer) -> type[BaseHTTPRequestHandler]:
             if behaviour.fault == "json":  # ignores stream=true: one JSON body
                 self._send(200, b'{"choices": []}', "application/json")
                 return
+            if self.path == "/tokenize":
+                self._json({"count": 0, "max_model_len": 2048, "tokens": _tokenize(body)})
+                return
+            if body.get("stream") is False:
+                self._json(_scored(body, server.prompt_logprobs))
+                return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             self._stream(body, behaviour)
+
+        def _json(self, answer: dict[str, Any]) -> None:
+            self._send(200, json.dumps(answer).encode(), "application/json")
 
         def _event(self, payload: str) -> None:
             data = f"data: {payload}\n\n".encode()
@@ -194,3 +222,36 @@ def _handler_for(server: MisbehavingServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
 
     return Handler
+
+
+def _tokenize(body: dict[str, Any]) -> list[int]:
+    if "messages" in body:
+        ids = []
+        for message in body["messages"]:
+            ids += [1, *(word_id(w) for w in str(message["content"]).split()), 2]
+        return [*ids, 3] if body.get("add_generation_prompt", True) else ids
+    words = [word_id(w) for w in str(body.get("prompt", "")).split()]
+    return [0, *words] if body.get("add_special_tokens", True) else words
+
+
+def _scored(body: dict[str, Any], prompt_logprobs: bool) -> dict[str, Any]:
+    """A non-streamed completion; with prompt_logprobs, vLLM's per-position entries."""
+    prompt = body.get("prompt")
+    choice: dict[str, Any] = {"index": 0, "text": " x", "finish_reason": "length"}
+    if prompt_logprobs and body.get("prompt_logprobs") and isinstance(prompt, list):
+        positions: list[dict[str, Any] | None] = [None]
+        for token in prompt[1:]:
+            logprob, rank = teacher_logprob(token)
+            entries = {str(token): {"logprob": logprob, "rank": rank, "decoded_token": "w"}}
+            if rank != 1:
+                entries["0"] = {"logprob": -0.1, "rank": 1, "decoded_token": "top"}
+            positions.append(entries)
+        choice["prompt_logprobs"] = positions
+    n = len(prompt) if isinstance(prompt, list) else 1
+    return {
+        "id": "cmpl-test",
+        "object": "text_completion",
+        "model": body.get("model", ""),
+        "choices": [choice],
+        "usage": {"prompt_tokens": n, "completion_tokens": 1, "total_tokens": n + 1},
+    }

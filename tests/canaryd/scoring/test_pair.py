@@ -7,9 +7,10 @@ import time
 import pytest
 
 from canaryd.scoring import first_divergence, load_metrics, score_pair, task_score
+from canaryd.scoring.pair import teacher_deltas
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
-from engine.types import ErrorKind, GenerationResult, Message
+from engine.types import ErrorKind, GenerationResult, Message, TeacherScore
 from gates.records import Check, Prompt
 
 
@@ -178,47 +179,62 @@ class TestScorePair:
         assert (time.perf_counter() - start) / rounds < 0.005
 
 
-class TestTeacherScoredLikelihood:
-    """nll_delta: both outputs scored by the baseline model, speculative minus baseline."""
+class TestTeacherScores:
+    """nll_delta and argmax_delta: both outputs scored by the baseline model, speculative
+    minus baseline."""
 
     class Teacher(FakeEngine):
-        """Scores a reply by the mean of its token ids; no reply: None."""
+        """Scores a reply by the mean of its token ids (NLL) and its share of even ids
+        (argmax, against a top-token probability of 1/2 everywhere); no reply: None."""
 
         def __init__(self, unavailable: bool = False) -> None:
             super().__init__(FakeEngineConfig())
             self.calls = 0
             self.unavailable = unavailable
 
-        def score(self, messages: tuple[Message, ...], token_ids: tuple[int, ...]) -> float | None:
+        def score(
+            self, messages: tuple[Message, ...], output: GenerationResult
+        ) -> TeacherScore | None:
             self.calls += 1
-            return None if self.unavailable else sum(token_ids) / len(token_ids)
+            ids = output.token_ids or tuple(len(word) for word in output.text.split())
+            if self.unavailable or not ids:
+                return None
+            return TeacherScore(
+                tokens=len(ids),
+                mean_nll=sum(ids) / len(ids),
+                argmax_share=sum(1 for t in ids if t % 2 == 0) / len(ids),
+                mean_top_probability=0.5,
+            )
 
-    def test_difference_of_mean_nll(self) -> None:
-        from canaryd.scoring.pair import nll_delta
-
+    def test_differences_of_mean_nll_and_argmax_excess(self) -> None:
         teacher = self.Teacher()
-        delta = nll_delta(teacher, prompt(), result("a b", [2, 4]), result("a c", [2, 8]))
-        assert delta == pytest.approx(5.0 - 3.0)
+        deltas = teacher_deltas(teacher, prompt(), result("a b", [2, 4]), result("a c", [2, 7]))
+        assert list(deltas) == pytest.approx([4.5 - 3.0, 0.5 - 1.0])
 
     def test_identical_outputs_need_no_scoring(self) -> None:
-        from canaryd.scoring.pair import nll_delta
-
         teacher = self.Teacher()
         same = result("a b", [2, 4])
-        assert nll_delta(teacher, prompt(), same, same) == 0.0
+        assert teacher_deltas(teacher, prompt(), same, same) == (0.0, 0.0)
         assert teacher.calls == 0
 
-    def test_unscorable_is_none_never_zero(self) -> None:
-        from canaryd.scoring.pair import nll_delta
+    def test_outputs_without_ids_are_scored_by_text(self) -> None:
+        """HTTP results carry text only: the teacher gets them, and identical texts
+        need no scoring."""
+        teacher = self.Teacher()
+        deltas = teacher_deltas(teacher, prompt(), result("ab cd", []), result("abc d", []))
+        assert list(deltas) == pytest.approx([0.0, -1.0])
+        assert teacher_deltas(teacher, prompt(), result("ab", []), result("ab", [])) == (0.0, 0.0)
+        assert teacher.calls == 2
 
+    def test_unscorable_is_none_never_zero(self) -> None:
         teacher = self.Teacher(unavailable=True)
         base, spec = result("a b", [2, 4]), result("a c", [2, 8])
-        assert nll_delta(teacher, prompt(), base, spec) is None
-        assert nll_delta(teacher, prompt(), base, result("", [])) is None
+        assert teacher_deltas(teacher, prompt(), base, spec) == (None, None)
+        assert teacher_deltas(self.Teacher(), prompt(), base, result("", [])) == (None, None)
 
     def test_without_a_teacher_there_is_no_delta(self) -> None:
         scores = score_pair(prompt(), result("a b", [2, 4]), result("a c", [2, 8]))
-        assert scores is not None and scores.nll_delta is None
+        assert scores is not None and scores.nll_delta is None and scores.argmax_delta is None
 
     def test_the_runner_scores_sampled_pairs_with_the_baseline(self) -> None:
         """Sampled pairs get an nll_delta from the baseline engine; greedy pairs none."""
@@ -236,4 +252,5 @@ class TestTeacherScoredLikelihood:
         greedy = runner(0.0).run_pair(prompt()).scores
         assert sampled is not None and sampled.nll_delta is not None
         assert sampled.nll_delta < 0  # the biased arm is likelier under the teacher
-        assert greedy is not None and greedy.nll_delta is None
+        assert sampled.argmax_delta is not None and sampled.argmax_delta > 0
+        assert greedy is not None and greedy.nll_delta is None and greedy.argmax_delta is None

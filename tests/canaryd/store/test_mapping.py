@@ -6,7 +6,7 @@ silently dropped; these tests catch that without a database.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import inspect
@@ -18,6 +18,7 @@ from canaryd.store.mapping import (
     prompt_values,
     run_from_row,
     run_row,
+    state_values,
     switch_record,
     transition_audit_row,
 )
@@ -28,7 +29,17 @@ from canaryd.store.models import (
     SwitchAuditRow,
     SwitchStateRow,
 )
-from gates import Control, GateDecision, GateMode, GateState, SwitchMode, Transition
+from canaryd.store.switching import decision_from_dict
+from gates import (
+    CategorySwitch,
+    Control,
+    GateDecision,
+    GateMode,
+    GateState,
+    SwitchMode,
+    SwitchState,
+    Transition,
+)
 from gates.records import PairRecord, RunInfo
 
 AT = datetime(2025, 11, 29, 12, tzinfo=UTC)
@@ -93,3 +104,37 @@ def test_the_switch_row_and_audit_rows_are_complete() -> None:
     assert unset_columns(row) == {"id"}
     assert (row.previous, row.target, row.control) == ("auto", "rolled_back", "gates")
     assert row.evidence == [decision.to_dict()]
+
+
+def test_a_categorys_latch_cooldown_and_trips_come_back_unchanged() -> None:
+    own = CategorySwitch(
+        SwitchMode.ROLLED_BACK,
+        Control.GATES,
+        3,
+        AT,
+        "gate:speedup.math",
+        "slow",
+        latched=True,
+        cooldown_until=AT + timedelta(minutes=30),
+        recent_trips=(AT - timedelta(hours=1), AT),
+    )
+    state = SwitchState(generation=3).with_category("math", own)
+    assert switch_record(SwitchStateRow(id=1, **state_values(state))).state == state
+
+
+def test_a_category_stored_before_it_had_a_latch_reads_as_unlatched() -> None:
+    values = state_values(SwitchState(generation=1).with_category("math", CategorySwitch()))
+    for field in ("latched", "cooldown_until", "recent_trips"):
+        del values["categories"]["math"][field]
+    own = switch_record(SwitchStateRow(id=1, **values)).state.category("math")
+    assert own == CategorySwitch()
+
+
+def test_a_decisions_category_survives_storage() -> None:
+    check = GateDecision(
+        "speedup.math", GateState.FAIL, GateMode.ENFORCE, False, AT, category="math"
+    )
+    decision = GateDecision(
+        "speedup", GateState.FAIL, GateMode.ENFORCE, False, AT, components=(check,)
+    )
+    assert decision_from_dict(decision.to_dict()) == decision

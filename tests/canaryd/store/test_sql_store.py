@@ -163,10 +163,11 @@ class TestSavePair:
         assert store.pairs() == [record]
 
     def test_teacher_scored_nll_delta_round_trips(self, store: SqlStore, pair: PairFactory) -> None:
-        """A sampled pair's likelihood difference is stored; an unscored one stays None."""
+        """A sampled pair's likelihood and argmax-share differences are stored; an
+        unscored one's stay None."""
         scored = pair(temperature=0.8)
         assert scored.scores is not None
-        scored = replace(scored, scores=replace(scored.scores, nll_delta=-0.25))
+        scored = replace(scored, scores=replace(scored.scores, nll_delta=-0.25, argmax_delta=0.125))
         unscored = pair()
         store.save_pair(scored)
         store.save_pair(unscored)

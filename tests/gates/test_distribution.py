@@ -1,0 +1,178 @@
+"""quality.argmax: the paired sign-flip test on teacher-argmax excesses of sampled pairs,
+and how the distribution checks share their budget."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pytest
+
+from gates import GateState, quality_gate
+from gates.budget import DEFAULT_ARL0
+from gates.config import QualityGateConfig
+from gates.core import GateDecision
+from gates.distribution import ONE_SIDED_CUSUMS, sign_flip_increments
+from gates.records import PairRecord
+from tests.gates.conftest import at, record, scores
+
+NAME = "quality.argmax"
+
+
+def sampled(
+    deltas: Sequence[float | None], temperature: float = 0.8, nll: float | None = None
+) -> list[PairRecord]:
+    return [
+        record(
+            i,
+            pair_scores=replace(scores(delta=None), argmax_delta=d, nll_delta=nll),
+            temperature=temperature,
+        )
+        for i, d in enumerate(deltas)
+    ]
+
+
+def component(decision: GateDecision, name: str = NAME) -> GateDecision | None:
+    return next((c for c in decision.components if c.name == name), None)
+
+
+def evaluate(records: list[PairRecord]) -> GateDecision:
+    return quality_gate(records, QualityGateConfig(), now=at(len(records)))
+
+
+def signs(n: int, share_more: float, tie_share: float = 0.0, seed: int = 0) -> list[float | None]:
+    """Argmax-excess deltas: a tie with `tie_share`, else positive with `share_more`,
+    sizes uniform in 0.01 … 0.3 on both sides."""
+    rng = random.Random(seed)
+    out: list[float | None] = []
+    for _ in range(n):
+        if rng.random() < tie_share:
+            out.append(0.0)
+        else:
+            size = rng.uniform(0.01, 0.3)
+            out.append(size if rng.random() < share_more else -size)
+    return out
+
+
+def first_fail(deltas: list[float | None]) -> int | None:
+    """The pair count at which quality.argmax first FAILs, evaluating after every pair."""
+    records = sampled(deltas)
+    for n in range(1, len(records) + 1):
+        decision = component(evaluate(records[:n]))
+        if decision is not None and decision.state is GateState.FAIL:
+            return n
+    return None
+
+
+class TestArgmaxSignFlipTest:
+    def test_exchangeable_arms_pass(self) -> None:
+        """Fair coin signs with ties: PASS, the net share near zero."""
+        decision = component(evaluate(sampled(signs(400, 0.5, tie_share=0.2))))
+        assert decision is not None and decision.state is GateState.PASS
+        assert decision.estimate is not None and abs(decision.estimate) < 0.1
+
+    def test_identical_outputs_pass(self) -> None:
+        """A healthy arm whose outputs equal the baseline's: every pair a tie, PASS."""
+        decision = component(evaluate(sampled([0.0] * 100)))
+        assert decision is not None and decision.state is GateState.PASS
+        assert "0/0 untied pairs (100 ties)" in decision.detail
+
+    def test_argmax_heavy_arm_fails(self) -> None:
+        """Speculative argmax excess larger in 95 % of pairs (a greedy-verifying arm) FAILs
+        within about fifty pairs."""
+        pairs = first_fail(signs(120, 0.95))
+        assert pairs is not None and pairs <= 60
+        assert "more argmax: CUSUM" in evaluate(sampled(signs(120, 0.95))).detail
+
+    def test_a_subtle_bias_fails_later(self) -> None:
+        """Larger in 75 % of pairs: still caught, later."""
+        gross, subtle = first_fail(signs(400, 0.95)), first_fail(signs(400, 0.75))
+        assert gross is not None and subtle is not None and gross < subtle
+
+    def test_winning_big_and_losing_small_fails_sooner(self) -> None:
+        """Bets are staked by size: an arm that wins its pairs by large margins and loses
+        them by small ones (what greedy verification does) is caught sooner than the
+        same signs with sizes unrelated to them."""
+        plain = signs(300, 0.8, seed=5)
+        lopsided = [None if d is None else (0.3 if d > 0 else -0.02) for d in plain]
+        by_size, by_sign = first_fail(lopsided), first_fail(plain)
+        assert by_size is not None and by_sign is not None and by_size < by_sign
+
+    def test_argmax_light_arm_fails(self) -> None:
+        """Two-sided: an arm whose outputs hold fewer argmax tokens FAILs too."""
+        decision = component(evaluate(sampled(signs(200, 0.05))))
+        assert decision is not None and decision.state is GateState.FAIL
+        assert decision.estimate is not None and decision.estimate < 0
+
+    def test_the_scale_does_not_matter(self) -> None:
+        """Only sizes relative to the median size count: scaling every delta by 100
+        changes nothing, and one huge delta stakes no more than a typical one."""
+        deltas = signs(150, 0.6, tie_share=0.1, seed=3)
+        scaled = [None if d is None else 100.0 * d for d in deltas]
+        a, b = component(evaluate(sampled(deltas))), component(evaluate(sampled(scaled)))
+        assert a is not None and b is not None
+        assert (a.state, a.estimate) == (b.state, b.estimate)
+        assert a.detail.split("more argmax:")[1] == b.detail.split("more argmax:")[1]
+
+    def test_a_fair_coin_keeps_its_false_alarm_budget(self) -> None:
+        """Under exchangeable arms (symmetric deltas) each sign-flip CUSUM's run length
+        is at least e^h whatever the sizes. At a test-sized budget (h = log 50 for each
+        of the 4 CUSUMs) 1,000 symmetric pairs, the detector restarted after each alarm,
+        raise at most 1,000 × 4 / 50 alarms."""
+        deltas = signs(1000, 0.5, tie_share=0.2, seed=11)
+        arl0 = 50.0 / ONE_SIDED_CUSUMS
+        alarms, current = 0, []
+        for d in deltas:
+            current.append(d)
+            decision = component(
+                quality_gate(sampled(current), QualityGateConfig(), now=at(len(current)), arl0=arl0)
+            )
+            if decision is not None and decision.state is GateState.FAIL:
+                alarms, current = alarms + 1, []
+        assert alarms <= 1000 * 4 / 50
+
+    def test_greedy_pairs_and_unscored_pairs_are_left_out(self) -> None:
+        """No argmax_delta (a teacher that cannot score), or greedy pairs only: no
+        component, a note."""
+        for records in (sampled([None] * 50), sampled([0.1] * 50, temperature=0.0)):
+            decision = evaluate(records)
+            assert component(decision) is None
+            assert "argmax: no sampled pair" in decision.detail
+
+
+class TestSignFlipIncrements:
+    def test_a_fair_coin_has_mean_one_wealth(self) -> None:
+        """Given the sizes, flipping every sign averages e^increment to exactly 1: the
+        bets are fair under exchangeable arms."""
+        deltas = [0.3, -0.1, 0.0, 0.2, -0.05, 0.4]
+        flipped = [-d for d in deltas]
+        for bet in (0.5, 0.9):
+            for up, down in zip(
+                sign_flip_increments(deltas, bet), sign_flip_increments(flipped, bet), strict=True
+            ):
+                assert (math.exp(up) + math.exp(down)) / 2 == pytest.approx(1.0)
+
+    def test_stakes_follow_the_median_size_before(self) -> None:
+        """The first untied pair stakes fully; later ones by size over the median size of
+        the untied pairs before them (capped at 1); ties stake nothing."""
+        increments = sign_flip_increments([0.2, 0.0, 0.1, -0.4], 0.5)
+        assert increments == pytest.approx(
+            [math.log(1.5), 0.0, math.log(1 + 0.5 * 0.1 / 0.2), math.log(1 - 0.5)]
+        )
+
+    def test_a_full_bet_is_refused(self) -> None:
+        with pytest.raises(ValueError, match=r"need \|bet\| < 1, got 1.0"):
+            sign_flip_increments([0.1], 1.0)
+
+
+class TestBudget:
+    def test_six_one_sided_cusums_share_the_distribution_detector(self) -> None:
+        """Likelihood (2) and argmax (2 directions × 2 bets) each at h =
+        log(6 × ARL0), shown in both components' details."""
+        decision = evaluate(sampled(signs(50, 0.5), nll=0.0))
+        h = math.log(ONE_SIDED_CUSUMS * DEFAULT_ARL0)
+        for name in (NAME, "quality.distribution"):
+            part = component(decision, name)
+            assert part is not None and f"vs h {h:.2f}" in part.detail

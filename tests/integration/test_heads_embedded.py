@@ -1,0 +1,111 @@
+"""Draft heads on the embedded SmolLM2-135M-Instruct: trained here on a small budget,
+loaded from disk like `canaryd models train-heads` leaves them, lossless on every
+shipped prompt for both kinds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from canaryd import paths
+from canaryd.suites import load_default_suites
+from engine.config import SpeculativeConfig, TransformersEngineConfig
+from engine.heads.data import DataPlan, SeedPrompt
+from engine.heads.model import HeadsMetadata
+from engine.heads.train import TrainPlan, train_model_heads
+from engine.hf import TransformersEngine
+from engine.provision import EMBEDDED, require_embedded_model
+from engine.types import GenerationRequest, SamplingParams
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+SHIPPED = [prompt for suite in load_default_suites() for prompt in suite.prompts]
+TINY_BUDGET = TrainPlan(
+    name="test",
+    data=DataPlan(temperatures=(0.0,), max_new_tokens=16, batch_size=48),
+    depth=3,
+    vocab_limit=1024,
+    epochs=1,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    """On a CPU shared with other jobs one torch thread decodes several times faster
+    than two (whose pool stalls on every step)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A models directory holding (a link to) the pulled embedded model, no heads."""
+    real = require_embedded_model(paths.models_dir())
+    root = tmp_path_factory.mktemp("models")
+    (root / EMBEDDED.name).symlink_to(real, target_is_directory=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def trained(models_dir: Path) -> dict[str, HeadsMetadata]:
+    prompts = [SeedPrompt(p.category, p.messages) for p in SHIPPED]
+    saved: dict[str, HeadsMetadata] = dict(
+        train_model_heads("embedded", models_dir, prompts, TINY_BUDGET, device="cpu")
+    )
+    return saved
+
+
+def arm(models_dir: Path, speculative: SpeculativeConfig | None) -> TransformersEngine:
+    config = TransformersEngineConfig(device="cpu", speculative=speculative, warmup_tokens=0)
+    engine = TransformersEngine(config, models_dir=models_dir)
+    engine.load()
+    return engine
+
+
+def heads_arm(models_dir: Path, causal: bool) -> TransformersEngine:
+    spec = SpeculativeConfig(method="draft_heads", causal=causal, tree_topk=(3, 2, 1))
+    return arm(models_dir, spec)
+
+
+class TestEmbeddedDraftHeads:
+    def test_training_reports_held_out_accuracy_per_head(
+        self, trained: dict[str, Any], models_dir: Path
+    ) -> None:
+        """Both kinds are saved with their sha256 and held-out accuracy per head."""
+        for kind in ("causal", "independent"):
+            meta = trained[kind]
+            assert meta.kind == kind and meta.depth == 3 and len(meta.sha256) == 64
+            accuracy = meta.training["held_out_accuracy"]
+            assert len(accuracy) == 3 and all(0.0 <= a <= 1.0 for a in accuracy)
+            assert accuracy[0] > 0.05  # far above chance over a 1024-token vocabulary
+            assert (models_dir / "heads" / EMBEDDED.name / kind / "heads.safetensors").is_file()
+
+    def test_greedy_output_equals_baseline_on_every_shipped_prompt(
+        self, trained: dict[str, Any], models_dir: Path
+    ) -> None:
+        """Causal and independent heads with trees reproduce the baseline's tokens on
+        every shipped prompt, and count acceptance inside the loop."""
+        base = arm(models_dir, None)
+        causal, independent = heads_arm(models_dir, True), heads_arm(models_dir, False)
+        accepted = {"causal": 0, "independent": 0}
+        for prompt in SHIPPED:
+            request = GenerationRequest(
+                messages=prompt.messages, sampling=SamplingParams(max_tokens=10)
+            )
+            expected = base.generate(request)
+            assert expected.ok, expected.error_detail
+            for name, engine in (("causal", causal), ("independent", independent)):
+                result = engine.generate(request)
+                assert result.token_ids == expected.token_ids, (name, prompt.id)
+                stats = result.speculative
+                assert stats is not None and result.draft_cost is not None
+                assert result.output_tokens == stats.accepted_tokens + stats.verify_steps
+                accepted[name] += stats.accepted_tokens
+        assert accepted["causal"] > 0 and accepted["independent"] > 0
+        assert int(causal.identity["draft_bytes"]) > 0
