@@ -21,6 +21,7 @@ whose greedy openings the heads have seen). Per arm:
 `--quick` (a few minutes on 2 cores): 2 prompts per category, 48 tokens each.
 
 Usage: .venv/bin/python benchmarks/heads_ablation.py [--quick] [--out FILE]
+       [--tree 3,2,2,1] [--nodes 12] [--prompts held-out|all]
 """
 
 from __future__ import annotations
@@ -50,10 +51,9 @@ from engine.types import GenerationRequest, GenerationResult, SamplingParams
 from gates.records import Prompt
 
 CHAIN = (1, 1, 1, 1)
-TREE = SpeculativeConfig(method="draft_heads")  # the shipped defaults
 
 
-def arm_configs() -> dict[str, SpeculativeConfig | None]:
+def arm_configs(tree: SpeculativeConfig) -> dict[str, SpeculativeConfig | None]:
     arms: dict[str, SpeculativeConfig | None] = {"autoregressive": None}
     for kind, causal in (("causal", True), ("independent", False)):
         arms[f"{kind}-chain"] = SpeculativeConfig(
@@ -62,8 +62,8 @@ def arm_configs() -> dict[str, SpeculativeConfig | None]:
         arms[f"{kind}-tree"] = SpeculativeConfig(
             method="draft_heads",
             causal=causal,
-            tree_topk=TREE.heads_tree,
-            max_tree_nodes=TREE.max_tree_nodes,
+            tree_topk=tree.heads_tree,
+            max_tree_nodes=tree.max_tree_nodes,
         )
     return arms
 
@@ -188,6 +188,8 @@ def main() -> None:
     parser.add_argument("--per-category", type=int, default=None)
     parser.add_argument("--max-tokens", type=int, default=None)
     parser.add_argument("--prompts", choices=("held-out", "all"), default="held-out")
+    parser.add_argument("--tree", default=None, help="tree_topk, e.g. 3,2,2,1 (default: shipped)")
+    parser.add_argument("--nodes", type=int, default=None, help="max_tree_nodes")
     # One intra-op thread: on a shared 2-core machine a second thread stalls every step.
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: default)")
     parser.add_argument("--out", type=Path, default=None)
@@ -197,8 +199,14 @@ def main() -> None:
     per_category = args.per_category or (2 if args.quick else 6)
     max_tokens = args.max_tokens or (48 if args.quick else 128)
 
+    shape: dict[str, Any] = {"method": "draft_heads"}
+    if args.tree:
+        shape["tree_topk"] = tuple(int(k) for k in args.tree.split(","))
+    if args.nodes:
+        shape["max_tree_nodes"] = args.nodes
+    tree = SpeculativeConfig(**shape)
     engines: dict[str, TransformersEngine] = {}
-    for name, spec in arm_configs().items():
+    for name, spec in arm_configs(tree).items():
         config = TransformersEngineConfig(speculative=spec, warmup_tokens=4)
         engines[name] = TransformersEngine(config, models_dir=paths.models_dir())
         try:
@@ -230,8 +238,8 @@ def main() -> None:
             "max_tokens": max_tokens,
             "threads": torch.get_num_threads(),
             "chain": list(CHAIN),
-            "tree_topk": list(TREE.heads_tree),
-            "max_tree_nodes": TREE.max_tree_nodes,
+            "tree_topk": list(tree.heads_tree),
+            "max_tree_nodes": tree.max_tree_nodes,
             "seconds": round(time.perf_counter() - started, 1),
         },
         "arms": {},

@@ -1,12 +1,15 @@
 """Self-distillation data for draft heads: the target's own generations, recorded.
 
 Every prompt is continued by the target, greedily and at each sampling temperature of
-the plan, in batches with left padding. For every generated token the loop records
-the hidden state that produced it and the target's top-k distribution there (soft
-labels), so no second pass over the text is needed. Batches are written as shards,
-each seeded by its index: an interrupted run resumes at the first missing shard and
-produces the same data. Prompts are split into training and held-out sets once, by
-prompt, so no held-out prompt's text is ever trained on.
+the plan, in batches of similar prompt length with left padding; a row that reaches
+end-of-sequence leaves the batch and its cache. For every generated token the loop
+records the hidden state that produced it and the target's top-k distribution there
+(soft labels), so no second pass over the text is needed. Greedy rows also record the
+prompt's own positions (after the preamble every prompt shares): the target's
+predictions over text it reads, from the prefill the generation needs anyway. Batches
+are written as shards, each seeded by its index: an interrupted run resumes at the
+first missing shard and produces the same data. Prompts are split into training and
+held-out sets by prompt, so no held-out prompt's text is ever trained on.
 """
 
 from __future__ import annotations
@@ -214,7 +217,7 @@ def _generate_batch(
     steps: list[list[tuple[torch.Tensor, ...]]] = [[] for _ in rows]
     active = torch.arange(len(rows), device=device)  # rows still generating
     for step in range(plan.max_new_tokens):
-        states = model.model(
+        states = model.base_model(
             step_input,
             attention_mask=mask,
             position_ids=positions,

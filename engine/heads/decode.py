@@ -172,7 +172,7 @@ class HeadsDecoder:
             kwargs["attention_mask"] = torch.ones_like(ids)
         else:
             kwargs |= {"attention_mask": mask, "position_ids": positions}
-        hidden: torch.Tensor = self.model.model(ids, **kwargs).last_hidden_state
+        hidden: torch.Tensor = self.model.base_model(ids, **kwargs).last_hidden_state
         return hidden
 
     @staticmethod

@@ -313,5 +313,5 @@ def cache_argument(model: Any) -> str:
     transformers 5, `past_key_values` before."""
     import inspect
 
-    parameters = inspect.signature(model.model.forward).parameters
+    parameters = inspect.signature(model.base_model.forward).parameters
     return "cache" if "cache" in parameters else "past_key_values"

@@ -55,10 +55,8 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def trained(models_dir: Path) -> dict[str, HeadsMetadata]:
     prompts = [SeedPrompt(p.category, p.messages) for p in SHIPPED]
-    saved: dict[str, HeadsMetadata] = dict(
-        train_model_heads("embedded", models_dir, prompts, TINY_BUDGET, device="cpu")
-    )
-    return saved
+    saved = train_model_heads("embedded", models_dir, prompts, TINY_BUDGET, device="cpu")
+    return {kind: metadata for kind, metadata in saved.items()}
 
 
 def arm(models_dir: Path, speculative: SpeculativeConfig | None) -> TransformersEngine:

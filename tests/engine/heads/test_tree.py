@@ -88,7 +88,8 @@ class TestBuildTree:
         """Causal heads propose different tokens under different parents; independent
         heads the same ones under every parent."""
         model, _tokenizer = chaotic
-        for kind, differ in (("causal", True), ("independent", False)):
+        expectations: tuple[tuple[HeadKind, bool], ...] = (("causal", True), ("independent", False))
+        for kind, differ in expectations:
             tree = tree_of(model, kind, (3, 3), 12)
             children = tree.children()
             proposals = {
@@ -173,7 +174,7 @@ class TestKeepPath:
         past = prefix.shape[1]
         argument = cache_argument(model)
         with torch.no_grad():
-            cache = DynamicCache(config=model.config)
+            cache: Any = DynamicCache(config=model.config)
             model.model(prefix, use_cache=True, **{argument: cache})
             mask, positions = tree_attention(tree, past, torch.float32, torch.device("cpu"))
             tree_hidden = model.model(
@@ -184,7 +185,7 @@ class TestKeepPath:
                 **{argument: cache},
             ).last_hidden_state[0]
             _keep_path(cache, past, path)
-            reference = DynamicCache(config=model.config)
+            reference: Any = DynamicCache(config=model.config)
             tokens = torch.tensor([[tree.tokens[n] for n in path]])
             plain_hidden = model.model(
                 torch.cat((prefix, tokens), dim=1), use_cache=True, **{argument: reference}
