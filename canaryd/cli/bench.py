@@ -11,12 +11,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
     Progress,
     TaskID,
-    TextColumn,
-    TimeElapsedColumn,
 )
 
 from canaryd.assembly import (
@@ -36,7 +32,7 @@ from canaryd.bench import (
     default_requests,
     store_bench,
 )
-from canaryd.cli.common import fail, handle_errors, load_arms
+from canaryd.cli.common import fail, handle_errors, load_arms, progress_bar
 from canaryd.cli.options import ConfigOption
 from canaryd.config import load_settings
 from canaryd.logs import configure_logging
@@ -124,14 +120,7 @@ def bench(
             store.record_suite(suite.name, suite.sha256, str(suite.path))
         engines = load_arms(settings, err)
         started_at = datetime.now(UTC)
-        with Progress(
-            TextColumn("{task.description:<22}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            disable=not err.is_terminal,
-        ) as progress:
+        with progress_bar(err, 22) as progress:
             runner = Bench(
                 engines["baseline"],
                 speculative_engines(engines),

@@ -9,6 +9,7 @@ from typing import ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from canaryd.assembly import build_arms
 from canaryd.config import Settings
@@ -46,3 +47,16 @@ def load_arms(settings: Settings, console: Console) -> dict[str, Engine]:
         for engine in engines.values():
             engine.load()
     return engines
+
+
+def progress_bar(console: Console, label_width: int) -> Progress:
+    """A bar per task on `console`: label, bar, done/total, elapsed; silent when the
+    console is not a terminal (logs and pipes get no control characters)."""
+    return Progress(
+        TextColumn(f"{{task.description:<{label_width}}}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    )

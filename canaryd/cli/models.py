@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.progress import Progress, TaskID
 
-from canaryd.cli.common import handle_errors
+from canaryd.cli.common import handle_errors, progress_bar
 from canaryd.paths import models_dir
 from engine.provision import pull_embedded_model, read_manifest, require_embedded_model
 
@@ -119,7 +119,6 @@ def train_heads(
     prompts (resumable), and print their held-out top-1 accuracy per head."""
     import torch
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
     from canaryd.logs import configure_logging
     from canaryd.suites import load_default_suites
@@ -136,14 +135,7 @@ def train_heads(
         for prompt in suite.prompts
     ]
     err = Console(stderr=True)
-    with Progress(
-        TextColumn("{task.description:<26}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        disable=not err.is_terminal,
-    ) as progress:
+    with progress_bar(err, 26) as progress:
         saved = train_model_heads(
             model,
             models_dir(),
