@@ -376,14 +376,13 @@ def _latency(record: PairRecord) -> dict[str, tuple[float, float]]:
     }
 
 
-def exceedance_break_even(q: float, alarm_factor: float) -> float:
-    """The exceedance rate above which the latency gate's detector drifts up: where the
-    Bernoulli(alarm_factor (1 − q)) against Bernoulli(1 − q) log-likelihood ratio has
-    mean zero."""
-    p0 = 1.0 - q
-    p1 = min(alarm_factor * p0, 0.99)
-    miss = math.log((1.0 - p0) / (1.0 - p1))
-    return miss / (math.log(p1 / p0) + miss)
+def discordant_break_even(alarm_factor: float) -> float:
+    """The share of discordant tail pairs on the speculative side above which the latency
+    gate's tail detector drifts up: where the Bernoulli(alarm_factor / (1 + alarm_factor))
+    against Bernoulli(1/2) log-likelihood ratio has mean zero."""
+    p1 = alarm_factor / (1.0 + alarm_factor)
+    miss = math.log(0.5 / (1.0 - p1))
+    return miss / (math.log(p1 / 0.5) + miss)
 
 
 @dataclass
@@ -413,8 +412,9 @@ class HealthySample:
                 self.latency.setdefault(metric, []).append(values)
 
     def latency_tails(self, config: GatesConfig) -> dict[str, Any]:
-        """Per metric: the speculative/baseline quantile ratio over the whole run, and how
-        often the speculative value exceeded max_ratio × the baseline quantile."""
+        """Per metric: the speculative/baseline quantile ratio over the whole run, how
+        often the speculative value exceeded max_ratio × the baseline quantile, and the
+        speculative side's share of the tail detector's discordant pairs."""
         gate = config.latency
         out: dict[str, Any] = {}
         for q in gate.quantiles:
@@ -422,13 +422,18 @@ class HealthySample:
                 base = np.asarray([b for b, _ in pairs])
                 spec = np.asarray([s for _, s in pairs])
                 limit = gate.max_ratio * float(np.quantile(base, q))
+                scaled = gate.max_ratio * base
+                level = float(np.quantile(np.concatenate([scaled, spec]), q))
+                spec_side = int(np.sum((spec > level) & (scaled <= level)))
+                discordant = spec_side + int(np.sum((scaled > level) & (spec <= level)))
                 out[f"{metric}.p{q * 100:g}"] = {
                     "ratio": round(float(np.quantile(spec, q) / np.quantile(base, q)), 4),
                     "exceedance_rate": round(float(np.mean(spec > limit)), 5),
+                    "speculative_discordant_share": round(spec_side / discordant, 4)
+                    if discordant
+                    else None,
                 }
-            out[f"break_even_exceedance_p{q * 100:g}"] = round(
-                exceedance_break_even(q, gate.alarm_factor), 5
-            )
+        out["break_even_discordant_share"] = round(discordant_break_even(gate.alarm_factor), 5)
         return out
 
     def summary(self, config: GatesConfig) -> dict[str, Any]:

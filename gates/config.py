@@ -72,8 +72,8 @@ class LatencyGateConfig(GateConfigBase):
     alarm_factor: float = Field(
         default=3.0,
         gt=1,
-        description="the sequential detector's alternative: the speculative arm exceeds "
-        "max_ratio × the baseline quantile this many times as often as 1 − quantile",
+        description="the tail detector's alternative: the speculative arm exceeds a tail "
+        "level this many times as often as max_ratio × the baseline (an SLO: as 1 − quantile)",
     )
     shift_alarm_factor: float = Field(
         default=1.25,

@@ -10,12 +10,18 @@ paired log ratios, from a typical ratio of exactly `max_ratio` to `max_ratio` ×
 order-statistic upper bound is within `max_ratio`. A slowdown of every request
 shows here long before a noisy, stall-dominated tail can show it.
 
-FAIL also comes from a sequential exceedance detector on the tail. The limit is `max_ratio` × the
-baseline's q-quantile in the window; if the speculative arm's q-quantile is within the
-limit, at most 1 − q of its values exceed it, so a Bernoulli CUSUM of
-`alarm_factor` × (1 − q) against 1 − q on "the speculative value exceeds the limit",
-pair by pair, alarms only when the tail has really moved (an SLO uses its `max_seconds`
-as the limit). The detector waits for 2 / (1 − q) pairs so the baseline quantile exists.
+FAIL also comes from a sequential detector on the tail, paired so that it needs no
+estimate of either arm's quantile to be calibrated. A level L (the q-quantile of the
+window's pooled values {`max_ratio` × baseline, speculative}) splits each pair into "the
+speculative value exceeds L" and "`max_ratio` × the baseline value exceeds L". The gate's
+tolerance (speculative q-quantile ≤ `max_ratio` × baseline q-quantile) means the first is
+no likelier than the second, whatever L and however the arms of a pair correlate, so in a
+pair where exactly one side exceeds, the speculative side does so with probability at
+most 1/2. A Bernoulli CUSUM on those discordant pairs, 1/2 against `alarm_factor` /
+(1 + `alarm_factor`) (the speculative arm exceeding `alarm_factor` times as often), alarms
+only when the tail has really moved. An SLO's exceedances of its fixed `max_seconds` are
+a plain Bernoulli CUSUM, (1 − q) against `alarm_factor` × (1 − q). Both wait for
+2 / (1 − q) pairs.
 PASS comes from the ratio's upper bound (a seeded paired bootstrap, pairs resampled
 together) or the SLO's order-statistic bound at or below the limit.
 """
@@ -32,7 +38,14 @@ from gates.config import LatencyGateConfig, LatencyMetric
 from gates.core import GateDecision, GateState
 from gates.detectors import bernoulli_increments, cusum_note, sequential_state
 from gates.records import PairRecord
-from gates.sequential import LlrCusum, cusum_bank, gaussian_llr, llr_cusum, lorden_threshold
+from gates.sequential import (
+    LlrCusum,
+    bernoulli_llr,
+    cusum_bank,
+    gaussian_llr,
+    llr_cusum,
+    lorden_threshold,
+)
 from gates.stats import order_statistic_bounds, paired_bootstrap_quantile_ratio, quantile
 from gates.window import Window, combined, decision, nodata, select
 
@@ -52,11 +65,28 @@ def _pct(q: float) -> str:
 def _exceedance(
     values: list[float], limit: float, q: float, factor: float, h: float
 ) -> LlrCusum | None:
+    """Exceedances of a fixed limit: (1 − q) against `factor` × (1 − q), pair by pair."""
     if len(values) < math.ceil(2.0 / (1.0 - q)):
         return None
     p0 = 1.0 - q
     p1 = min(factor * p0, 0.99)
     return llr_cusum(bernoulli_increments([v > limit for v in values], p0, p1), h)
+
+
+def _tail_discordance(
+    paired: list[tuple[float, float]], max_ratio: float, q: float, factor: float, h: float
+) -> tuple[LlrCusum | None, float]:
+    """The paired tail detector described above, and its level L."""
+    scaled = [(max_ratio * b, s) for b, s in paired]
+    level = quantile([v for pair in scaled for v in pair], q)
+    assert level is not None  # paired is non-empty
+    if len(paired) < math.ceil(2.0 / (1.0 - q)):
+        return None, level
+    hit, miss = bernoulli_llr(0.5, factor / (1.0 + factor))
+    increments = [
+        (hit if s > level else miss) if (s > level) != (b > level) else 0.0 for b, s in scaled
+    ]
+    return llr_cusum(increments, h), level
 
 
 def _state(
@@ -190,11 +220,8 @@ def _ratio(
 ) -> GateDecision:
     name = f"{NAME}.{metric}.{_pct(q)}"
     n = len(paired)
-    baseline_quantile = quantile([b for b, _ in paired], q)
-    assert baseline_quantile is not None  # paired is non-empty
-    limit = config.max_ratio * baseline_quantile
-    cusum = _exceedance([s for _, s in paired], limit, q, config.alarm_factor, h)
-    note = f"; {cusum_note(cusum, h)} on exceedances of {limit:.4g}s" if cusum else ""
+    cusum, level = _tail_discordance(paired, config.max_ratio, q, config.alarm_factor, h)
+    note = f"; {cusum_note(cusum, h)} on pairs where one side exceeds {level:.4g}s" if cusum else ""
     if n < max(config.min_samples, 2):
         state = _state(cusum, h, n, config.min_samples, passed=False, warned=False)
         return decision(

@@ -122,6 +122,43 @@ class TestLatencyGate:
         }
         assert low is GateState.WARN
 
+    @staticmethod
+    def _tail_records(n: int, seed: int, tail: float, tail_factor: float) -> list[PairRecord]:
+        """Paired lognormal e2e (σ 0.3, shared prompt effect) with the speculative arm at
+        exactly `max_ratio` × the baseline in distribution, plus stalls ×`tail_factor` on
+        a share `tail` of speculative requests only."""
+        rng = np.random.default_rng(seed)
+        prompt = rng.lognormal(0.0, 0.3, n)
+        base = prompt * rng.lognormal(0.0, 0.3, n)
+        spec = 1.2 * prompt * rng.lognormal(0.0, 0.3, n)
+        spec = np.where(rng.random(n) < tail, spec * tail_factor, spec)
+        return [
+            record(i, baseline=result(float(b)), speculative=result(float(s)))
+            for i, (b, s) in enumerate(zip(base, spec, strict=True))
+        ]
+
+    def test_tail_detector_holds_at_the_tolerance_edge(self) -> None:
+        """A speculative arm exactly `max_ratio` slower at every quantile is within the
+        tolerance: over 4 × 5,000 pairs the paired tail detector never reaches h, and its
+        discordant pairs split about evenly (the level moves with the window, the
+        calibration does not rest on an estimate of either arm's P99)."""
+        for seed in range(4):
+            records = self._tail_records(5000, seed, tail=0.0, tail_factor=1.0)
+            decision = latency_gate(records, FAST_LATENCY, now=at(5000))
+            tail = next(c for c in decision.components if c.name == "latency.e2e.p99")
+            assert tail.state is not GateState.FAIL, tail.detail
+            assert "pairs where one side exceeds" in tail.detail
+
+    def test_tail_detector_fails_on_a_tail_only_fault(self) -> None:
+        """Stalls ×4 on 3 % of speculative requests leave the median ratio at 1.2 but put
+        the speculative P99 far past 1.2 × the baseline's: the tail detector FAILs."""
+        records = self._tail_records(3000, 7, tail=0.03, tail_factor=4.0)
+        decision = latency_gate(records, FAST_LATENCY, now=at(3000))
+        states = {c.name: c.state for c in decision.components}
+        assert states["latency.e2e.p99"] is GateState.FAIL
+        assert states["latency.e2e.median"] is not GateState.FAIL
+        assert decision.state is GateState.FAIL
+
     def test_below_min_samples_is_nodata(self) -> None:
         """Too few complete pairs: NODATA, never PASS."""
         decision = latency_gate(latency_records(49, 0.5), FAST_LATENCY, now=at(49))
