@@ -1,17 +1,20 @@
 """Draft heads on the embedded SmolLM2-135M-Instruct: trained here on a small budget,
 loaded from disk like `canaryd models train-heads` leaves them, lossless on every
-shipped prompt for both kinds."""
+shipped prompt for both kinds, and run as two speculative arms of one `canaryd once`."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from canaryd import paths
+from canaryd.cli.app import app
 from canaryd.suites import load_default_suites
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.heads.data import DataPlan, SeedPrompt
@@ -45,9 +48,11 @@ def _one_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A models directory holding (a link to) the pulled embedded model, no heads."""
+    """A data directory's models directory holding (a link to) the pulled embedded
+    model, no heads."""
     real = require_embedded_model(paths.models_dir())
-    root = tmp_path_factory.mktemp("models")
+    root = tmp_path_factory.mktemp("data") / "models"
+    root.mkdir()
     (root / EMBEDDED.name).symlink_to(real, target_is_directory=True)
     return root
 
@@ -107,3 +112,68 @@ class TestEmbeddedDraftHeads:
                 accepted[name] += stats.accepted_tokens
         assert accepted["causal"] > 0 and accepted["independent"] > 0
         assert int(causal.identity["draft_bytes"]) > 0
+
+
+HYDRA_MEDUSA = """
+[arms.baseline]
+model = "embedded"
+device = "cpu"
+[arms.hydra]
+model = "embedded"
+device = "cpu"
+[arms.hydra.speculative]
+method = "draft_heads"
+causal = true
+tree_topk = [3, 2, 1]
+[arms.medusa]
+model = "embedded"
+device = "cpu"
+[arms.medusa.speculative]
+method = "draft_heads"
+causal = false
+tree_topk = [3, 2, 1]
+[switch]
+arm = "hydra"
+[prompts]
+max_tokens = 32
+timeout_s = 900.0  # a loaded CI machine is slow; a timeout here would say nothing of arms
+"""
+
+
+def test_hydra_and_medusa_arms_in_one_once_run(
+    trained: dict[str, Any],
+    models_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`canaryd once --pairs 9 --json` with the baseline, causal (`hydra`) and independent
+    (`medusa`) heads loaded from the data directory: both head arms equal the baseline
+    token for token on every pair, both report acceptance per draft position from the
+    decoding loop with their drafting time, and the summary carries hydra's acceptance
+    length over medusa's."""
+    monkeypatch.setenv("CANARYD_DATA_DIR", str(models_dir.parent))
+    monkeypatch.delenv("CANARYD_CONFIG", raising=False)
+    monkeypatch.delenv("CANARYD_STORAGE__URL", raising=False)
+    config = tmp_path / "canaryd.toml"
+    config.write_text(HYDRA_MEDUSA + f'[storage]\nurl = "sqlite:///{tmp_path / "c.db"}"\n')
+    result = CliRunner().invoke(app, ["once", "-c", str(config), "--pairs", "9", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["switch_arm"] == "hydra" and len(data["pairs"]) == 9
+    for pair in data["pairs"]:
+        assert pair["baseline"]["error"] is None, pair["baseline"]["error_detail"]
+        assert set(pair["arms"]) == {"hydra", "medusa"}
+        for name, arm in pair["arms"].items():
+            assert arm["error"] is None, arm["error_detail"]
+            assert arm["scores"]["exact_match"] is True, (pair["prompt_id"], name)
+            assert arm["acceptance_source"] == "decoding_loop"
+            assert arm["verify_steps"] > 0 and arm["acceptance_length"] >= 1.0
+            assert 0 < len(arm["drafted_per_position"]) <= 3
+            assert arm["draft_s"] > 0 and arm["tree_tokens"] > 0 and 0 < arm["draft_share"] < 1
+    summary = data["summary"]
+    [ratio] = summary["ratios"]
+    assert (ratio["arm"], ratio["over"]) == ("hydra", "medusa")
+    assert ratio["acceptance_length_mean"] == pytest.approx(
+        summary["arms"]["hydra"]["all"]["acceptance_length_mean"]
+        / summary["arms"]["medusa"]["all"]["acceptance_length_mean"]
+    )
