@@ -106,11 +106,10 @@ import json
 import logging
 import math
 import random
-import re
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -129,6 +128,7 @@ from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
 from engine.types import GenerationRequest, SamplingParams
 from gates import (
+    DetectorReading,
     Evaluation,
     GateDecision,
     GatesConfig,
@@ -142,6 +142,7 @@ from gates import (
     step,
 )
 from gates.budget import SECONDS_PER_30_DAYS, detector_arl0, detector_count
+from gates.core import checks
 from gates.records import PairRecord, Prompt
 from gates.sequential import bernoulli_llr, llr_cusum, lorden_threshold
 from gates.switch import all_enforced_pass
@@ -282,41 +283,20 @@ class FaultStream:
 
 # --- reading the decisions --------------------------------------------------------------
 
-_CUSUM = re.compile(r"CUSUM (\d+(?:\.\d+)?) \(peak (\d+(?:\.\d+)?)\) vs h (\d+(?:\.\d+)?)")
 
-
-@dataclass(frozen=True)
-class CusumReading:
-    check: str
-    statistic: float
-    peak: float
-    h: float
-
-
-def _leaves(decision: GateDecision) -> Iterator[GateDecision]:
-    if not decision.components:
-        yield decision
-    for component in decision.components:
-        yield from _leaves(component)
-
-
-def cusum_readings(decisions: Sequence[GateDecision]) -> list[CusumReading]:
-    """Every enforce detector's CUSUM as its decision's detail states it."""
-    readings = []
-    for decision in decisions:
-        if not decision.enforced:
-            continue
-        for leaf in _leaves(decision):
-            for match in _CUSUM.finditer(leaf.detail):
-                statistic, peak, h = (float(g) for g in match.groups())
-                readings.append(CusumReading(leaf.name, statistic, peak, h))
-    return readings
+def detector_readings(decisions: Sequence[GateDecision]) -> list[tuple[str, DetectorReading]]:
+    """Every enforce check's sequential detector, as its decision carries it."""
+    return [
+        (check.name, check.detector)
+        for check in checks(d for d in decisions if d.enforced)
+        if check.detector is not None
+    ]
 
 
 def alarms(decisions: Sequence[GateDecision], margin: float = 1.0) -> list[str]:
     """The enforce checks that FAILed or whose CUSUM peak reached `margin` × h."""
     failed = [d.name for d in decisions if d.enforced and d.state is GateState.FAIL]
-    peaked = [r.check for r in cusum_readings(decisions) if r.peak >= margin * r.h]
+    peaked = [name for name, r in detector_readings(decisions) if r.peak >= margin * r.threshold]
     return sorted(set(failed) | set(peaked))
 
 

@@ -44,6 +44,7 @@ from gates import (
     evaluate_all,
     pin_reference,
 )
+from gates.core import checks
 from gates.records import PairRecord
 
 __all__ = ["PRUNE_EVERY", "SwitchGates", "window_bounds"]
@@ -297,6 +298,11 @@ class SwitchGates:
         store.save_evaluation(Evaluation(now, tuple(decisions)))
         if self.metrics is not None:
             self.metrics.observe_gates((d.name, d.state.value) for d in decisions)
+            self.metrics.observe_detectors(
+                (check.name, check.detector.progress)
+                for check in checks(decisions)
+                if check.detector is not None
+            )
         log.info(
             "gates.evaluated",
             arm=arm,

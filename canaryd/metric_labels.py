@@ -45,6 +45,7 @@ QUALITY_DELTA_BUCKETS: Final = (
 OTHER: Final = "other"
 MAX_POSITION_LABEL: Final = 16  # positions 1 … 15 are labelled alone, the rest "16+"
 LABEL_VALUE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # as suites.CATEGORY_PATTERN
+CHECK_VALUE = re.compile(r"^[a-z][a-z0-9_.]{0,79}$")  # a gate's check: latency.e2e.p99
 LABEL_NAME = re.compile(r"[^a-zA-Z0-9_]")
 BUILD_VALUE_MAX = 128
 BUILD_KEYS_MAX = 8  # per identity dict: an engine identity is a handful of fields
@@ -94,15 +95,18 @@ class BoundedLabel:
     `other`, so a misconfigured suite or a free-form error kind cannot explode the series
     count. Values that are not short lower-case identifiers are folded too."""
 
-    def __init__(self, limit: int, allowed: Iterable[str] = ()) -> None:
+    def __init__(
+        self, limit: int, allowed: Iterable[str] = (), pattern: re.Pattern[str] = LABEL_VALUE
+    ) -> None:
         self._limit = limit
-        self._seen: set[str] = {v for v in allowed if LABEL_VALUE.match(v)}
+        self._pattern = pattern
+        self._seen: set[str] = {v for v in allowed if pattern.match(v)}
         self._lock = Lock()
 
     def __call__(self, value: str) -> str:
         if value in self._seen:
             return value
-        if not LABEL_VALUE.match(value) or value == OTHER:
+        if not self._pattern.match(value) or value == OTHER:
             return OTHER
         with self._lock:
             if len(self._seen) >= self._limit:

@@ -38,6 +38,7 @@ from canaryd.metric_labels import (
     BUILD_IDENTITY_KEYS,
     BUILD_KEYS_MAX,
     BUILD_VALUE_MAX,
+    CHECK_VALUE,
     GATE_STATES,
     LABEL_NAME,
     LABEL_VALUE,
@@ -309,6 +310,13 @@ class CanarydMetrics:
             ("gate", "state"),
             'sum by (gate) (increase(canaryd_gate_evaluations_total{state="FAIL"}[1h]))',
         )
+        self.detector_progress = self._gauge(
+            "canaryd_gate_detector_progress",
+            "Each check's sequential detector in the latest evaluation: its CUSUM statistic "
+            "over the threshold it FAILs at (1: FAIL; 0.5: WARN; 0: no evidence of a fault).",
+            ("check",),
+            "max by (check) (canaryd_gate_detector_progress) > 0.5",
+        )
         self.switch_rolled_back = self._gauge(
             "canaryd_switch_rolled_back",
             "1 while the rollback switch has speculative decoding disabled, else 0.",
@@ -363,6 +371,7 @@ class CanarydMetrics:
             "sum by (actuator) (increase(canaryd_actuator_failures_total[15m])) > 0",
         )
         self._gate_name = BoundedLabel(16)
+        self._check_name = BoundedLabel(64, pattern=CHECK_VALUE)  # drift: one per category
         build_doc = (
             "Versions of canaryd, Python, torch and transformers, and each arm's engine "
             "identity (baseline_*, speculative_*), as labels of one series of value 1."
@@ -590,6 +599,11 @@ class CanarydMetrics:
                 self.gate_state.labels(gate=gate, state=candidate).set(
                     1 if candidate == state else 0
                 )
+
+    def observe_detectors(self, readings: Iterable[tuple[str, float]]) -> None:
+        """One evaluation's `(check name, detector progress)` pairs."""
+        for name, progress in readings:
+            self.detector_progress.labels(check=self._check_name(name)).set(progress)
 
     def set_switch(
         self,

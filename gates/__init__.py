@@ -5,7 +5,7 @@ Nothing here does I/O or reads the clock: the daemon passes the records, the con
 """
 
 from gates.config import GatesConfig, SwitchPolicyConfig
-from gates.core import GateDecision, GateMode, GateState
+from gates.core import DetectorReading, GateDecision, GateMode, GateState
 from gates.drift import ReferenceStats, drift_gate, pin_reference
 from gates.error_rate import error_gate
 from gates.evaluate import evaluate_all
@@ -28,6 +28,7 @@ from gates.switch import (
 __all__ = [
     "CategorySwitch",
     "Control",
+    "DetectorReading",
     "Evaluation",
     "GateDecision",
     "GateMode",

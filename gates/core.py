@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -36,6 +36,29 @@ class GateMode(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class DetectorReading:
+    """A check's sequential detector at the decision: its CUSUM statistic S now, the
+    largest S reached in the window, and the threshold h it FAILs at. `progress` (S / h)
+    says how close the check is to tripping: 1 is a FAIL, 0.5 a WARN."""
+
+    statistic: float
+    peak: float
+    threshold: float
+
+    @property
+    def progress(self) -> float:
+        return self.statistic / self.threshold if self.threshold > 0 else 0.0
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "statistic": self.statistic,
+            "peak": self.peak,
+            "threshold": self.threshold,
+            "progress": self.progress,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class GateDecision:
     """One gate's verdict on one window, with the evidence behind it.
 
@@ -43,7 +66,9 @@ class GateDecision:
     `upper` are one-sided bounds, each at the gate's `confidence` (None: the sample is too
     small for a distribution-free bound to exist). `threshold` is the limit the bound was
     compared with. `categories` names the prompt categories a per-category gate (drift)
-    flagged; `components` holds the individual checks of a multi-check gate. `category`
+    flagged; `components` holds the individual checks of a multi-check gate. `detector`
+    is the check's sequential detector (None on a combined gate and on checks without
+    one, or before it has data). `category`
     is set on a check that judges one traffic category's pairs alone (drift's per
     category, speedup's and quality's under `scope = "category"`), whatever its state:
     the switch policy acts on that category only, and a restore of it reads these.
@@ -68,6 +93,7 @@ class GateDecision:
     categories: tuple[str, ...] = ()
     components: tuple[GateDecision, ...] = ()
     category: str | None = None
+    detector: DetectorReading | None = None
 
     @property
     def enforced(self) -> bool:
@@ -95,7 +121,18 @@ class GateDecision:
             "categories": list(self.categories),
             "components": [c.to_dict() for c in self.components],
             "category": self.category,
+            "detector": self.detector.to_dict() if self.detector else None,
         }
+
+
+def checks(decisions: Iterable[GateDecision]) -> Iterator[GateDecision]:
+    """The individual checks of `decisions`: each decision without components, and the
+    components of the others, recursively."""
+    for decision in decisions:
+        if decision.components:
+            yield from checks(decision.components)
+        else:
+            yield decision
 
 
 def _finite(value: float | None) -> float | None:

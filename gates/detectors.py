@@ -14,11 +14,12 @@ past the tolerance, else INCONCLUSIVE; NODATA below `min_samples` (never a PASS)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from gates.config import GateConfigBase
-from gates.core import GateDecision, GateState
+from gates.core import DetectorReading, GateDecision, GateState
 from gates.sequential import LlrCusum, bernoulli_llr, llr_cusum
 from gates.stats import clopper_pearson
 from gates.window import Window, decision
@@ -42,6 +43,19 @@ def sequential_state(
     if passed:
         return GateState.PASS
     return GateState.WARN if warned else GateState.INCONCLUSIVE
+
+
+def reading(cusum: LlrCusum, h: float) -> DetectorReading:
+    """The detector's figures for the decision (`GateDecision.detector`)."""
+    return DetectorReading(statistic=cusum.statistic, peak=cusum.peak, threshold=h)
+
+
+def closest(*charts: tuple[LlrCusum, float]) -> DetectorReading:
+    """One reading for a check with several detectors at one threshold (each direction
+    of a two-sided test): S of the one nearest the threshold, the largest peak of any."""
+    readings = [reading(c, h) for c, h in charts]
+    nearest = max(readings, key=lambda r: (r.progress, r.peak))
+    return replace(nearest, peak=max(r.peak for r in readings))
 
 
 def cusum_note(cusum: LlrCusum, h: float) -> str:
@@ -108,5 +122,6 @@ def rate_check(
         threshold=tolerance,
         detail=f"{statistic} {estimate:.4f} (upper bound {upper:.4f}) vs max {tolerance:g}; "
         f"{count}/{n} hits, {cusum_note(cusum, h)} for p {p0:.4g} → {p1:.4g}{note}",
+        detector=reading(cusum, h),
         **extra,
     )

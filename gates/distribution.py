@@ -42,7 +42,7 @@ from datetime import datetime
 
 from gates.config import QualityGateConfig
 from gates.core import GateDecision, GateState, combine_states
-from gates.detectors import cusum_note, sequential_state
+from gates.detectors import closest, cusum_note, sequential_state
 from gates.records import PairRecord, PairScores
 from gates.sequential import LlrCusum, gaussian_llr, llr_cusum, lorden_threshold
 from gates.stats import mean_t_bounds
@@ -126,6 +126,7 @@ def _likelihood(
         detail=f"NLL delta {mean:+.4f} [{lower:+.4f}, {upper:+.4f}] vs ±{margin:g} "
         f"({n} teacher-scored sampled pairs); more likely: {cusum_note(sides[-1], h)}; "
         f"less likely: {cusum_note(sides[1], h)}; sd {sigma:.4g}",
+        detector=closest(*((side, h) for side in sides.values())),
     )
 
 
@@ -174,6 +175,7 @@ def _argmax(
         f"more argmax: {cusum_note(up, h)}; fewer argmax: {cusum_note(down, h)} "
         f"(sign-flip bets λ {' and '.join(f'{b:g}' for b in _BETS)} on untied pairs, "
         "the stronger shown)",
+        detector=closest((up, h), (down, h)),
     )
 
 

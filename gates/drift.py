@@ -29,7 +29,7 @@ from scipy.stats import chi2
 from gates.budget import DEFAULT_ARL0
 from gates.config import DriftGateConfig
 from gates.core import GateDecision, GateState
-from gates.detectors import CALIBRATION_CONFIDENCE, cusum_note, sequential_state
+from gates.detectors import CALIBRATION_CONFIDENCE, cusum_note, reading, sequential_state
 from gates.records import PairRecord
 from gates.sequential import cusum_bank, gaussian_llr, lorden_threshold
 from gates.stats import mean_t_bounds
@@ -239,4 +239,5 @@ def _category(
         f"(chart {chart + 1} of {len(charts)}), sd {sigma:.3f}",
         categories=(category,) if state is not GateState.PASS else (),
         category=category,
+        detector=reading(cusum, h),
     )

@@ -36,7 +36,7 @@ from engine.types import GenerationResult
 from gates.budget import DEFAULT_ARL0
 from gates.config import LatencyGateConfig, LatencyMetric
 from gates.core import GateDecision, GateState
-from gates.detectors import bernoulli_increments, cusum_note, sequential_state
+from gates.detectors import bernoulli_increments, cusum_note, reading, sequential_state
 from gates.records import PairRecord
 from gates.sequential import (
     LlrCusum,
@@ -197,6 +197,7 @@ def _median(
         f"{config.max_ratio:g} ({above}/{n} pairs above it); {cusum_note(cusum, h)} "
         f"for a typical ratio {config.max_ratio:g} → {config.max_ratio * factors[chart]:.3g} "
         f"(chart {chart + 1} of {len(factors)}), log-ratio scale {sigma:.3f}",
+        detector=reading(cusum, h),
     )
 
 
@@ -236,6 +237,7 @@ def _ratio(
             threshold=config.max_ratio,
             detail=f"{metric} {_pct(q)}: {n} pairs, fewer than min_samples "
             f"{config.min_samples} for a bound{note}",
+            detector=reading(cusum, h) if cusum else None,
         )
     estimate, lower, upper = paired_bootstrap_quantile_ratio(
         [b for b, _ in paired],
@@ -268,6 +270,7 @@ def _ratio(
         threshold=config.max_ratio,
         detail=f"{metric} {_pct(q)} ratio {estimate:.3f} "
         f"[{lower:.3f}, {upper:.3f}] vs max {config.max_ratio:g} (paired bootstrap){note}",
+        detector=reading(cusum, h) if cusum else None,
     )
 
 
@@ -310,6 +313,7 @@ def _slo(
         threshold=max_seconds,
         detail=f"speculative {metric} {_pct(q)} {estimate:.4g}s "
         f"[{_fmt(lower)}, {_fmt(upper)}] vs SLO {max_seconds:g}s (order statistics){note}",
+        detector=reading(cusum, h) if cusum else None,
     )
 
 

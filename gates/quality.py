@@ -38,7 +38,13 @@ from gates.budget import DEFAULT_ARL0
 from gates.categories import category_arl0, combine_categories, group_by_category
 from gates.config import QualityGateConfig
 from gates.core import GateDecision
-from gates.detectors import CALIBRATION_CONFIDENCE, cusum_note, rate_check, sequential_state
+from gates.detectors import (
+    CALIBRATION_CONFIDENCE,
+    cusum_note,
+    rate_check,
+    reading,
+    sequential_state,
+)
 from gates.distribution import distribution_checks
 from gates.records import PairRecord, PairScores
 from gates.sequential import gaussian_llr, llr_cusum, lorden_threshold
@@ -213,4 +219,5 @@ def _score(
         f"{threshold:+g} ({n} scored pairs: {worse} worse, {better} better); "
         f"{cusum_note(cusum, h)} for mean delta {-margin:+.4g} → "
         f"{mu1:+.4g}, sd {sigma:.4g}",
+        detector=reading(cusum, h),
     )

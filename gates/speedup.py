@@ -22,7 +22,7 @@ from gates.budget import DEFAULT_ARL0
 from gates.categories import category_arl0, combine_categories, group_by_category
 from gates.config import SpeedupGateConfig
 from gates.core import GateDecision, GateState
-from gates.detectors import bernoulli_increments, cusum_note, sequential_state
+from gates.detectors import bernoulli_increments, cusum_note, reading, sequential_state
 from gates.records import PairRecord
 from gates.sequential import llr_cusum, lorden_threshold
 from gates.stats import order_statistic_bounds, quantile
@@ -110,6 +110,7 @@ def _check(
         f"{config.alarm_slower_share:g}",
         categories=(category,) if category is not None and state is not GateState.PASS else (),
         category=category,
+        detector=reading(cusum, h),
     )
 
 

@@ -206,6 +206,17 @@ def canary_dashboard() -> dash.Dashboard:
         .height(8)
     )
 
+    detectors = series(
+        "Detector progress (CUSUM S / h)",
+        "How close each check's sequential detector is to tripping: its CUSUM statistic "
+        "over the threshold it FAILs at (1 = FAIL, 0.5 = WARN). A healthy arm stays near 0; "
+        "a check climbing steadily is accumulating evidence of a fault.",
+        [promql("max by (check) (canaryd_gate_detector_progress)", "{{check}}")],
+        "percentunit",
+        width=24,
+        soft_min=0,
+    )
+
     speed = [
         series(
             "Speedup by category (median)",
@@ -416,7 +427,7 @@ def canary_dashboard() -> dash.Dashboard:
         )
     )
     rows: list[tuple[str, list[Any]]] = [
-        ("Switch and gates", [*switch, categories, gates]),
+        ("Switch and gates", [*switch, categories, gates, detectors]),
         ("Speed and acceptance", speed),
         ("Latency", latency),
         ("Errors and store", errors),

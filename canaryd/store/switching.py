@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gates import GateDecision, GateMode, GateState, SwitchState
+from gates import DetectorReading, GateDecision, GateMode, GateState, SwitchState
 
 __all__ = ["AuditEntry", "SwitchRecord", "decision_from_dict"]
 
@@ -95,4 +95,16 @@ def decision_from_dict(data: dict[str, Any]) -> GateDecision:
         categories=tuple(data.get("categories", ())),
         components=tuple(decision_from_dict(c) for c in data.get("components", ())),
         category=data.get("category"),
+        detector=_detector(data.get("detector")),
+    )
+
+
+def _detector(data: dict[str, Any] | None) -> DetectorReading | None:
+    """A stored `DetectorReading` (decisions stored before it existed have none)."""
+    if not data:
+        return None
+    return DetectorReading(
+        statistic=float(data["statistic"]),
+        peak=float(data["peak"]),
+        threshold=float(data["threshold"]),
     )

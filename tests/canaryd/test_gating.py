@@ -24,6 +24,7 @@ from canaryd.switch import read_state_file
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
 from gates import SwitchMode
+from gates.core import checks
 from gates.records import RunInfo
 
 BASE = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
@@ -120,6 +121,30 @@ class TestSwitchGates:
         assert shown.exit_code == 0, shown.output
         assert "rolled_back" in shown.output and "critical gate FAILed" in shown.output
         assert "(in sync)" in shown.output
+
+    def test_detector_progress_is_exported_per_check(
+        self, store: SqlStore, database_url: str, tmp_path: Path
+    ) -> None:
+        """After an evaluation each check with a sequential detector exports S / h as
+        `canaryd_gate_detector_progress{check}`, the value its stored decision carries;
+        a 30 % failing speculative arm pushes the error ceiling's above 0."""
+        soak = Soak(store)
+        metrics = CanarydMetrics()
+        hook = SwitchGates(settings(database_url, tmp_path), metrics=metrics, store=store)
+        hook.evaluate(soak.pairs(40, error_rate=0.3))
+        evaluation = store.latest_evaluation()
+        assert evaluation is not None
+        stored = {
+            c.name: c.detector.progress
+            for c in checks(evaluation.decisions)
+            if c.detector is not None
+        }
+        assert "error.ceiling" in stored and stored["error.ceiling"] > 0
+        for check, progress in stored.items():
+            exported = metrics.registry.get_sample_value(
+                "canaryd_gate_detector_progress", {"check": check}
+            )
+            assert exported == pytest.approx(progress), check
 
     def test_restore_needs_fresh_pass_evidence(
         self, store: SqlStore, database_url: str, tmp_path: Path
