@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.heads_ablation import ArmFigures
+from benchmarks.heads_ablation import ArmFigures, goals
 from engine.types import DraftCost, GenerationResult, SpeculativeStats
 
 
@@ -54,3 +54,16 @@ class TestArmFigures:
         assert summary["draft_share"] == 0.2
         assert summary["tree_tokens_per_step"] == 4.0  # 12 drafts over 3 drafting steps
         assert summary["acceptance_length_by_category"] == {"qa": 7 / 4}
+
+
+class TestGoals:
+    def test_goals_compare_the_tree_arms(self) -> None:
+        """The ratio goal reads the tree arms' ratio, the length goal the causal tree's
+        acceptance length; each says whether it was met."""
+        report = {
+            "causal_over_independent": {"chain": 1.5, "tree": 1.15},
+            "arms": {"causal-tree": {"acceptance_length": 2.1}},
+        }
+        out = goals(report)
+        assert out["causal_over_independent_tree"] == {"goal": 1.2, "measured": 1.15, "met": False}
+        assert out["causal_tree_acceptance_length"] == {"goal": 2.0, "measured": 2.1, "met": True}
