@@ -112,9 +112,7 @@ class Rig:
         url = refused_url() if refused else self.server(behaviour).url
         settings: dict[str, Any] = {
             "base_url": url,
-            # Generous for healthy arms: a loaded CI machine can hold a loopback answer for
-            # seconds, and a timeout there would be a flake, not the arm's behaviour.
-            "timeouts": {"connect": 1.0, "read": read_s, "total": 60.0},
+            "timeouts": {"connect": 1.0, "read": read_s, "total": 10.0},
             "max_retries": 0,
         }
         return OpenAIEngine(OpenAIEngineConfig(**(settings | config)))
@@ -156,11 +154,7 @@ def _hf(spec: SpeculativeConfig | None = None) -> Build:
 
 
 def _http(
-    behaviour: Behaviour | None = None,
-    *,
-    refused: bool = False,
-    read_s: float = 30.0,
-    **config: Any,
+    behaviour: Behaviour | None = None, *, refused: bool = False, read_s: float = 5.0, **config: Any
 ) -> Build:
     return lambda rig: rig.http(behaviour or Behaviour(), refused=refused, read_s=read_s, **config)
 
