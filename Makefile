@@ -1,5 +1,5 @@
 # canaryd — two commands: `make demo` and `make test` (README "Quick start").
-# GPU hosts: `make venv TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"`
+# GPU hosts: `make venv LOCK= TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"`
 # (or install the CUDA build of torch into .venv first); the CPU build is the default.
 
 PYTHON ?= python3
@@ -7,17 +7,36 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
+# Exact versions of everything a fresh install gets (torch's CPU build included); GPU hosts
+# that install another torch build pass LOCK= to resolve from pyproject.toml's ranges.
+LOCK ?= requirements.lock
+CONSTRAINTS := $(if $(LOCK),--constraint $(LOCK),)
 PYTEST_ARGS ?=
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: venv model demo test lint typecheck unit services llamacpp vllm clean
+.PHONY: venv model demo test lint typecheck unit services llamacpp vllm clean lock
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(TORCH_SPEC)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PIP) $(CONSTRAINTS) $(TORCH_SPEC)
+	$(PIP) $(CONSTRAINTS) -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# Refresh requirements.lock: resolve pyproject.toml's ranges in a new, empty venv and
+# write down what came. Review the diff, run `make test`, commit both (README "Upgrading").
+lock:
+	rm -rf .venv-lock
+	$(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --quiet --disable-pip-version-check $(TORCH_SPEC)
+	.venv-lock/bin/python -m pip install --quiet --disable-pip-version-check '.[dev]'
+	{ echo "# Exact versions for make venv/test/demo (pip --constraint). Made by 'make lock';"; \
+	  echo "# pyproject.toml keeps the ranges that library users install from."; \
+	  .venv-lock/bin/python -m pip freeze --all --exclude-editable \
+	    | grep -v -E '^(canaryd|pip|setuptools|wheel)==' | LC_ALL=C sort -f; } > requirements.lock
+	rm -rf .venv-lock
+	@echo "requirements.lock refreshed: git diff requirements.lock"
 
 model: venv
 	$(BIN)/canaryd models pull

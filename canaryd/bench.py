@@ -46,6 +46,7 @@ from canaryd.scoring import score_pair
 from canaryd.store import Store, StoredRun
 from engine.base import Engine
 from engine.types import ErrorKind, GenerationRequest, GenerationResult, SamplingParams
+from engine.validation import checked_result
 from gates.records import BASELINE_ARM, DEFAULT_ARM, Arm, PairRecord, Prompt, RunInfo
 
 log = structlog.get_logger(__name__)
@@ -142,11 +143,12 @@ class Timed:
 
 
 def call_engine(engine: Engine, request: GenerationRequest) -> Timed:
-    """`engine.generate`, with an engine that raises (a bug) recorded as `internal`."""
+    """`engine.generate`, with an engine that raises (a bug) recorded as `internal` and an
+    answer that cannot be true as `invalid_output`."""
     started_at = datetime.now(UTC)
     started = time.perf_counter()
     try:
-        result = engine.generate(request)
+        result = checked_result(engine.generate(request), request)
     except Exception as exc:
         log.exception("bench.engine_raised", request_id=request.request_id)
         result = GenerationResult.failed(

@@ -7,7 +7,8 @@ transaction, never half-written. With several speculative arms, one prompt becom
 sampling parameters, seed), all in one random order, and each speculative arm is scored
 against that one baseline result into its own `PairRecord`. Engines return failures as
 results; an engine that raises anyway (a bug) is caught here and recorded as an
-`internal` error on that arm so one bad arm cannot take the daemon down.
+`internal` error on that arm so one bad arm cannot take the daemon down, and an answer
+that cannot be true (`engine.validation`) becomes an `invalid_output` failure of its arm.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import structlog
 from canaryd.scoring import score_pair
 from engine.base import Engine
 from engine.types import ErrorKind, GenerationRequest, GenerationResult, SamplingParams
+from engine.validation import checked_result
 from gates.records import BASELINE_ARM, DEFAULT_ARM, Arm, PairRecord, Prompt
 
 __all__ = ["PairGroup", "PairParams", "PairRunner"]
@@ -116,12 +118,17 @@ class PairRunner:
     def _call(self, name: str, request: GenerationRequest) -> GenerationResult:
         started = time.perf_counter()
         try:
-            return self._engine(name).generate(request)
+            result = self._engine(name).generate(request)
         except Exception as exc:
             log.exception("pair.engine_raised", arm=name)
             return GenerationResult.failed(
                 ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}", time.perf_counter() - started
             )
+        checked = checked_result(result, request)
+        if checked is not result:
+            # The reason names the fault, never the text (output text is not logged).
+            log.warning("pair.invalid_output", arm=name, reason=checked.error_detail)
+        return checked
 
     def _order(self) -> tuple[str, ...]:
         names = [BASELINE_ARM, *self.speculative]

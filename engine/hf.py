@@ -24,6 +24,10 @@ from typing import Any
 import structlog
 import torch
 
+# At import, in the thread that builds the engine: generations run on worker threads, and
+# first imports from transformers' lazy module are not thread-safe.
+from transformers import LogitsProcessorList
+
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.errors import EngineConfigError
 from engine.heads.decode import HeadsDecoder, heads_decoder
@@ -501,8 +505,6 @@ class TransformersEngine:
             streamer = _TimingStreamer()
             kwargs = self._generate_kwargs(request, new_tokens)
             if counter is not None and spec is not None and spec.fault == "greedy_verify":
-                from transformers import LogitsProcessorList
-
                 kwargs["logits_processor"] = LogitsProcessorList([_GreedyVerifyFault(counter)])
             cost = None
             try:

@@ -23,6 +23,7 @@ class ErrorKind(enum.StrEnum):
     CONNECTION = "connection"
     OOM = "oom"
     INVALID = "invalid"  # malformed response, or input the engine rejected
+    INVALID_OUTPUT = "invalid_output"  # a well-formed answer that cannot be true (validation)
     INTERNAL = "internal"  # an unexpected exception inside the engine
 
 

@@ -70,6 +70,53 @@ def summary_table(summary: dict[str, CategorySummary], run_id: str, arm: str = "
     return table
 
 
+def _listing(items: list[tuple[str, float]]) -> str:
+    return ", ".join(f"{category} ({speedup:.2f}×)" for category, speedup in items)
+
+
+def verdict_sentences(summary: dict[str, CategorySummary]) -> list[str]:
+    """Plain sentences under the table: where speculation paid off on these pairs, where
+    it did not, and that the daemon's gates judge the same figures continuously.
+
+    A speedup is baseline end-to-end time over speculative end-to-end time, median over
+    the category's pairs: above 1 the speculative arm was faster."""
+    categories = [(c, s) for c, s in summary.items() if c != ALL]
+    measured = [(c, s.speedup_median) for c, s in categories if s.speedup_median is not None]
+    paid = [(c, speedup) for c, speedup in measured if speedup > 1.0]
+    slower = [(c, speedup) for c, speedup in measured if speedup <= 1.0]
+    total = summary.get(ALL)
+    pairs = total.pairs if total is not None else sum(s.pairs for _, s in categories)
+    lines = []
+    if paid:
+        lines.append(f"Speculation paid off on these pairs in {_listing(paid)}.")
+    if slower:
+        lines.append(
+            f"It did not in {_listing(slower)}: there the speculative arm was no faster than "
+            "the baseline (below 1× it was slower); on open-ended prompts and on a CPU, "
+            "drafting often costs more than it saves."
+        )
+    if not paid and not slower:
+        lines.append("No pair completed on both arms, so there is no speedup to report.")
+    errors = [(c, s) for c, s in categories if s.speculative_errors > s.baseline_errors]
+    if errors:
+        lines.append(
+            "The speculative arm failed more often than the baseline in "
+            + ", ".join(f"{c} ({s.speculative_errors} vs {s.baseline_errors})" for c, s in errors)
+            + "."
+        )
+    if total is not None and total.exact_match_rate is not None and total.exact_match_rate < 1:
+        lines.append(
+            f"Greedy outputs matched in {total.exact_match_rate:.0%} of pairs; the quality "
+            "gate decides whether the differences are real divergences."
+        )
+    lines.append(
+        f"These are {pairs} pair(s), a first look: `canaryd run` measures the same figures "
+        "continuously and its gates decide, with confidence bounds, whether speculation "
+        "stays on (docs/gates.md)."
+    )
+    return lines
+
+
 @handle_errors
 def once(
     config: ConfigOption = None,
@@ -129,7 +176,10 @@ def once(
         out = Console(width=160)
     arms = list(runner.speculative)
     if len(arms) == 1:
-        out.print(summary_table(summarise(g.records[0] for g in groups), run.run_id))
+        summary = summarise(g.records[0] for g in groups)
+        out.print(summary_table(summary, run.run_id))
+        for line in verdict_sentences(summary):
+            out.print(line, highlight=False)
         return
     for arm in arms:
         label = f"{arm} (switch)" if arm == settings.switch_arm else arm
@@ -137,3 +187,7 @@ def once(
     for ratio in output["summary"]["ratios"]:
         figures = ", ".join(f"{name} {_fmt(ratio[name], '.3f', '×')}" for name in RATIO_FIGURES)
         out.print(f"{ratio['arm']} over {ratio['over']} (all): {figures}")
+    switch_summary = summarise(g.record(settings.switch_arm) for g in groups)
+    out.print(f"Switch arm {settings.switch_arm}:", highlight=False)
+    for line in verdict_sentences(switch_summary):
+        out.print(line, highlight=False)

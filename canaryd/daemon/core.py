@@ -17,7 +17,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -201,11 +200,12 @@ class Daemon:
         settings = self.settings
         # Validate prompts before touching anything: a bad suite fails start-up cheaply.
         sampler = prompt_sampler(settings, resolve_prompts(settings, None))
+        # Scoring's modules load at start so that a missing package fails here, not in the
+        # first pair. In this thread, before anything else starts: they import transformers'
+        # lazy module too, and two threads racing through its first import see it
+        # half-initialised (`cannot import name 'AutoModelForCausalLM'`).
+        load_metrics()
         with contextlib.ExitStack() as stack:
-            # Scoring's modules take seconds to import: load them at start (so a missing
-            # package fails here, not in the first pair), beside the engines' warm-up.
-            loader = stack.enter_context(ThreadPoolExecutor(1, "canaryd-load-scoring"))
-            scoring = loader.submit(load_metrics)
             self._stopping.clear()
             url = settings.storage.resolved_url()
             self._store = stack.enter_context(SqlStore.open(url, create=True))
@@ -226,7 +226,6 @@ class Daemon:
             self._engines = self._load_engines(settings, {})
             stack.callback(self._close_engines)
             plan = self._new_plan(settings, sampler, self._engines)
-            scoring.result()
             self._store.create_run(plan.run)
             self._plan = plan
             stack.callback(self._finish)
@@ -407,7 +406,11 @@ class Daemon:
                 break  # stop scheduling new pairs; the one that finished is stored
             group = plan.runner.run_group(prompt)
             self._progress_at = time.monotonic()
-            self.metrics.observe_group(group.records)
+            try:
+                self.metrics.observe_group(group.records)
+            except Exception:
+                # Nothing an engine sends may cost the pair: it is stored all the same.
+                log.exception("pair.metrics_failed", group_id=group.group_id)
             for record in group.records:
                 if include_text:
                     log.info(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -207,3 +208,48 @@ class TestOnceArms:
         assert result.exit_code == 0, result.output
         assert "arm hydra (switch)" in result.stdout and "arm medusa" in result.stdout
         assert "hydra over medusa (all): acceptance_length_mean" in result.stdout
+
+
+def category(speedup: float | None, pairs: int = 3, errors: tuple[int, int] = (0, 0)) -> Any:
+    from canaryd.report import CategorySummary
+
+    return CategorySummary(
+        pairs=pairs, complete_pairs=pairs, speedup_median=speedup,
+        acceptance_length_mean=None, acceptance_length_p50=None, acceptance_length_p90=None,
+        acceptance_rate=None, exact_match_rate=1.0, quality_delta_mean=0.0,
+        baseline_e2e_p50_s=None, baseline_e2e_p99_s=None, speculative_e2e_p50_s=None,
+        speculative_e2e_p99_s=None, baseline_tokens_per_s=None, speculative_tokens_per_s=None,
+        baseline_errors=errors[0], speculative_errors=errors[1],
+    )  # fmt: skip
+
+
+class TestOnceVerdictSentences:
+    def test_says_where_speculation_paid_off_and_where_it_did_not(self) -> None:
+        """Categories above 1× are named as paying off, the others as not, with their
+        figures, and the last sentence points at the gates that judge continuously."""
+        from canaryd.cli.once import verdict_sentences
+
+        lines = verdict_sentences(
+            {"translation": category(1.7), "qa": category(0.88), "all": category(1.1, pairs=6)}
+        )
+        assert lines[0] == "Speculation paid off on these pairs in translation (1.70×)."
+        assert lines[1].startswith("It did not in qa (0.88×)")
+        assert "These are 6 pair(s)" in lines[-1] and "gates decide" in lines[-1]
+
+    def test_names_more_speculative_failures_and_empty_runs(self) -> None:
+        """A category where the speculative arm failed more is named; with no completed
+        pair there is no speedup to claim."""
+        from canaryd.cli.once import verdict_sentences
+
+        lines = verdict_sentences({"math": category(None, errors=(0, 2))})
+        assert lines[0].startswith("No pair completed on both arms")
+        assert "math (2 vs 0)" in lines[1]
+
+    def test_the_table_ends_with_the_sentences(self, env: Path, tmp_path: Path) -> None:
+        """`canaryd once` prints the sentences under its table."""
+        result = CliRunner().invoke(
+            app, ["once", "--pairs", "2", "--config", str(config(tmp_path))]
+        )
+        assert result.exit_code == 0, result.output
+        words = " ".join(result.stdout.split())
+        assert "its gates decide" in words

@@ -6,8 +6,9 @@ and llama.cpp do (chunked server-sent events, a usage chunk, `data: [DONE]`) —
 the way real servers fail. Each request takes the next `Behaviour` from a script
 (`default`, healthy unless set, once the script is empty): an HTTP status (429/5xx, with
 Retry-After), a stall before or during the stream, a stream cut mid-way (connection
-dropped without the final chunk), a malformed chunk. It also serves `/metrics` and
-`/server_info` bodies set by the test, and records every request body it received.
+dropped without the final chunk), a malformed chunk, or text and counts that cannot be true
+(`piece`, `final_extra`). It also serves `/metrics` and `/server_info` bodies set by the
+test, and records every request body it received.
 
 Like vLLM it tokenises (`POST /tokenize`: words to ids, a chat template of one id before
 and after each message) and scores prompts: a non-streamed `/v1/completions` with
@@ -46,6 +47,7 @@ class Behaviour:
     tokens: int = 8  # content chunks in a healthy stream (cut: chunks before the cut)
     token_delay_s: float = 0.0
     final_extra: dict[str, Any] = field(default_factory=dict)  # merged into the usage chunk
+    piece: str | None = None  # each content chunk's text (default " tok<i>")
 
 
 def word_id(word: str) -> int:
@@ -204,7 +206,7 @@ def _handler_for(server: MisbehavingServer) -> type[BaseHTTPRequestHandler]:
                     continue
                 if behaviour.token_delay_s:
                     time.sleep(behaviour.token_delay_s)
-                self._event(chunk(f" tok{i}"))
+                self._event(chunk(f" tok{i}" if behaviour.piece is None else behaviour.piece))
             if behaviour.fault == "cut":  # drop the connection without the last chunk
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
