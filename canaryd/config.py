@@ -38,6 +38,7 @@ from canaryd import paths
 from canaryd.errors import ConfigError
 from canaryd.redact import redact_value
 from canaryd.store.database import mask_url
+from engine.bounds import check_bounds
 from engine.config import EngineConfig, SpeculativeConfig, TransformersEngineConfig
 from gates import GatesConfig
 from gates.records import BASELINE_ARM, DEFAULT_ARM
@@ -50,6 +51,7 @@ DEFAULT_CONFIG_PATH = Path("/etc/canaryd/canaryd.toml")
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    _bounded = field_validator("*")(check_bounds)
 
 
 ARM_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
@@ -446,4 +448,16 @@ def load_settings(path: Path | None = None) -> Settings:
             if first["type"] != "missing" and not isinstance(first["input"], dict | None)
             else ""
         )
-        raise ConfigError(source, _key(first["loc"]), f"{first['msg']}{value}{more}") from None
+        key = _key(first["loc"])
+        variable = _env_variable(key)
+        if variable is not None:  # the environment overrides the file: name what to fix
+            source = f"environment {variable}"
+        message = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(source, key, f"{message}{value}{more}") from None
+
+
+def _env_variable(key: str) -> str | None:
+    """The `CANARYD_…` variable that set `key`, when one is set (names are not case
+    sensitive, as pydantic-settings reads them)."""
+    wanted = "CANARYD_" + key.replace(".", "__").upper()
+    return next((name for name in os.environ if name.upper() == wanted), None)

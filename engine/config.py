@@ -16,12 +16,16 @@ from pydantic import (
     Field,
     SecretStr,
     Tag,
+    field_validator,
     model_validator,
 )
+
+from engine.bounds import check_bounds
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    _bounded = field_validator("*")(check_bounds)
 
 
 DEFAULT_HEADS_TREE: tuple[int, ...] = (3, 2, 2, 1)

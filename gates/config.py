@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from engine.bounds import check_bounds
 from gates.core import GateMode
 
 LatencyMetric = Literal["e2e", "ttft", "tpot"]
@@ -18,6 +19,7 @@ LatencyMetric = Literal["e2e", "ttft", "tpot"]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    _bounded = field_validator("*")(check_bounds)
 
 
 class GateConfigBase(_Strict):

@@ -186,6 +186,54 @@ class TestNonFiniteValues:
         assert "gates.policy.cooldown_seconds" in result.output
 
 
+class TestUpperBounds:
+    @pytest.mark.parametrize(
+        ("section", "key", "value"),
+        [
+            ("gates.policy", "cooldown_seconds", "1e12"),
+            ("gates.policy", "latch_window_seconds", "1e15"),
+            ("gates.liveness", "window_seconds", "1e12"),
+            ("schedule", "gate_interval_s", "31622401"),
+            ("storage", "rollup_retention_days", "3661"),
+            ("gates.liveness", "window_pairs", "10000000000"),
+        ],
+    )
+    def test_durations_and_counts_beyond_sanity_are_refused(
+        self, tmp_path: Path, section: str, key: str, value: str
+    ) -> None:
+        """A duration beyond 366 days (retention: ten years) or a count beyond a billion
+        is a typo: refused at load in one line naming the file and the key (a cooldown
+        of 1e12 s made every gate run raise, which disarmed the switch)."""
+        path = write(tmp_path, f"[{section}]\n{key} = {value}\n")
+        with pytest.raises(ConfigError) as caught:
+            load_settings(path)
+        message = str(caught.value)
+        assert message.startswith(f"{path}: {section}.{key}: "), message
+        assert "a typo?" in message and "\n" not in message
+
+    def test_the_largest_sane_values_load(self, tmp_path: Path) -> None:
+        """366 days and ten years of retention are still accepted."""
+        path = write(
+            tmp_path,
+            "[gates.policy]\ncooldown_seconds = 31622400\n"
+            "[storage]\nrollup_retention_days = 3660\n",
+        )
+        assert load_settings(path).gates.policy.cooldown_seconds == 31622400
+
+    def test_a_value_from_the_environment_names_its_variable(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`CANARYD_GATES__LIVENESS__WINDOW_SECONDS=1e12`: the CLI exits 2 and names the
+        variable, not a TOML file the operator would search in vain."""
+        monkeypatch.setenv("CANARYD_GATES__LIVENESS__WINDOW_SECONDS", "1e12")
+        result = CliRunner().invoke(app, ["gates"])
+        assert result.exit_code == 2
+        assert (
+            "environment CANARYD_GATES__LIVENESS__WINDOW_SECONDS: "
+            "gates.liveness.window_seconds: 1e+12 is too long" in result.output
+        )
+
+
 THREE_ARMS = """
 [arms.baseline]
 kind = "fake"
