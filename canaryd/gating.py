@@ -11,7 +11,8 @@ evaluation is stored under its name, where the switch never reads it: comparison
 are judged and reported, never switch. `start()` (the daemon calls it before loading
 engines) or else the first run re-applies the last stored state, so a restarted daemon
 rewrites the state file from the database even when its engines then fail to load, and
-re-runs hooks whose last attempt failed; every run refreshes the file's `confirmed_at`.
+re-runs hooks whose last attempt failed; only a run that completed refreshes the file's
+`confirmed_at` (and stores its time, which the followers carry forward).
 At start and on every run, an emergency rollback the CLI wrote to the state file while
 the database was down (`pending_sync`) is adopted into the database, never reverted. Of
 several daemons on one database only the leader (`canaryd.leader`, taken or re-checked
@@ -172,6 +173,11 @@ class SwitchGates:
             self._leadership = leadership_for(self.settings.storage.resolved_url())
         return self._leadership
 
+    def state_file_problem(self) -> str | None:
+        """Why the state file could not be written at the last attempt; None when it was
+        (or the switch is not started yet)."""
+        return None if self._service is None else self._service.state_file_problem
+
     def role(self) -> str:
         """This daemon's part in the fleet: `leader` or `follower` (also before the
         first attempt to lead)."""
@@ -315,3 +321,5 @@ class SwitchGates:
             keep = timedelta(days=self.settings.storage.raw_retention_days)
             store.prune_gate_decisions(now - keep)
             self._pruned_at = now
+        # Last: a run that raised anywhere above leaves the file's `confirmed_at` to age.
+        service.complete_gate_run(now)

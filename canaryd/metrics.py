@@ -260,6 +260,20 @@ class CanarydMetrics:
             (),
             "time() - canaryd_last_cycle_success_timestamp_seconds > 600",
         )
+        self.gate_runs = self._counter(
+            "canaryd_gate_runs_total",
+            "Gate runs finished, by outcome (ok; failed: the run raised, judged nothing and "
+            "did not confirm the state file).",
+            ("outcome",),
+            'increase(canaryd_gate_runs_total{outcome="failed"}[15m])',
+        )
+        self.last_gate_run_success = self._gauge(
+            "canaryd_last_gate_run_success_timestamp_seconds",
+            "Unix time the last gate run completed (leader: judged and confirmed; follower: "
+            "mirrored the leader's state).",
+            (),
+            "time() - canaryd_last_gate_run_success_timestamp_seconds > 300",
+        )
         self.heartbeat_timestamp = self._gauge(
             "canaryd_heartbeat_timestamp_seconds",
             "Unix time of the daemon's last heartbeat.",
@@ -509,6 +523,12 @@ class CanarydMetrics:
                 position = position_label(index + 1)
                 self.position_drafted.labels(arm=arm, position=position).inc(drafted)
                 self.position_accepted.labels(arm=arm, position=position).inc(accepted)
+
+    def gate_run_finished(self, timestamp: float, ok: bool) -> None:
+        """A gate run ended at `timestamp` (Unix seconds), completed (`ok`) or raised."""
+        self.gate_runs.labels(outcome="ok" if ok else "failed").inc()
+        if ok:
+            self.last_gate_run_success.set(timestamp)
 
     def cycle_finished(self, timestamp: float, ok: bool) -> None:
         """A pair cycle ended at `timestamp` (Unix seconds)."""

@@ -61,13 +61,16 @@ RESTART_ONLY = ("storage.url", "server.listen")
 class GateHook(Protocol):
     """What the gate job calls on its interval; the gates/switch work plugs in here.
     `start` runs once the store is open and before the engines load; `role` is this
-    daemon's part among those on one database (`leader`, `follower`), for /readyz."""
+    daemon's part among those on one database (`leader`, `follower`), and
+    `state_file_problem` why the state file could not be written, both for /readyz."""
 
     def start(self) -> None: ...
 
     def evaluate(self, now: datetime) -> None: ...
 
     def role(self) -> str: ...
+
+    def state_file_problem(self) -> str | None: ...
 
 
 class NoGates:
@@ -77,6 +80,9 @@ class NoGates:
         return None
 
     def evaluate(self, now: datetime) -> None:
+        return None
+
+    def state_file_problem(self) -> str | None:
         return None
 
     def role(self) -> str:
@@ -141,6 +147,7 @@ class Daemon:
         self._stalled = False
         self.last_heartbeat: float | None = None
         self.cycles = 0
+        self.gate_failures = 0  # gate runs that raised in a row
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -429,11 +436,24 @@ class Daemon:
         return ok
 
     def evaluate_gates(self) -> None:
-        """The gate job: hand the gates the current time (they read everything else)."""
+        """The gate job: hand the gates the current time (they read everything else).
+
+        A run that raises judged nothing and confirmed nothing: it is counted, and after
+        `GATE_FAILURES_NOT_READY` in a row /readyz answers 503 (the state file's
+        `confirmed_at` ages meanwhile, so a router turns speculation off)."""
         try:
             self.gates.evaluate(datetime.now(UTC))
-        except Exception:
-            log.exception("gates.failed")
+        except Exception as exc:
+            self.gate_failures += 1
+            self.metrics.gate_run_finished(time.time(), ok=False)
+            log.exception(
+                "gates.failed",
+                consecutive_failures=self.gate_failures,
+                reason=f"{type(exc).__name__}: {exc}",
+            )
+        else:
+            self.gate_failures = 0
+            self.metrics.gate_run_finished(time.time(), ok=True)
 
     def apply_retention(self) -> None:
         """The retention job: roll up and remove old rows."""
@@ -510,6 +530,8 @@ class Daemon:
             engines_loaded=self._engines_loaded,
             database_problem=reason or self._pairs.problem,
             pending=self.pending,
+            gate_failures=self.gate_failures,
+            state_file_problem=self.gates.state_file_problem(),
         )
         return ok, {**detail, "switch_role": self.gates.role()}
 

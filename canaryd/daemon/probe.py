@@ -144,10 +144,21 @@ def health_report(
     return not problems, detail
 
 
+# Gate runs that raised in a row before /readyz says the daemon is not ready.
+GATE_FAILURES_NOT_READY = 3
+
+
 def readiness_report(
-    *, engines_loaded: bool, database_problem: str | None, pending: PendingPairs
+    *,
+    engines_loaded: bool,
+    database_problem: str | None,
+    pending: PendingPairs,
+    gate_failures: int = 0,
+    state_file_problem: str | None = None,
 ) -> tuple[bool, dict[str, Any]]:
-    """/readyz: both engines loaded and the database reachable (`database_problem` None)."""
+    """/readyz: both engines loaded, the database reachable (`database_problem` None),
+    fewer than `GATE_FAILURES_NOT_READY` failed gate runs in a row, and the state file
+    production reads written at the last attempt."""
     problems: list[str] = []
     if not engines_loaded:
         problems.append("engines are not loaded")
@@ -155,11 +166,20 @@ def readiness_report(
     if database_problem is not None:
         database = "unreachable"
         problems.append(f"database unreachable: {redact_text(database_problem)}")
+    if gate_failures >= GATE_FAILURES_NOT_READY:
+        problems.append(
+            f"the last {gate_failures} gate runs failed: nothing is judged and the state "
+            "file is no longer confirmed (see the gates.failed log)"
+        )
+    if state_file_problem is not None:
+        problems.append(f"state file not written: {state_file_problem}")
     detail: dict[str, Any] = {
         "engines_loaded": engines_loaded,
         "database": database,
         "pending_pairs": len(pending),
         "lost_pairs": pending.dropped,
+        "gate_failures_in_a_row": gate_failures,
+        "state_file": "ok" if state_file_problem is None else "failing",
     }
     if problems:
         detail["problems"] = problems

@@ -303,6 +303,8 @@ class SwitchStateRow(Base):
     generation whose state file and hooks all succeeded; below `generation`, the daemon
     re-applies. `recent_trips` is a JSON list of ISO times of automatic trips (latch);
     `categories` a JSON object of the per-category switches by category.
+    `gates_completed_at` is when the leader's last gate run completed (the state file's
+    `confirmed_at` never claims more).
     """
 
     __tablename__ = "switch_state"
@@ -327,6 +329,7 @@ class SwitchStateRow(Base):
     applied_generation: Mapped[int | None] = mapped_column(BigInteger)
     actuator_errors: Mapped[dict[str, str] | None] = mapped_column(json_column_type())
     actuated_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    gates_completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class SwitchAuditRow(Base):

@@ -562,6 +562,20 @@ class SqlStore:
             )
             return True
 
+    def record_gate_run(self, at: datetime) -> None:
+        """Remember that the leader's gate run of `at` completed (the switch row is created
+        if missing; a time older than the stored one is ignored)."""
+        aware(at, "gate run time")
+        with self._switch_locked("recording a completed gate run") as (session, row):
+            if row.gates_completed_at is not None and row.gates_completed_at >= at:
+                return
+            session.execute(
+                update(SwitchStateRow)
+                .where(SwitchStateRow.id == 1)
+                .values(gates_completed_at=at)
+                .execution_options(synchronize_session=False)
+            )
+
     def audit(self, *, since: datetime | None = None, limit: int | None = None) -> list[AuditEntry]:
         """Audit rows at or after `since`, oldest first; with `limit`, the most recent."""
         query = select(SwitchAuditRow)

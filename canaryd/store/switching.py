@@ -24,6 +24,7 @@ class SwitchRecord:
     applied_generation: int | None = None
     actuator_errors: dict[str, str] = field(default_factory=dict)
     actuated_at: datetime | None = None
+    gates_completed_at: datetime | None = None  # the leader's last completed gate run
 
     @property
     def applied(self) -> bool:

@@ -29,6 +29,7 @@ from canaryd.switch.actuators import Actuator, build_actuators, utcnow
 from canaryd.switch.delivery import deliver, newest
 from canaryd.switch.emergency import pending_adoption
 from canaryd.switch.statefile import (
+    CONFIRMED_AT,
     STATE_FILE_ACTUATOR,
     file_generation,
     file_object,
@@ -109,6 +110,8 @@ class SwitchService:
         self.clock = clock
         self.sleep = sleep
         self.state_file = config.resolved_state_file()
+        # Why the last write of the state file failed; None after one succeeded.
+        self.state_file_problem: str | None = None
         self.actuators = (
             list(actuators) if actuators is not None else build_actuators(config, clock)
         )
@@ -126,8 +129,6 @@ class SwitchService:
         events: Sequence[SwitchEvent],
         now: datetime,
         actor: str = "",
-        *,
-        confirm: bool = False,
     ) -> SwitchChange:
         adoption: Transition | None = None
 
@@ -167,11 +168,7 @@ class SwitchService:
 
         outcome = self.store.change_switch(decide, now=now, history=self._history(), actor=actor)
         self._log(outcome, adoption)
-        report = (
-            self.apply(outcome.state)
-            if outcome.transitions
-            else self.ensure_applied(confirm=confirm)
-        )
+        report = self.apply(outcome.state) if outcome.transitions else self.ensure_applied()
         self.export_metrics(outcome.state)
         return SwitchChange(outcome, report, adoption)
 
@@ -227,27 +224,36 @@ class SwitchService:
         return self._change([event], self.clock(), actor=f"user:{event.user}")
 
     def step_gates(self, now: datetime) -> SwitchChange:
-        """Let the policy act on the stored evaluations at `now`, then apply; the state
-        file's `confirmed_at` is refreshed (the daemon's gate run confirms the state)."""
-        return self._change([], now, confirm=True)
+        """Let the policy act on the stored evaluations at `now`, then apply. The state
+        file's `confirmed_at` moves only when the whole gate run completed
+        (`complete_gate_run`), not here."""
+        return self._change([], now)
+
+    def complete_gate_run(self, now: datetime) -> None:
+        """The leader's gate run of `now` completed: store that, then confirm the state
+        file at `now` (the only place a file is confirmed without a transition)."""
+        self.store.record_gate_run(now)
+        self._confirm(self.record().state, now)
 
     def follow(self) -> SwitchChange | None:
         """A gate run of a daemon that does not lead: adopt a pending emergency rollback,
-        else write the stored state to this host's state file, confirmed now. No policy
-        step, no hooks, no actuation record: those are the leader's."""
+        else write the stored state to this host's state file, confirmed at the leader's
+        last completed gate run (stored in the database), never at this host's clock: a
+        frozen leader lets every file age. No policy step, no hooks, no actuation
+        record: those are the leader's."""
         adopted = self.adopt_pending()
         if adopted is not None:
             return adopted
-        state = self.record().state
-        self._confirm(state)
-        self.export_metrics(state)
+        record = self.record()
+        self._carry_confirmation(record)
+        self.export_metrics(record.state)
         return None
 
     def start(self, *, lead: bool = True) -> ApplyReport | None:
         """The daemon's start, before anything slow: remove temp files a killed writer
         left, adopt a pending emergency rollback, write the stored state to the state
-        file (confirmed now) and, when it leads (`lead`), re-run hooks whose last
-        attempt failed."""
+        file (confirmed at the last completed gate run, as stored) and, when it leads
+        (`lead`), re-run hooks whose last attempt failed."""
         try:
             removed = remove_leftover_temps(self.state_file)
         except OSError as exc:
@@ -258,7 +264,7 @@ class SwitchService:
         if not lead:
             change = self.follow()
             return None if change is None else change.report
-        report = self.ensure_applied(confirm=True)
+        report = self.ensure_applied()
         self.export_metrics(self.record().state)
         return report
 
@@ -299,21 +305,29 @@ class SwitchService:
             again=again,
         )
 
-    def _write_file(self, state: SwitchState) -> bool:
-        """Write `state` to the state file, confirmed now; False when a newer (or the
-        operator's pending) file was left in place. Raises OSError."""
-        return write_state_file(self.state_file, file_object(state, self.clock()))
+    def _write_file(self, state: SwitchState, confirmed_at: datetime | None) -> bool:
+        """Write `state` to the state file, confirmed at `confirmed_at`; False when a
+        newer (or the operator's pending) file was left in place. Raises OSError."""
+        written = write_state_file(self.state_file, file_object(state, confirmed_at))
+        self.state_file_problem = None
+        return written
 
-    def apply(self, state: SwitchState, *, hooks: bool = True) -> ApplyReport:
+    def apply(
+        self, state: SwitchState, *, hooks: bool = True, reapply: bool = False
+    ) -> ApplyReport:
         """Mirror `state` to the state file, then run the hooks; record the result on the
-        switch row. Failures are returned and recorded, never raised."""
+        switch row. Failures are returned and recorded, never raised. A transition is
+        confirmed now; a re-application (`reapply`) is confirmed only as far as the
+        stored last completed gate run says (no `confirmed_at` before the first)."""
         obj = state_object(state)
         failures: dict[str, str] = {}
         skipped = False
+        confirmed_at = self.store.switch().gates_completed_at if reapply else self.clock()
         try:
-            skipped = not self._write_file(state)
+            skipped = not self._write_file(state, confirmed_at)
         except OSError as exc:
             failures[STATE_FILE_ACTUATOR] = f"cannot write {str(self.state_file)!r}: {exc}"
+            self.state_file_problem = failures[STATE_FILE_ACTUATOR]
             if self.metrics is not None:
                 self.metrics.actuator_failed(STATE_FILE_ACTUATOR)
             log.error("switch.state_file_failed", path=str(self.state_file), error=str(exc))
@@ -325,13 +339,13 @@ class SwitchService:
         self.store.record_actuation(state.generation, failures, self.clock())
         return ApplyReport(state.generation, failures, skipped)
 
-    def ensure_applied(self, *, confirm: bool = False) -> ApplyReport | None:
+    def ensure_applied(self) -> ApplyReport | None:
         """Re-apply the stored state when its last application failed or the state file
         does not show it (a restart, a CLI whose hook failed, a file deleted by hand);
         None when nothing was needed. Alertmanager is re-pushed while rolled back. A
         pending emergency rollback in the state file is adopted first, never overwritten.
-        `confirm` (the daemon) rewrites a file that shows the state with a new
-        `confirmed_at`, at the same generation."""
+        A file that shows the state carries the stored last completed gate run forward
+        as its `confirmed_at` when that is newer (same generation)."""
         adopted = self.adopt_pending()
         if adopted is not None:
             return adopted.report
@@ -339,9 +353,8 @@ class SwitchService:
         state = record.state
         on_disk = read_state_file(self.state_file)
         if not record.applied or not shows(on_disk, state):
-            return self.apply(state, hooks=not record.applied)
-        if confirm:
-            self._confirm(state)
+            return self.apply(state, hooks=not record.applied, reapply=True)
+        self._carry_confirmation(record, on_disk)
         now = self.clock()
         obj = state_object(state)
         failures: dict[str, str] = {}
@@ -355,12 +368,33 @@ class SwitchService:
             return ApplyReport(state.generation, failures)
         return None
 
-    def _confirm(self, state: SwitchState) -> None:
+    @staticmethod
+    def _parsed(value: Any) -> datetime | None:
+        try:
+            return datetime.fromisoformat(value) if isinstance(value, str) else None
+        except ValueError:
+            return None
+
+    def _carry_confirmation(
+        self, record: SwitchRecord, on_disk: dict[str, Any] | None = None
+    ) -> None:
+        """Rewrite the file with the stored last completed gate run as its `confirmed_at`
+        when that is newer than the file's own (nothing else changes)."""
+        completed = record.gates_completed_at
+        if completed is None:
+            return
+        on_disk = on_disk if on_disk is not None else read_state_file(self.state_file)
+        current = self._parsed(on_disk.get(CONFIRMED_AT)) if on_disk else None
+        if current is None or current < completed or not shows(on_disk, record.state):
+            self._confirm(record.state, completed)
+
+    def _confirm(self, state: SwitchState, at: datetime) -> None:
         # A failed refresh leaves the file correct but ageing: a router reading it falls
         # back to its safe default once `confirmed_at` is too old, which is the point.
         try:
-            self._write_file(state)
+            self._write_file(state, at)
         except OSError as exc:
+            self.state_file_problem = f"cannot write {str(self.state_file)!r}: {exc}"
             if self.metrics is not None:
                 self.metrics.actuator_failed(STATE_FILE_ACTUATOR)
             log.error("switch.state_file_failed", path=str(self.state_file), error=str(exc))

@@ -75,9 +75,12 @@ def state_object(state: SwitchState) -> dict[str, Any]:
     }
 
 
-def file_object(state: SwitchState, confirmed_at: datetime) -> dict[str, Any]:
+def file_object(state: SwitchState, confirmed_at: datetime | None) -> dict[str, Any]:
     """What the state file holds: the state object and when it was confirmed against the
-    database (hooks get the state object alone)."""
+    database (hooks get the state object alone); no `confirmed_at` when nothing has
+    confirmed it yet (no gate run completed): a router then reads speculation off."""
+    if confirmed_at is None:
+        return state_object(state)
     return {**state_object(state), CONFIRMED_AT: confirmed_at.isoformat()}
 
 

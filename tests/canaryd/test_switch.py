@@ -733,8 +733,9 @@ class TestFreshness:
     def test_a_gate_run_refreshes_confirmed_at_without_a_new_generation(
         self, store: SqlStore, tmp_path: Path, ordered_receiver: tuple[str, type[_OrderedReceiver]]
     ) -> None:
-        """A gate run that changes nothing rewrites the file with the new confirmation
-        time at the same generation: no transition, no hook call."""
+        """A completed gate run that changes nothing rewrites the file with the new
+        confirmation time at the same generation: no transition, no hook call; the
+        policy step alone (a run that has not completed) confirms nothing."""
         url, handler = ordered_receiver
         clock = [datetime.now(UTC) - timedelta(minutes=10)]
         switch = SwitchConfig(
@@ -747,6 +748,10 @@ class TestFreshness:
         clock[0] += timedelta(minutes=1)
         change = svc.step_gates(clock[0])
         assert change.outcome.transitions == ()
+        before = (clock[0] - timedelta(minutes=1)).isoformat()
+        assert read_state_file(path)["confirmed_at"] == before  # type: ignore[index]
+        svc.complete_gate_run(clock[0])
+        assert store.switch().gates_completed_at == clock[0]
         data = read_state_file(path)
         assert data is not None and data["confirmed_at"] == clock[0].isoformat()
         assert data["generation"] == 1 and data["mode"] == "rolled_back"
@@ -902,4 +907,11 @@ class TestStartCleanup:
         assert not leftover.exists() and unrelated.read_text() == "keep"
         assert (directory / ".switch.json.lock").exists()
         data = read_state_file(directory / "switch.json")
-        assert data is not None and data["generation"] == 1 and data["confirmed_at"]
+        # No gate run has completed: the file makes no claim of freshness.
+        assert data is not None and data["generation"] == 1 and "confirmed_at" not in data
+        completed = datetime.now(UTC) - timedelta(minutes=3)
+        store.record_gate_run(completed)
+        (directory / "switch.json").unlink()
+        service(store, tmp_path).start()
+        data = read_state_file(directory / "switch.json")
+        assert data is not None and data["confirmed_at"] == completed.isoformat()

@@ -93,6 +93,7 @@ def test_the_switch_row_and_audit_rows_are_complete() -> None:
         "applied_generation",
         "actuator_errors",
         "actuated_at",
+        "gates_completed_at",
     }
     assert switch_record(SwitchStateRow(**values)).state.mode is SwitchMode.AUTO
     decision = GateDecision("liveness", GateState.FAIL, GateMode.ENFORCE, True, AT)
