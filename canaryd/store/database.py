@@ -18,7 +18,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
 
 from canaryd.errors import DatabaseError
 
@@ -175,6 +181,22 @@ def _postgresql_limits(user_options: str) -> str:
 def driver_message(exc: DBAPIError) -> str:
     """The driver's message on one line."""
     return " ".join(str(exc.orig).split()) or type(exc.orig).__name__
+
+
+def unusable_database(url: URL, exc: SQLAlchemyError) -> str:
+    """One line on a database that answered but cannot be used (a corrupt SQLite file,
+    a refused query at open), naming it and what to do."""
+    reason = driver_message(exc) if isinstance(exc, DBAPIError) else str(exc).split("\n")[0]
+    if url.get_backend_name() == "sqlite":
+        return (
+            f"SQLite database {url.database!r} cannot be used: {reason}; if the file is "
+            "corrupt, move it away (keep it for inspection) or restore it from a backup, "
+            f"then `canaryd db upgrade --url {mask_url(url)}` creates a new one"
+        )
+    return (
+        f"database {mask_url(url)!r} cannot be used: {reason}; check the server's log "
+        "and that this user may read the schema (`canaryd db current`)"
+    )
 
 
 def _unreachable(url: URL, exc: DBAPIError) -> DatabaseError:

@@ -10,6 +10,8 @@ transaction. A database is never downgraded.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import cast
 
 from alembic import command
@@ -18,6 +20,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import SQLAlchemyError
 
 from canaryd.errors import DatabaseError
 from canaryd.paths import alembic_dir
@@ -28,6 +31,7 @@ from canaryd.store.database import (
     mask_url,
     parse_url,
     sqlite_path,
+    unusable_database,
 )
 
 __all__ = [
@@ -93,8 +97,19 @@ def schema_problem(current: str | None, head: str, known: set[str], url: str) ->
 
 def read_revision(engine: Engine, url: URL) -> str | None:
     """The revision of the database behind `engine`; None when it has no canaryd schema."""
-    with connecting(url), engine.connect() as connection:
-        return MigrationContext.configure(connection).get_current_revision()
+    try:
+        with connecting(url), engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    except SQLAlchemyError as exc:  # it answered, but cannot be used (a corrupt file)
+        raise DatabaseError(unusable_database(url, exc)) from exc
+
+
+@contextmanager
+def _unusable(url: URL) -> Iterator[None]:
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise DatabaseError(unusable_database(url, exc)) from exc
 
 
 def upgrade_engine(engine: Engine, url: URL) -> None:
@@ -105,7 +120,7 @@ def upgrade_engine(engine: Engine, url: URL) -> None:
         # and then reads its revision, instead of failing on a stale snapshot.
         connection = engine.connect().execution_options(**{SQLITE_IMMEDIATE: True})
     # One transaction for the whole upgrade: DDL is transactional on both backends.
-    with connection, connection.begin():
+    with _unusable(url), connection, connection.begin():
         if url.get_backend_name() == "postgresql":
             # Daemons started together on an empty database migrate one after the other
             # (the later ones then find it at head) instead of colliding on CREATE TABLE.
