@@ -219,6 +219,10 @@ class _FileParser:
             if not isinstance(record, dict):
                 self.problem(f"not a JSON object but {_json_type(record)}")
                 continue
+            unstorable = _unstorable_text(record)
+            if unstorable is not None:
+                self.problem(unstorable)
+                continue
             records.append((number, record))
         if not text.strip():
             self.problem("empty file: no prompts", line=1)
@@ -490,6 +494,29 @@ def _parse_file(path: Path, mtbench_max_tokens: int) -> tuple[list[Prompt], list
     parser = _FileParser(path, mtbench_max_tokens)
     parser.parse(text)
     return parser.prompts, parser.problems
+
+
+def _unstorable_text(value: Any) -> str | None:
+    """Why a string in `value` cannot be sent and stored as text (a NUL character, which
+    PostgreSQL refuses; a lone surrogate, which is not Unicode text); None when none is."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return "a NUL character (\\u0000) in the text: remove it"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return (
+                f"a lone surrogate ({value[exc.start : exc.end]!a}) in the text: not Unicode "
+                "text; encode the character as a proper pair or remove it"
+            )
+        return None
+    items = value.items() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for item in items:
+        for part in item if isinstance(value, dict) else (item,):
+            problem = _unstorable_text(part)
+            if problem is not None:
+                return problem
+    return None
 
 
 def _looks_like_mtbench(record: dict[str, Any]) -> bool:

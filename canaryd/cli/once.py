@@ -25,6 +25,7 @@ from canaryd.cli.common import handle_errors, load_arms
 from canaryd.cli.once_json import RATIO_FIGURES, once_json
 from canaryd.cli.options import ConfigOption
 from canaryd.config import load_settings
+from canaryd.daemon.quarantine import storable
 from canaryd.logs import configure_logging
 from canaryd.report import ALL, CategorySummary, summarise
 from canaryd.runner import PairGroup, PairRunner
@@ -160,7 +161,8 @@ def once(
                 progress.update(task, description=prompt.category)
                 group = runner.run_group(prompt)
                 for record in group.records:
-                    store.save_pair(record)
+                    # As the daemon does: NUL in an output is replaced, not a lost pair.
+                    store.save_pair(storable(record)[0])
                 groups.append(group)
                 progress.advance(task)
         store.finish_run(run.run_id, datetime.now(UTC))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from canaryd.cli.app import app
@@ -79,6 +80,42 @@ class TestValidateCommand:
         result = runner.invoke(app, ["prompts", "validate"])
         assert result.exit_code == 2
         assert "Missing argument 'PATH'" in result.output
+
+
+class TestUnstorableText:
+    def test_nul_and_lone_surrogates_are_refused_with_file_and_line(self, tmp_path: Path) -> None:
+        """A NUL character (PostgreSQL refuses it) or a lone surrogate (not Unicode text) in
+        a prompt is a problem at `file:line`, in `prompts validate` and at load."""
+        path = tmp_path / "suite.jsonl"
+        lines = [
+            {"id": "ok", "category": "qa", "messages": [{"role": "user", "content": "hi"}]},
+            {"id": "nul", "category": "qa", "messages": [{"role": "user", "content": "a\x00b"}]},
+            {"id": "sur", "category": "qa", "messages": [{"role": "user", "content": "x\udc80"}]},
+        ]
+        path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+        result = runner.invoke(app, ["prompts", "validate", str(path)])
+        assert result.exit_code == 1
+        out = result.stdout.splitlines()
+        assert out[0] == f"{path}:2: a NUL character (\\u0000) in the text: remove it"
+        assert out[1].startswith(f"{path}:3: a lone surrogate ('\\udc80') in the text")
+
+    def test_once_refuses_the_suite_before_running_a_pair(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`canaryd once` on such a suite exits 2 naming the line, and stores nothing."""
+        path = tmp_path / "suite.jsonl"
+        record = {"id": "nul", "category": "qa", "messages": [{"role": "user", "content": "\x00"}]}
+        path.write_text(json.dumps(record) + "\n")
+        config = tmp_path / "canaryd.toml"
+        config.write_text(
+            '[arms.baseline]\nkind = "fake"\n[arms.speculative]\nkind = "fake"\n'
+            f'speculative = true\n[prompts]\nsuites = ["{path}"]\n'
+        )
+        monkeypatch.setenv("CANARYD_DATA_DIR", str(tmp_path / "data"))
+        result = runner.invoke(app, ["once", "--pairs", "1", "--config", str(config)])
+        assert result.exit_code == 2
+        assert f"{path}:1: a NUL character" in result.output
+        assert not (tmp_path / "data" / "canaryd.db").exists()
 
 
 class TestListCommand:
