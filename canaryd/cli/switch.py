@@ -45,6 +45,7 @@ from canaryd.store import SqlStore, mask_url
 from canaryd.store.database import driver_message
 from canaryd.switch import (
     PENDING_SYNC,
+    STATE_FILE_ACTUATOR,
     SwitchChange,
     SwitchService,
     build_actuators,
@@ -213,6 +214,23 @@ def _report(
             failed = True
             typer.echo(f"canaryd: warning: {actuator}: {error}", err=True)
     if failed:
+        if STATE_FILE_ACTUATOR in report.failures:
+            on_disk = read_state_file(service.state_file)
+            enabled = on_disk.get("speculative_enabled") if on_disk else None
+            reads = (
+                "no state file (a router following docs/switch.md turns speculation off)"
+                if on_disk is None
+                else f"the old state (generation {on_disk.get('generation')}, "
+                f"speculative_enabled={str(enabled).lower()}"
+                + (": speculation is still ON)" if enabled else ")")
+            )
+            typer.echo(
+                f"canaryd: warning: the database holds generation {state.generation}, but "
+                f"the state file {str(service.state_file)!r} could not be written: "
+                f"production still reads {reads}. Fix the file's directory (space, "
+                "permissions), then rerun this command",
+                err=True,
+            )
         typer.echo(
             "the state is recorded in the database; the daemon re-applies it on its next "
             "gate run (or rerun this command)",

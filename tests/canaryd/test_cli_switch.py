@@ -7,6 +7,8 @@ from __future__ import annotations
 import getpass
 import json
 import sqlite3
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -84,6 +86,40 @@ class TestKillSwitch:
         assert result.exit_code == 0, result.output
         data = read_state_file(state_file)
         assert data is not None and data["control"] == "gates" and data["mode"] == "rolled_back"
+
+
+@pytest.fixture
+def immutable(tmp_path: Path) -> Iterator[Callable[[Path], None]]:
+    """Makes a directory immutable (`chattr +i`: even root cannot write in it, as on a
+    read-only mount), undone after the test; skips where the filesystem has no such flag."""
+    frozen: list[Path] = []
+
+    def freeze(directory: Path) -> None:
+        done = subprocess.run(["chattr", "+i", str(directory)], capture_output=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"chattr +i is not available here: {done.stderr.decode().strip()}")
+        frozen.append(directory)
+
+    yield freeze
+    for directory in frozen:
+        subprocess.run(["chattr", "-i", str(directory)], check=False)
+
+
+class TestStateFileNotWritten:
+    def test_the_message_says_production_still_reads_the_old_state(
+        self, cli: Cli, immutable: Callable[[Path], None]
+    ) -> None:
+        """The database takes the rollback but the state file cannot be written: exit 1,
+        and the message says production still reads the old file, speculation still on."""
+        runner, url, env, state_file = cli
+        assert runner.invoke(app, ["switch", "auto", *url], env=env).exit_code == 0
+        immutable(state_file.parent)
+        result = runner.invoke(app, ["switch", "rollback", "--reason", "p99", *url], env=env)
+        assert result.exit_code == 1
+        assert "the database holds generation 1, but the state file" in result.stderr
+        assert "production still reads the old state (generation 0" in result.stderr
+        assert "speculation is still ON" in result.stderr
+        assert read_state_file(state_file)["speculative_enabled"] is True  # type: ignore[index]
 
 
 class TestReadCommands:
