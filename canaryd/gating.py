@@ -53,6 +53,7 @@ __all__ = ["PRUNE_EVERY", "SwitchGates", "window_bounds"]
 log = structlog.get_logger(__name__)
 
 PRUNE_EVERY = timedelta(hours=1)  # how often old gate decisions are deleted
+CLOSE_WAIT_S = 2.0  # how long shutdown waits for a gate run in flight
 
 
 def _may_pin(state: SwitchState) -> bool:
@@ -150,8 +151,17 @@ class SwitchGates:
                 self._lead()
             _ = self.service
 
-    def close(self) -> None:
-        with self._lock:
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """Release leadership and the store; a gate run stuck on a frozen database holds
+        the lock, and then this gives up after `wait_s` (the process is exiting)."""
+        if not self._lock.acquire(timeout=wait_s):
+            log.warning(
+                "gates.close_skipped",
+                reason=f"a gate run still holds the gates after {wait_s:g} s (a database "
+                "that does not answer); leadership ends with the process",
+            )
+            return
+        try:
             if self._leadership is not None:
                 self._leadership.close()
             self._leading = None
@@ -159,6 +169,8 @@ class SwitchGates:
                 self._store.close()
             self._store = None
             self._service = None
+        finally:
+            self._lock.release()
 
     def evaluate(self, now: datetime) -> None:
         with self._lock:

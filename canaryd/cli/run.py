@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 
+import structlog
 import typer
 
 from canaryd import sdnotify
@@ -73,10 +76,30 @@ def run(
         code = serve_until_signalled(daemon, on_ready=announce_ready)
     finally:
         gates.close()
-    if daemon.abandoned:
-        # A generation still runs in a worker thread and cannot be interrupted; the
-        # interpreter would join it at exit. Its pair is dropped whole: leave now.
+    stuck = _threads_left(THREADS_EXIT_WAIT_S)
+    if daemon.abandoned or stuck:
+        # A generation, or a save or gate run on a database that does not answer, still
+        # runs in a worker thread and cannot be interrupted; the interpreter would join it
+        # at exit, past any bound. Its pair is dropped whole: leave now.
+        if stuck:
+            structlog.get_logger(__name__).warning("shutdown.threads_left", threads=stuck)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     raise typer.Exit(code)
+
+
+THREADS_EXIT_WAIT_S = 1.0  # idle worker threads leave at once; a stuck one never does
+
+
+def _threads_left(wait_s: float) -> list[str]:
+    """The names of the non-daemon threads still running after `wait_s` (together)."""
+    deadline = time.monotonic() + wait_s
+    left = []
+    for thread in threading.enumerate():
+        if thread is threading.main_thread() or thread.daemon:
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            left.append(thread.name)
+    return left

@@ -89,14 +89,19 @@ class PairWriter:
         self._closed = False
 
     def close(self) -> None:
-        """Take no more saves: the store is about to close."""
+        """Take no more saves: the store is about to close. Without the lock after an
+        abandon: a save stuck on a frozen database holds it, and shutdown keeps its bound."""
+        if self.abandoned:
+            self._closed = True
+            return
         with self.lock:
             self._closed = True
 
     def abandon(self) -> None:
-        """Drop, from now on, every pair that finishes: shutdown left one generating."""
-        with self.lock:
-            self.abandoned = True
+        """Drop, from now on, every pair that finishes: shutdown left one generating (or
+        saving, on a database that no longer answers). Never waits for the lock: setting
+        the flag is atomic, and every save checks it under the lock before it starts."""
+        self.abandoned = True
 
     @property
     def store(self) -> HistoryStore:

@@ -58,6 +58,9 @@ log = structlog.get_logger(__name__)
 RESTART_ONLY = ("storage.url", "server.listen")
 
 
+FINISH_WAIT_S = 2.0  # how long shutdown waits to store the buffer and the run's end
+
+
 class GateHook(Protocol):
     """What the gate job calls on its interval; the gates/switch work plugs in here.
     `start` runs once the store is open and before the engines load; `role` is this
@@ -361,7 +364,21 @@ class Daemon:
             )
 
     def _finish(self) -> None:
-        """Flush the buffer once and mark the run finished (best effort: the DB may be away)."""
+        """Flush the buffer once and mark the run finished, best effort and bounded: on a
+        database that does not answer (no client-side timeout ends a read from a frozen
+        server) shutdown gives up after `FINISH_WAIT_S` and the run stays unfinished, as
+        after a crash."""
+        finisher = threading.Thread(target=self._finish_run, name="canaryd-finish", daemon=True)
+        finisher.start()
+        finisher.join(FINISH_WAIT_S)
+        if finisher.is_alive():
+            log.warning(
+                "run.not_finished",
+                reason=f"the database did not answer within {FINISH_WAIT_S:g} s; the "
+                "buffered pairs and the run's end are not stored",
+            )
+
+    def _finish_run(self) -> None:
         self._pairs.flush(final=True)
         if self._plan is None:
             return

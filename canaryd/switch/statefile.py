@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -120,12 +121,33 @@ def without_pending(data: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in data.items() if key != PENDING_SYNC}
 
 
+# How long a writer waits for the writers' lock. Every writer holds it for one small
+# write; one that holds it longer is stuck (a frozen process, a hung disk), and the kill
+# switch must finish in seconds whatever holds it.
+LOCK_WAIT_S = 5.0
+_LOCK_POLL_S = 0.02
+
+
 @contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """The writers' exclusive lock on `path`, held on a lock file beside it."""
-    fd = open_lock_file(path.with_name(f".{path.name}.lock"))
+def file_lock(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """The writers' exclusive lock on `path`, held on a lock file beside it. Raises
+    `TimeoutError` (an `OSError`: a write that failed) when another process holds it for
+    more than `wait_s`."""
+    lock = path.with_name(f".{path.name}.lock")
+    fd = open_lock_file(lock)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"another process has held the lock {str(lock)!r} for more than "
+                        f"{wait_s:g} s (find it with `fuser -v {lock}`)"
+                    ) from None
+                time.sleep(_LOCK_POLL_S)
         yield
     finally:
         os.close(fd)  # closing releases the lock

@@ -8,6 +8,8 @@ import getpass
 import json
 import sqlite3
 import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -120,6 +122,37 @@ class TestStateFileNotWritten:
         assert "production still reads the old state (generation 0" in result.stderr
         assert "speculation is still ON" in result.stderr
         assert read_state_file(state_file)["speculative_enabled"] is True  # type: ignore[index]
+
+
+class TestStateFileLockHeld:
+    def test_the_kill_switch_finishes_in_seconds_and_says_what_it_did(self, cli: Cli) -> None:
+        """Another process holds the state file's lock (a frozen writer): `switch rollback`
+        commits the database, gives up on the file after the lock wait, and says that
+        production still reads the old state; it never blocks."""
+        runner, url, env, state_file = cli
+        assert runner.invoke(app, ["switch", "auto", *url], env=env).exit_code == 0
+        lock = state_file.with_name(f".{state_file.name}.lock")
+        holder = subprocess.Popen(
+            [sys.executable, "-c",
+             "import fcntl, os, sys, time\n"
+             f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
+             "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(120)"],
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+            started = time.monotonic()
+            result = runner.invoke(app, ["switch", "rollback", "--reason", "INC", *url], env=env)
+            took = time.monotonic() - started
+        finally:
+            holder.kill()
+            holder.wait()
+        assert took < 15, took
+        assert result.exit_code == 1
+        assert "switch rolled back: mode=rolled_back" in result.output
+        assert "held the lock" in result.stderr and "production still reads" in result.stderr
+        shown = runner.invoke(app, ["switch", "status", "--json", *url], env=env)
+        assert json.loads(shown.stdout)["mode"] == "rolled_back"
 
 
 class TestReadCommands:

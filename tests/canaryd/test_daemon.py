@@ -584,12 +584,12 @@ class TestStorageFaults:
 
 
 class TestStorageFaultsInTheDaemon:
-    def test_pairs_whose_prompt_holds_nul_are_stored(
-        self, tmp_path: Path, database_url: str
-    ) -> None:
-        """End to end, on SQLite and on a real PostgreSQL: a suite prompt holding NUL
-        characters (which PostgreSQL refused, failing every cycle) is run, its pairs
-        stored sanitised and counted, and no cycle fails."""
+    def test_a_suite_prompt_holding_nul_is_refused_at_start(self, tmp_path: Path) -> None:
+        """A suite prompt holding a NUL character (which PostgreSQL refuses) stops the
+        start with the file and line, before anything runs; NUL in an engine's output is
+        stored sanitised (`test_nul_in_text_is_stored_sanitised`)."""
+        from canaryd.errors import PromptFileError
+
         suite = tmp_path / "nul.jsonl"
         prompt = {
             "id": "nul-001",
@@ -599,20 +599,10 @@ class TestStorageFaultsInTheDaemon:
         }
         suite.write_text(json.dumps(prompt) + "\n")
         path = write_config(tmp_path, fast_schedule() + f'[prompts]\nsuites = ["{suite}"]\n')
-        sqlite_url = f"sqlite:///{tmp_path / 'canaryd.db'}?timeout=0.2"
-        path.write_text(path.read_text().replace(sqlite_url, database_url))
         daemon = Daemon(load_settings(path), config_path=path)
-        daemon.start()
-        try:
-            wait_for(lambda: daemon.cycles >= 2, what="2 cycles")
-            assert sample(daemon, "canaryd_cycles_total", outcome="failed") == 0
-            assert sample(daemon, "canaryd_pairs_sanitised_total") >= 2
-        finally:
-            daemon.stop()
-        with SqlStore.open(database_url) as store:
-            stored = store.pairs()
-        assert len(stored) >= 2
-        assert stored[0].prompt.messages[0].content == "echo a\ufffdb a\ufffdb"
+        with pytest.raises(PromptFileError, match=f"{suite}:1: a NUL character"):
+            daemon.start()
+        assert not daemon.running
 
 
 class TestWedgedCycle:
