@@ -1,49 +1,58 @@
 """The daemon's status endpoints: `/metrics`, `/healthz` and `/readyz` on `server.listen`.
 
-`StatusServer` runs a standard-library `ThreadingHTTPServer` in a daemon thread, with at
-most `MAX_CONNECTIONS` connections served at once: one more is answered 503 and closed,
-so a flood of (or stalled) clients cannot grow threads without bound. It holds no state
-of its own: `/metrics` renders the `CanarydMetrics` registry, and the two probes call the
-daemon's `health` and `ready` callables, answering 200 with their JSON details when they
-say yes and 503 (with the details saying why) when they say no or raise. Probe answers
-are scrubbed of credentials (`canaryd.redact`) before they are served.
+`StatusServer` serves a small ASGI app with uvicorn on its own event loop, in a daemon
+thread. A connection costs no thread, so slow or hostile clients cannot starve probes and
+scrapes: every request must arrive whole within `REQUEST_DEADLINE_S` of its connection
+(or of the previous answer on a keep-alive connection), else the connection is closed,
+and beyond `MAX_CONNECTIONS` open connections a request is answered 503 at once. The
+probes call the daemon's `health` and `ready` callables on a small thread pool (they may
+touch the database), answering 200 with their JSON details when they say yes and 503
+(with the details saying why) when they say no or raise; probe answers are scrubbed of
+credentials (`canaryd.redact`). `/metrics` renders the `CanarydMetrics` registry, at most
+once per `METRICS_TTL_S` however many scrapers ask at once.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import errno
 import json
 import socket
-import socketserver
 import threading
 import time
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Awaitable, Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import structlog
+import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from canaryd.errors import StatusServerError
 from canaryd.metrics import CanarydMetrics
 from canaryd.redact import redact_value
 
-__all__ = ["MAX_CONNECTIONS", "Probe", "StatusServer"]
+__all__ = ["MAX_CONNECTIONS", "REQUEST_DEADLINE_S", "Probe", "StatusServer"]
 
 log = structlog.get_logger(__name__)
 
 Probe = Callable[[], tuple[bool, dict[str, Any]]]
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
 _JSON = "application/json"
-_REQUEST_TIMEOUT_S = 10.0  # a stalled client must not hold a handler thread for ever
-# Connections served at once (one thread each). Scrapers and probes keep a few
-# keep-alive connections; more than this is a flood, answered 503 without a thread.
-MAX_CONNECTIONS = 16
-_BUSY_RESPONSE = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-    b"Content-Length: 5\r\nRetry-After: 1\r\nConnection: close\r\n\r\nbusy\n"
-)
-_BUSY_LOG_INTERVAL_S = 60.0
+# A request must arrive whole within this many seconds: a client that trickles its
+# headers (one line every few seconds) is closed instead of holding the connection.
+REQUEST_DEADLINE_S = 5.0
+# Open connections served at once; a request beyond them is answered 503. Connections
+# cost no thread, so this bounds file descriptors, not the probes' latency.
+MAX_CONNECTIONS = 512
+METRICS_TTL_S = 0.25  # concurrent scrapes share one rendering
+_PROBE_THREADS = 4
+_ENDPOINTS = ["/metrics", "/healthz", "/readyz"]
 
 
 def _split_listen(listen: str) -> tuple[str, int]:
@@ -53,65 +62,138 @@ def _split_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False  # daemon threads are not tracked; stop() must not wait on them
-    # SO_REUSEADDR lets a restarted daemon rebind while old connections sit in TIME_WAIT;
-    # on Linux it still refuses a port another process listens on.
-    allow_reuse_address = True
-    max_connections = MAX_CONNECTIONS
-    request_queue_size = 64  # listen backlog: a burst is accepted (or refused) at once
+class _DeadlineProtocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with a deadline for each whole request: armed when the
+    connection opens and after each answer, cancelled once a request has arrived.
+    (uvicorn's keep-alive timer restarts on every byte received, so a client trickling
+    its headers would otherwise hold the connection for ever.)"""
 
-    def server_activate(self) -> None:
-        self._slots = threading.BoundedSemaphore(self.max_connections)
-        self._busy_logged_at = -float("inf")
-        self.refused = 0
-        super().server_activate()
+    _deadline: asyncio.TimerHandle | None = None
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        # Runs in the serving thread: a connection beyond the limit gets a canned 503
-        # (a few bytes into an empty socket buffer, so this never blocks) and no thread.
-        if not self._slots.acquire(blocking=False):
-            self._refuse(request, client_address)
-            return
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.cycle is not None and not self.cycle.response_complete:
+            self._disarm()  # the request has arrived: the app answers it
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(REQUEST_DEADLINE_S, self._expired)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if (self.cycle is None or self.cycle.response_complete) and not (
+            self.transport.is_closing()
+        ):
+            self.transport.close()
+
+
+class _App:
+    """The ASGI app: GET/HEAD of the three endpoints."""
+
+    def __init__(self, metrics: CanarydMetrics, probes: dict[str, Probe]) -> None:
+        self.metrics = metrics
+        self.probes = probes
+        self.pool = ThreadPoolExecutor(_PROBE_THREADS, thread_name_prefix="canaryd-probe")
+        self._rendered: tuple[float, bytes] | None = None
+        self._rendering: asyncio.Lock | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # lifespan is off; nothing else is served
+        method = scope["method"]
+        if method not in ("GET", "HEAD"):
+            status, content_type, body = 405, _JSON, b'{"status": "method not allowed"}'
+        else:
+            status, content_type, body = await self.respond(scope["path"])
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", content_type.encode()),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"cache-control", b"no-store"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
+
+    async def respond(self, path: str) -> tuple[int, str, bytes]:
+        """Status, content type and body for a GET of `path`."""
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, await self.render()
+        probe = self.probes.get(path)
+        if probe is None:
+            body = {"status": "not found", "endpoints": _ENDPOINTS}
+            return 404, _JSON, json.dumps(body).encode()
+        loop = asyncio.get_running_loop()
         try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
+            ok, detail = await loop.run_in_executor(self.pool, probe)
+        except Exception as exc:
+            # A probe that raises is a failing probe; the daemon keeps serving.
+            log.exception("http.probe_raised", path=path)
+            ok, detail = False, {"error": f"{type(exc).__name__}: {exc}"}
+        body = redact_value({**detail, "status": "ok" if ok else "unavailable"})
+        return (200 if ok else 503), _JSON, json.dumps(body, default=str).encode()
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-    def _refuse(self, request: Any, client_address: Any) -> None:
-        self.refused += 1
-        with contextlib.suppress(OSError):  # a client already gone: closing is all left
-            request.sendall(_BUSY_RESPONSE)
-        self.shutdown_request(request)
-        now = time.monotonic()
-        if now - self._busy_logged_at >= _BUSY_LOG_INTERVAL_S:
-            self._busy_logged_at = now
-            log.warning(
-                "http.busy",
-                client=str(client_address[0]) if client_address else "",
-                max_connections=self.max_connections,
-                refused_total=self.refused,
-                reason="too many connections at once; this one was answered 503",
-            )
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind resolves the host's FQDN, which can stall for the resolver
-        # timeout on a host without DNS; the name is only used in CGI environments.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name, self.server_port = str(host), int(port)
+    async def render(self) -> bytes:
+        if self._rendering is None:
+            self._rendering = asyncio.Lock()
+        async with self._rendering:
+            cached = self._rendered
+            if cached is not None and time.monotonic() - cached[0] < METRICS_TTL_S:
+                return cached[1]
+            loop = asyncio.get_running_loop()
+            body = await loop.run_in_executor(self.pool, self.metrics.render)
+            self._rendered = (time.monotonic(), body)
+            return body
 
 
-class _Server6(_Server):
-    address_family = socket.AF_INET6
+def _bind(host: str, port: int, listen: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # SO_REUSEADDR lets a restarted daemon rebind while old connections sit in
+        # TIME_WAIT; on Linux it still refuses a port another process listens on.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        if isinstance(exc, socket.gaierror):
+            raise StatusServerError(listen, f"cannot resolve host {host!r}") from exc
+        if exc.errno == errno.EADDRINUSE:
+            reason = "address in use"
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            reason = "no such local address"
+        elif exc.errno == errno.EACCES:
+            reason = "permission denied (ports below 1024 need privileges)"
+        else:
+            reason = exc.strerror or type(exc).__name__
+        raise StatusServerError(listen, reason) from exc
+    except UnicodeError as exc:
+        sock.close()
+        raise StatusServerError(listen, f"cannot resolve host {host!r}") from exc
+    sock.setblocking(False)
+    return sock
 
 
 class StatusServer:
@@ -127,15 +209,17 @@ class StatusServer:
         self.listen = listen
         self.metrics = metrics
         self._probes: dict[str, Probe] = {"/healthz": health, "/readyz": ready}
-        self._server: _Server | None = None
+        self._server: uvicorn.Server | None = None
+        self._socket: socket.socket | None = None
+        self._app: _App | None = None
         self._thread: threading.Thread | None = None
 
     @property
     def address(self) -> str:
         """The bound `host:port` (the real port when `listen` asked for port 0)."""
-        if self._server is None:
+        if self._socket is None:
             raise RuntimeError("StatusServer is not started")
-        host, port = self._server.server_address[:2]
+        host, port = self._socket.getsockname()[:2]
         host = str(host)
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -144,45 +228,60 @@ class StatusServer:
         return self._server is not None
 
     def start(self) -> None:
-        """Bind and serve in a daemon thread; raise `StatusServerError` if binding fails."""
+        """Bind, then serve on a daemon thread; raise `StatusServerError` if binding fails."""
         if self._server is not None:
             return
         host, port = _split_listen(self.listen)
-        server_class = _Server6 if ":" in host else _Server
-        try:
-            server = server_class((host, port), self._handler_class())
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                reason = "address in use"
-            elif exc.errno == errno.EADDRNOTAVAIL:
-                reason = "no such local address"
-            elif exc.errno == errno.EACCES:
-                reason = "permission denied (ports below 1024 need privileges)"
-            else:
-                reason = exc.strerror or type(exc).__name__
-            raise StatusServerError(self.listen, reason) from exc
-        except (socket.gaierror, UnicodeError) as exc:
-            raise StatusServerError(self.listen, f"cannot resolve host {host!r}") from exc
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.1},
-            name="canaryd-status-http",
-            daemon=True,
+        sock = _bind(host, port, self.listen)
+        app = _App(self.metrics, self._probes)
+        config = uvicorn.Config(
+            app,
+            http=_DeadlineProtocol,
+            lifespan="off",
+            access_log=False,
+            log_config=None,
+            log_level="warning",
+            limit_concurrency=MAX_CONNECTIONS,
+            timeout_keep_alive=int(REQUEST_DEADLINE_S),
+            timeout_graceful_shutdown=1,
+            server_header=False,
+            date_header=False,
         )
-        self._thread.start()
+        server = uvicorn.Server(config)
+        started = threading.Event()
+
+        def serve() -> None:
+            async def main() -> None:
+                task = asyncio.create_task(server.serve(sockets=[sock]))
+                while not server.started and not task.done():
+                    await asyncio.sleep(0.005)
+                started.set()
+                await task
+
+            try:
+                asyncio.run(main())
+            finally:
+                started.set()
+
+        thread = threading.Thread(target=serve, name="canaryd-status-http", daemon=True)
+        thread.start()
+        started.wait(10)
+        self._server, self._socket, self._app, self._thread = server, sock, app, thread
         log.info("http.listening", address=self.address)
 
     def stop(self) -> None:
         """Stop serving and release the port; safe to call twice or before `start`."""
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
+        server, sock, app, thread = self._server, self._socket, self._app, self._thread
+        self._server = self._socket = self._app = self._thread = None
         if server is None:
             return
-        server.shutdown()
-        server.server_close()
+        server.should_exit = True
         if thread is not None:
             thread.join(timeout=5)
+        if sock is not None:
+            sock.close()
+        if app is not None:
+            app.pool.shutdown(wait=False)
 
     def __enter__(self) -> StatusServer:
         self.start()
@@ -190,51 +289,3 @@ class StatusServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
-
-    def _respond(self, path: str) -> tuple[int, str, bytes]:
-        """Status, content type and body for a GET of `path`."""
-        path = path.split("?", 1)[0]
-        if path == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, self.metrics.render()
-        probe = self._probes.get(path)
-        if probe is None:
-            body = {"status": "not found", "endpoints": ["/metrics", "/healthz", "/readyz"]}
-            return 404, _JSON, json.dumps(body).encode()
-        try:
-            ok, detail = probe()
-        except Exception as exc:
-            # A probe that raises is a failing probe; the daemon keeps serving.
-            log.exception("http.probe_raised", path=path)
-            ok, detail = False, {"error": f"{type(exc).__name__}: {exc}"}
-        body = redact_value({**detail, "status": "ok" if ok else "unavailable"})
-        return (200 if ok else 503), _JSON, json.dumps(body, default=str).encode()
-
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        respond = self._respond
-
-        class Handler(BaseHTTPRequestHandler):
-            timeout = _REQUEST_TIMEOUT_S
-            protocol_version = "HTTP/1.1"
-            server_version = "canaryd"
-
-            def _send(self, head_only: bool) -> None:
-                status, content_type, body = respond(self.path)
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.send_header("Cache-Control", "no-store")
-                self.end_headers()
-                if not head_only:
-                    self.wfile.write(body)
-
-            def do_GET(self) -> None:
-                self._send(head_only=False)
-
-            def do_HEAD(self) -> None:
-                self._send(head_only=True)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                # Scrapes every few seconds would flood stderr; keep them at debug level.
-                log.debug("http.request", client=self.client_address[0], line=format % args)
-
-        return Handler
