@@ -60,6 +60,7 @@ from canaryd.metric_labels import (
 )
 from canaryd.redact import public_url, redact_text
 from engine.types import ErrorKind, GenerationResult
+from gates.config import QualityGateConfig
 from gates.records import ARMS, PairRecord
 
 __all__ = [
@@ -95,6 +96,8 @@ class CanarydMetrics:
         max_categories: int = 64,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        # The quality gate's tie margin, for the divergence counter (the daemon sets it).
+        self.tie_margin_nats = QualityGateConfig().tie_margin_nats
         self.reference: list[MetricDoc] = []
         known = sorted({c for c in categories if LABEL_VALUE.match(c)})
         self._category = BoundedLabel(max_categories, known)
@@ -232,6 +235,15 @@ class CanarydMetrics:
             ("arm", "category"),
             "1 - sum(increase(canaryd_pairs_exact_match_total[1d]))"
             " / sum(increase(canaryd_pairs_compared_total[1d]))",
+        )
+        self.greedy_divergences = self._counter(
+            "canaryd_greedy_divergences_total",
+            "Greedy pairs whose outputs differ, by the baseline model's judgement of the "
+            "first divergent token: tie (both tokens within gates.quality.tie_margin_nats: "
+            "bf16 numerics, not counted by the quality gate), real (counted), unjudged (no "
+            "teacher score: counted).",
+            ("arm", "category", "judgement"),
+            "sum by (arm, judgement) (increase(canaryd_greedy_divergences_total[1h]))",
         )
         self.task_score_delta = self._histogram(
             "canaryd_task_score_delta",
@@ -478,6 +490,17 @@ class CanarydMetrics:
             self.pairs_compared.labels(arm=arm, category=category).inc()
             if scores.exact_match:
                 self.pairs_exact_match.labels(arm=arm, category=category).inc()
+            elif record.temperature <= 0.0:
+                judgement = (
+                    "unjudged"
+                    if scores.divergence_margin is None
+                    else "tie"
+                    if scores.tie(self.tie_margin_nats)
+                    else "real"
+                )
+                self.greedy_divergences.labels(
+                    arm=arm, category=category, judgement=judgement
+                ).inc()
             if scores.task_score_delta is not None:
                 self.task_score_delta.labels(arm=arm, category=category).observe(
                     scores.task_score_delta

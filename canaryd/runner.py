@@ -94,8 +94,10 @@ class PairRunner:
         self.run_id = run_id
         self.params = params or PairParams()
         self._rng = random.Random(seed)  # noqa: S311  (arm order and seeds, not security)
-        # Sampled pairs are scored for likelihood by the baseline (target) model.
+        # Sampled pairs are scored for likelihood by the baseline (target) model; greedy
+        # pairs that diverge have their first divergent token judged by it (a tie or not).
         self._teacher = baseline if self.params.temperature > 0 else None
+        self._tie_judge = baseline if self.params.temperature <= 0 else None
 
     def _request(self, prompt: Prompt, group_id: str, seed: int) -> GenerationRequest:
         sampling = SamplingParams(
@@ -164,7 +166,9 @@ class PairRunner:
                 arm_order=roles,
                 baseline=baseline,
                 speculative=speculative,
-                scores=score_pair(prompt, baseline, speculative, teacher=self._teacher),
+                scores=score_pair(
+                    prompt, baseline, speculative, teacher=self._teacher, tie_judge=self._tie_judge
+                ),
                 sampling_seed=seed,
                 temperature=self.params.temperature,
                 arm=name,

@@ -72,6 +72,14 @@ class SpeculativeConfig(_Strict):
         description="a deliberate bug for drills: 'greedy_verify' verifies drafts by "
         "argmax match (greedy verification) even when sampling (no longer lossless)",
     )
+    numeric_noise: float = Field(
+        default=0.0,
+        ge=0,
+        le=100,
+        description="drills: add logit noise of this size (uniform, ± the value) on every "
+        "generated position, as bf16 kernels do: greedy outputs then differ only where the "
+        "top two logits nearly tie; not with draft_heads",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -88,6 +96,8 @@ class SpeculativeConfig(_Strict):
     def _method_fields(self) -> SpeculativeConfig:
         if self.method == "draft_model" and not self.draft_model:
             raise ValueError("method 'draft_model' needs draft_model (a model path)")
+        if self.numeric_noise > 0 and self.method == "draft_heads":
+            raise ValueError("numeric_noise is not supported with draft_heads")
         if self.method == "early_exit" and self.early_exit_layer is None:
             raise ValueError("method 'early_exit' needs early_exit_layer (a layer count)")
         if self.tree_topk is not None:

@@ -41,8 +41,16 @@ def _token_id(word: str) -> int:
     return zlib.crc32(word.encode()) % 50_000
 
 
+CORRUPTED = "CORRUPTED"  # the word the `corrupt_rate` fault puts in an output
+_CORRUPTED_ID = _token_id(CORRUPTED)
+
+
 def _teacher_nll(token_id: int) -> float:
-    """The fake teacher's NLL of a token: a fixed pseudo-random value in [1, 4) nats."""
+    """The fake teacher's NLL of a token: a fixed pseudo-random value in [1, 4) nats; the
+    corruption fault's word is far less likely (12 nats), as garbage is under a real model,
+    so a corrupted token is never judged a numeric tie."""
+    if token_id == _CORRUPTED_ID:
+        return 12.0
     return 1.0 + 3.0 * ((token_id * 2_654_435_761) % 1000) / 1000
 
 
@@ -160,7 +168,7 @@ class FakeEngine:
             )
         if fault.random() < cfg.corrupt_rate:
             position = fault.randrange(len(words))
-            words = [*words[:position], "CORRUPTED", *words[position + 1 :]]
+            words = [*words[:position], CORRUPTED, *words[position + 1 :]]
         text = " ".join(words)
         return self._finish(
             GenerationResult(

@@ -154,6 +154,25 @@ class _GreedyVerifyFault:
         return forced
 
 
+class _NumericNoise:
+    """The `numeric_noise` drill: a tiny perturbation of the logits at every position, a
+    stand-in for bf16 kernels that batch differently from the baseline's. It is a fixed
+    function of the sequence so far (seeded by its length and last token), so a token
+    verified as part of a draft sees the same noise as when generated alone, and greedy
+    outputs differ from an exact arm only where the top two logits lie within the noise."""
+
+    def __init__(self, size: float, seed: int) -> None:
+        self._size = size
+        self._seed = seed
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        generator = torch.Generator(device="cpu")
+        key = (int(input_ids.shape[1]) * 1_000_003 + int(input_ids[0, -1])) ^ self._seed
+        generator.manual_seed(key % (2**63))
+        noise = torch.rand(scores.shape, generator=generator, dtype=torch.float32)
+        return scores + ((noise * 2 - 1) * self._size).to(scores.device, scores.dtype)
+
+
 class _TimingStreamer:
     """A `generate` streamer that stamps when the first generated tokens appear."""
 
@@ -504,8 +523,13 @@ class TransformersEngine:
                 torch.manual_seed(request.sampling.seed)
             streamer = _TimingStreamer()
             kwargs = self._generate_kwargs(request, new_tokens)
+            processors: list[Any] = []
+            if spec is not None and spec.numeric_noise > 0:
+                processors.append(_NumericNoise(spec.numeric_noise, request.sampling.seed))
             if counter is not None and spec is not None and spec.fault == "greedy_verify":
-                kwargs["logits_processor"] = LogitsProcessorList([_GreedyVerifyFault(counter)])
+                processors.append(_GreedyVerifyFault(counter))
+            if processors:
+                kwargs["logits_processor"] = LogitsProcessorList(processors)
             cost = None
             try:
                 with torch.inference_mode():

@@ -114,6 +114,13 @@ class QualityGateConfig(GateConfigBase):
     mismatch_alarm_factor: float = Field(
         default=4.0, gt=1, description="the mismatch detector's alternative, × max_mismatch_rate"
     )
+    tie_margin_nats: float = Field(
+        default=0.2,
+        ge=0,
+        le=5,
+        description="greedy: a divergence whose tokens the baseline model scores within "
+        "this many nats is a numeric tie (bf16 kernels), not counted as a mismatch",
+    )
     distribution_margin: float = Field(
         default=0.1,
         gt=0,

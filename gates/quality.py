@@ -3,7 +3,10 @@
 Four detectors on the scored pairs of the window (pairs where both arms succeeded),
 oldest first:
 - mismatch (greedy pairs only, temperature 0): a lossless speculative decoder reproduces
-  greedy output exactly, so a mismatch is a bug or numerical noise. Bernoulli CUSUM of
+  greedy output exactly up to hardware numerics, so a divergence is a bug unless the
+  baseline model scores both tokens at the first divergent position within
+  `tie_margin_nats` (a numeric tie, counted apart); a divergence no teacher could judge
+  counts. Bernoulli CUSUM of
   `mismatch_alarm_factor` × `max_mismatch_rate` against `max_mismatch_rate`; PASS when the
   Clopper–Pearson upper bound is within `max_mismatch_rate`. An 80 % mismatch rate
   alarms within about fifteen pairs.
@@ -123,18 +126,24 @@ def _checks(
     greedy = [s for r, s in scored if r.temperature <= 0.0]
     if greedy:
         tolerance = max(config.max_mismatch_rate, _RATE_FLOOR)
+        ties = sum(1 for s in greedy if s.tie(config.tie_margin_nats))
+        unjudged = sum(1 for s in greedy if not s.exact_match and s.divergence_margin is None)
         components.append(
             rate_check(
                 f"{prefix}.mismatch",
                 config,
                 window,
                 now,
-                hits=[not s.exact_match for s in greedy],
+                # Numeric ties are not bugs; a divergence no teacher judged counts.
+                hits=[not s.exact_match and not s.tie(config.tie_margin_nats) for s in greedy],
                 tolerance=config.max_mismatch_rate,
                 p0=tolerance,
                 p1=min(config.mismatch_alarm_factor * tolerance, 0.99),
                 h=h,
                 statistic="greedy mismatch rate",
+                note=f"; numeric ties {ties}/{len(greedy)} (within "
+                f"{config.tie_margin_nats:g} nats, not counted); divergences no teacher "
+                f"judged {unjudged} (counted)",
             )
         )
     else:

@@ -77,6 +77,20 @@ class PairScores:
     # probability, engine.types.TeacherScore), speculative minus baseline (same pairs as
     # `nll_delta`): greedy-leaning sampling makes it positive.
     argmax_delta: float | None = None
+    # Greedy pairs that diverge: the baseline (target) model's log-probability of the
+    # baseline's token minus that of the speculative arm's token, at the first divergent
+    # token, given the shared prefix (nats). Small: a numeric tie (both tokens nearly
+    # equally likely, bf16 kernels may pick either); large: a real divergence. None where
+    # the outputs agree or no teacher could score them.
+    divergence_margin: float | None = None
+
+    def tie(self, margin_nats: float) -> bool:
+        """A greedy divergence the teacher calls a numeric tie: within `margin_nats`."""
+        return (
+            not self.exact_match
+            and self.divergence_margin is not None
+            and self.divergence_margin <= margin_nats
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -363,6 +363,18 @@ def canary_dashboard() -> dash.Dashboard:
             "percentunit",
         ),
         series(
+            "Greedy divergences: numeric ties vs real",
+            "Greedy pairs whose outputs differ, per hour, by the baseline model's judgement "
+            "of the first divergent token: tie (bf16 numerics, not counted by the quality "
+            "gate), real, unjudged (no teacher score; counted).",
+            [
+                promql(
+                    "sum by (arm, judgement) (increase(canaryd_greedy_divergences_total[1h]))",
+                    "{{arm}} {{judgement}}",
+                )
+            ],
+        ),
+        series(
             "Quality delta (speculative − baseline task score)",
             "P10 and median per category; below 0 the speculative arm scores worse.",
             [

@@ -315,6 +315,7 @@ class Daemon:
             run = previous
         else:
             run = self._new_run(settings, engines)
+        self.metrics.tie_margin_nats = settings.gates.quality.tie_margin_nats
         runner = PairRunner(
             engines[BASELINE_ARM],
             speculative_engines(engines),

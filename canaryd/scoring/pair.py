@@ -65,17 +65,52 @@ def teacher_deltas(
     return spec.mean_nll - base.mean_nll, spec.argmax_excess - base.argmax_excess
 
 
+def _prefix_result(token_ids: tuple[int, ...]) -> GenerationResult:
+    return GenerationResult(
+        text="", token_ids=token_ids, finish_reason="length", prompt_tokens=0,
+        output_tokens=len(token_ids), ttft_s=None, tpot_s=None, e2e_s=0.0,
+    )  # fmt: skip
+
+
+def divergence_margin(
+    teacher: Engine, prompt: Prompt, baseline: GenerationResult, speculative: GenerationResult
+) -> float | None:
+    """At the first token where two greedy outputs differ, the teacher's log-probability
+    of the baseline's token minus that of the speculative arm's, given the shared prefix
+    (nats): the difference of the total NLLs of prefix + each token, whose prefix terms
+    are the same. None when the outputs agree, one is a prefix of the other (a stop, not
+    a choice between tokens), or the teacher cannot score them."""
+    try:
+        base_ids = baseline.token_ids or tuple(teacher.count_tokens(baseline.text))
+        spec_ids = speculative.token_ids or tuple(teacher.count_tokens(speculative.text))
+        position = first_divergence(base_ids, spec_ids)
+        if position is None or position >= min(len(base_ids), len(spec_ids)):
+            return None
+        prefix = tuple(base_ids[:position])
+        base = teacher.score(prompt.messages, _prefix_result((*prefix, base_ids[position])))
+        spec = teacher.score(prompt.messages, _prefix_result((*prefix, spec_ids[position])))
+    except Exception:  # a scoring bug must not lose the pair
+        log.exception("pair.tie_score_failed")
+        return None
+    if base is None or spec is None:
+        return None
+    return spec.mean_nll * spec.tokens - base.mean_nll * base.tokens
+
+
 def score_pair(
     prompt: Prompt,
     baseline: GenerationResult,
     speculative: GenerationResult,
     teacher: Engine | None = None,
+    tie_judge: Engine | None = None,
 ) -> PairScores | None:
     """The consistency and quality scores of one pair; None when either arm failed.
 
     Identical outputs score 1.0 ROUGE-L, 100 chrF and 1.0 edit similarity without
     running the metrics (rouge-score would give two empty texts 0). `teacher`, given for
-    sampled pairs, scores both outputs (`nll_delta`, `argmax_delta`).
+    sampled pairs, scores both outputs (`nll_delta`, `argmax_delta`); `tie_judge`, given
+    for greedy pairs, scores the first divergent token of outputs that differ
+    (`divergence_margin`: a numeric tie or a real divergence).
     """
     if not (baseline.ok and speculative.ok):
         return None
@@ -120,4 +155,9 @@ def score_pair(
         ),
         nll_delta=nll,
         argmax_delta=argmax,
+        divergence_margin=(
+            None
+            if exact_match or tie_judge is None
+            else divergence_margin(tie_judge, prompt, baseline, speculative)
+        ),
     )

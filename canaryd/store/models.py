@@ -230,6 +230,7 @@ class PairScoresRow(Base):
     task_score_delta: Mapped[float | None] = mapped_column(Double)
     nll_delta: Mapped[float | None] = mapped_column(Double)
     argmax_delta: Mapped[float | None] = mapped_column(Double)
+    divergence_margin: Mapped[float | None] = mapped_column(Double)
 
     pair: Mapped[PairRow] = relationship(back_populates="scores")
 

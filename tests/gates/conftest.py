@@ -70,6 +70,7 @@ def scores(
     delta: float | None = 0.0,
     spec_loop: bool = False,
     base_loop: bool = False,
+    margin: float | None = None,
 ) -> PairScores:
     return PairScores(
         exact_match=exact,
@@ -83,6 +84,7 @@ def scores(
         baseline_task_score=None if delta is None else 0.5,
         speculative_task_score=None if delta is None else 0.5 + delta,
         task_score_delta=delta,
+        divergence_margin=margin,
     )
 
 

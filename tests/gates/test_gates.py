@@ -334,6 +334,31 @@ class TestQualityGate:
         assert decision.state is GateState.FAIL
         assert decision.statistic == "greedy mismatch rate"
 
+    def test_numeric_ties_are_not_mismatches(self) -> None:
+        """20 % of greedy pairs diverge, each at a token the baseline model scores within
+        the tie margin of its own choice (bf16 numerics): counted as ties, never a FAIL,
+        however long the run; the same divergences with a large margin FAIL."""
+        tie = [
+            record(i, pair_scores=scores(exact=i % 5 != 0, margin=None if i % 5 else 0.03))
+            for i in range(3000)
+        ]
+        for n in range(500, 3001, 500):
+            decision = quality_gate(tie[:n], QualityGateConfig(), now=at(n))
+            assert decision.state is not GateState.FAIL, decision.detail
+        mismatch = next(c for c in decision.components if c.name == "quality.mismatch")
+        assert "numeric ties 600/3000" in mismatch.detail
+        real = [
+            record(i, pair_scores=scores(exact=i % 5 != 0, margin=None if i % 5 else 2.5))
+            for i in range(200)
+        ]
+        assert quality_gate(real, QualityGateConfig(), now=at(200)).state is GateState.FAIL
+
+    def test_unjudged_divergences_count(self) -> None:
+        """A divergence no teacher could score (a server without prompt log-probs) is
+        counted as a mismatch: no tie is assumed without evidence."""
+        records = [record(i, pair_scores=scores(exact=i % 5 != 0)) for i in range(200)]
+        assert quality_gate(records, QualityGateConfig(), now=at(200)).state is GateState.FAIL
+
     def test_mismatch_is_not_judged_when_sampling(self) -> None:
         """At temperature 0.7 outputs may differ: the mismatch check is left out."""
         records = [record(i, pair_scores=scores(exact=False), temperature=0.7) for i in range(300)]
