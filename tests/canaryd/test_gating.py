@@ -49,14 +49,17 @@ def settings(url: str, tmp_path: Path, **policy: object) -> Settings:
 
 
 class Soak:
-    """Stores pairs from the pair runner, one second apart from BASE, and evaluates."""
+    """Stores pairs from the pair runner, one second apart from its base (ten minutes
+    before it was made, so that the evidence is fresh by the real clock, which the CLI's
+    restore reads, however late in the session the test runs), and evaluates."""
 
     def __init__(self, store: SqlStore) -> None:
         self.store = store
         self.index = 0
+        self.base = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
         self.prompts = [p for suite in load_default_suites() for p in suite.prompts]
         store.create_run(
-            RunInfo("soak", "daemon", BASE, {}, "h", {}, {}, {})  # type: ignore[arg-type]
+            RunInfo("soak", "daemon", self.base, {}, "h", {}, {}, {})  # type: ignore[arg-type]
         )
 
     def pairs(self, n: int, *, error_rate: float = 0.0) -> datetime:
@@ -68,10 +71,11 @@ class Soak:
         for _ in range(n):
             self.index += 1
             record = replace(
-                runner.run_pair(sampler.next()), started_at=BASE + timedelta(seconds=self.index)
+                runner.run_pair(sampler.next()),
+                started_at=self.base + timedelta(seconds=self.index),
             )
             self.store.save_pair(record)
-        return BASE + timedelta(seconds=self.index, milliseconds=500)
+        return self.base + timedelta(seconds=self.index, milliseconds=500)
 
 
 @pytest.fixture
