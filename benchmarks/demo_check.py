@@ -1,7 +1,8 @@
 """`make demo` as a new user runs it, N times in a row: the `once` table, then the daemon
 storing pairs until Ctrl-C. Each run starts `make demo` in its own process group, waits
 for the table and then for the daemon's first stored pair (a pair stored after the
-table's), sends SIGINT, and requires exit 0 and no traceback.
+table's), sends SIGINT to the group (as Ctrl-C does), and requires the daemon's clean stop
+(`daemon.stopped`), no traceback, and make ending by that SIGINT or with 0.
 
     python benchmarks/demo_check.py --runs 5 [--repo PATH]
 
@@ -72,7 +73,10 @@ def one_run(repo: Path, models: Path, timeout_s: float) -> tuple[bool, str]:
                     process.wait()
         text = log.read_text(errors="replace")
         took = time.monotonic() - started
-        if code != 0 or "Traceback" in text:
+        # Ctrl-C reaches make and canaryd together: canaryd stops cleanly (exit 0), and
+        # make then ends by the signal itself, as it does for any interrupted recipe.
+        make_ok = code in (0, -signal.SIGINT, 128 + signal.SIGINT)
+        if not make_ok or "Traceback" in text or "daemon.stopped" not in text:
             return False, f"exit {code} after SIGINT: {tail(log)}"
         return (
             True,
