@@ -27,13 +27,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pairs(database: Path) -> int:
+    """Pairs stored in the SQLite file at `database`, read-only; 0 before its schema exists."""
     if not database.exists():
         return 0
     try:
         with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
             return int(connection.execute("select count(*) from pairs").fetchone()[0])
     except sqlite3.OperationalError:
-        return 0
+        return 0  # the schema is being created
 
 
 def one_run(repo: Path, models: Path, timeout_s: float) -> tuple[bool, str]:

@@ -491,13 +491,11 @@ class CanarydMetrics:
             if scores.exact_match:
                 self.pairs_exact_match.labels(arm=arm, category=category).inc()
             elif record.temperature <= 0.0:
-                judgement = (
-                    "unjudged"
-                    if scores.divergence_margin is None
-                    else "tie"
-                    if scores.tie(self.tie_margin_nats)
-                    else "real"
-                )
+                judgement = "real"
+                if scores.divergence_margin is None:
+                    judgement = "unjudged"
+                elif scores.tie(self.tie_margin_nats):
+                    judgement = "tie"
                 self.greedy_divergences.labels(
                     arm=arm, category=category, judgement=judgement
                 ).inc()

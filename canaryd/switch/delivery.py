@@ -14,9 +14,7 @@ or locked in time never stops a hook: it is then sent without the ordering.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ import structlog
 
 from canaryd.metrics import CanarydMetrics
 from canaryd.switch.actuators import Actuator, run_actuator
-from canaryd.switch.statefile import generation_of, open_lock_file
+from canaryd.switch.statefile import flock_within, generation_of, open_lock_file
 
 __all__ = ["LEDGER_WAIT_S", "deliver", "ledger_path", "newest"]
 
@@ -35,7 +33,6 @@ log = structlog.get_logger("canaryd.switch")
 # hook with its retries (four 10 s attempts and their back-off), and still bounded so a
 # wedged process holding the ledger cannot hold the kill switch's hooks back for ever.
 LEDGER_WAIT_S = 120.0
-_POLL_S = 0.05
 _MAX_ROUNDS = 8  # sends in one delivery; each needs a newer generation than the last
 
 
@@ -85,17 +82,10 @@ def _locked(path: Path, wait_s: float) -> Iterator[_Ledger | None]:
         yield None
         return
     try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    log.warning("switch.hook_ledger_busy", path=str(path), waited_s=wait_s)
-                    yield None
-                    return
-                time.sleep(_POLL_S)
+        if not flock_within(fd, wait_s):
+            log.warning("switch.hook_ledger_busy", path=str(path), waited_s=wait_s)
+            yield None
+            return
         yield _Ledger(fd)
     finally:
         os.close(fd)  # closing releases the lock

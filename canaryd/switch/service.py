@@ -313,16 +313,16 @@ class SwitchService:
         return written
 
     def apply(
-        self, state: SwitchState, *, hooks: bool = True, reapply: bool = False
+        self, state: SwitchState, *, hooks: bool = True, reapplied: SwitchRecord | None = None
     ) -> ApplyReport:
         """Mirror `state` to the state file, then run the hooks; record the result on the
         switch row. Failures are returned and recorded, never raised. A transition is
-        confirmed now; a re-application (`reapply`) is confirmed only as far as the
-        stored last completed gate run says (no `confirmed_at` before the first)."""
+        confirmed now; a re-application of the stored `reapplied` is confirmed only as
+        far as its last completed gate run says (no `confirmed_at` before the first)."""
         obj = state_object(state)
         failures: dict[str, str] = {}
         skipped = False
-        confirmed_at = self.store.switch().gates_completed_at if reapply else self.clock()
+        confirmed_at = self.clock() if reapplied is None else reapplied.gates_completed_at
         try:
             skipped = not self._write_file(state, confirmed_at)
         except OSError as exc:
@@ -353,7 +353,7 @@ class SwitchService:
         state = record.state
         on_disk = read_state_file(self.state_file)
         if not record.applied or not shows(on_disk, state):
-            return self.apply(state, hooks=not record.applied, reapply=True)
+            return self.apply(state, hooks=not record.applied, reapplied=record)
         self._carry_confirmation(record, on_disk)
         now = self.clock()
         obj = state_object(state)

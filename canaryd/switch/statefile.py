@@ -31,6 +31,7 @@ __all__ = [
     "file_generation",
     "file_lock",
     "file_object",
+    "flock_within",
     "generation_of",
     "is_pending",
     "open_lock_file",
@@ -136,21 +137,28 @@ def file_lock(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
     lock = path.with_name(f".{path.name}.lock")
     fd = open_lock_file(lock)
     try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        f"another process has held the lock {str(lock)!r} for more than "
-                        f"{wait_s:g} s (find it with `fuser -v {lock}`)"
-                    ) from None
-                time.sleep(_LOCK_POLL_S)
+        if not flock_within(fd, wait_s):
+            raise TimeoutError(
+                f"another process has held the lock {str(lock)!r} for more than "
+                f"{wait_s:g} s (find it with `fuser -v {lock}`)"
+            )
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def flock_within(fd: int, wait_s: float) -> bool:
+    """Take the exclusive `flock` on `fd`, polling for at most `wait_s`; False when
+    another process still holds it then."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_LOCK_POLL_S)
 
 
 def open_lock_file(lock: Path) -> int:

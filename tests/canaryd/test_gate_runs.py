@@ -9,9 +9,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
-import pytest
-
 from canaryd.config import load_settings
 from canaryd.daemon import Daemon
 from canaryd.daemon.probe import GATE_FAILURES_NOT_READY
@@ -19,37 +16,17 @@ from canaryd.gating import SwitchGates
 from canaryd.metrics import CanarydMetrics
 from canaryd.store import SqlStore
 from canaryd.switch import SwitchService, read_state_file
-
-FAKE_ARMS = """
-[arms.baseline]
-kind = "fake"
-[arms.speculative]
-kind = "fake"
-speculative = true
-"""
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CANARYD_DATA_DIR", str(tmp_path / "data"))
-    for name in ("CANARYD_CONFIG", "CANARYD_STORAGE__URL", "CANARYD_SERVER__LISTEN"):
-        monkeypatch.delenv(name, raising=False)
+from tests.canaryd.test_daemon import (  # _clean_env: test_daemon's autouse isolation
+    _clean_env,  # noqa: F401
+    get,
+    sample,
+    write_config,
+)
 
 
 def config(tmp_path: Path, state_file: Path) -> Path:
-    path = tmp_path / "canaryd.toml"
-    path.write_text(
-        FAKE_ARMS
-        + f"""
-[storage]
-url = "sqlite:///{tmp_path / "canaryd.db"}"
-[server]
-listen = "127.0.0.1:0"
-[switch]
-state_file = "{state_file}"
-"""
-    )
-    return path
+    """test_daemon's config on fake arms, with the state file at `state_file`."""
+    return write_config(tmp_path, f'[switch]\nstate_file = "{state_file}"\n')
 
 
 class FailingGates(SwitchGates):
@@ -62,14 +39,6 @@ class FailingGates(SwitchGates):
         if self.failing:
             raise OverflowError("date value out of range")
         super()._evaluate_comparison_arms(store, now)
-
-
-def readyz(daemon: Daemon) -> httpx.Response:
-    return httpx.get(f"http://{daemon.address}/readyz", timeout=5)
-
-
-def sample(daemon: Daemon, name: str, **labels: str) -> float:
-    return daemon.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
 class TestFailedGateRuns:
@@ -85,11 +54,11 @@ class TestFailedGateRuns:
         daemon = Daemon(settings, gates=gates)
         daemon.start(schedule=False)
         try:
-            assert readyz(daemon).status_code == 200
+            assert get(daemon, "/readyz").status_code == 200
             for _ in range(GATE_FAILURES_NOT_READY):
                 daemon.evaluate_gates()
             assert sample(daemon, "canaryd_gate_runs_total", outcome="failed") == 3
-            answer = readyz(daemon)
+            answer = get(daemon, "/readyz")
             assert answer.status_code == 503
             assert answer.json()["gate_failures_in_a_row"] == 3
             assert any("gate runs failed" in p for p in answer.json()["problems"])
@@ -100,7 +69,7 @@ class TestFailedGateRuns:
             gates.failing = False
             before = datetime.now(UTC)
             daemon.evaluate_gates()
-            assert readyz(daemon).status_code == 200
+            assert get(daemon, "/readyz").status_code == 200
             assert sample(daemon, "canaryd_gate_runs_total", outcome="ok") == 1
             data = read_state_file(state_file)
             assert data is not None and datetime.fromisoformat(data["confirmed_at"]) >= before
@@ -144,7 +113,7 @@ class TestUnwritableStateFile:
         daemon.start(schedule=False)
         try:
             daemon.evaluate_gates()
-            answer = readyz(daemon)
+            answer = get(daemon, "/readyz")
             assert answer.status_code == 503
             assert answer.json()["state_file"] == "failing"
             assert any("state file not written" in p for p in answer.json()["problems"])

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchmarks.demo_check import pairs as stored_pairs
 from canaryd import paths
 from engine.provision import require_embedded_model
 
@@ -57,16 +57,6 @@ def user_env(data: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CANARYD_")}
     env.update(CANARYD_DATA_DIR=str(data), HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", **extra)
     return env
-
-
-def stored_pairs(database: Path) -> int:
-    if not database.exists():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
-            return int(connection.execute("select count(*) from pairs").fetchone()[0])
-    except sqlite3.OperationalError:
-        return 0  # the schema is being created
 
 
 def pairs_total(address: str) -> float:
