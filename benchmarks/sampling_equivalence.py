@@ -2,9 +2,12 @@
 arm that changes what the model says, and leave a lossless one alone?
 
 The embedded model samples at temperature 0.8 with short outputs. Every prompt (drawn by
-the daemon's stratified sampler) goes, with one seed, to three arms in a random order:
-the baseline, a healthy prompt-lookup arm, and the same arm with `fault =
-"greedy_verify"` (drafts verified by argmax match while sampling). Each speculative
+the daemon's stratified sampler) goes, with one seed, to four arms in a random order:
+the baseline, a healthy prompt-lookup arm, the same arm with `fault = "greedy_verify"`
+(drafts verified by argmax match while sampling: lossy), and with `fault =
+"garbage_sampling"` (each verified token replaced by a random one with probability
+`--garbage-rate`, the nonsense a real vLLM n-gram arm emitted at temperature 0.8, #27).
+A faulty arm stops at its first FAIL. Each speculative
 output is paired with that one baseline output and scored as the pair runner scores
 sampled pairs — the baseline engine is the teacher (`nll_delta`, `argmax_delta`) — so
 the two comparisons share the baseline's generation and its teacher pass. After every
@@ -12,13 +15,15 @@ prompt the quality gate (default budget) is evaluated on each arm's pairs so far
 pair every 10 s of gate time.
 
 `--quick` (≤ 8 minutes on 2 cores) stops at the lossy arm's first FAIL or after 7
-minutes of pairs. The full run measures the detection delay over several episodes (the
-lossy arm's detectors restart after each FAIL) while the healthy arm runs on; it
-reports the healthy arm's false alarms, and how many alarms its own argmax deltas raise
-at a test-sized budget (h = log 50 per CUSUM), against the Lorden bound for that budget.
+minutes of pairs (the garbage arm stops at its own first FAIL). The full run measures
+the detection delay over several episodes (the lossy arm's detectors restart after each
+FAIL) while the healthy arm runs on; it reports the healthy arm's false alarms, and how
+many alarms its own argmax deltas raise at a test-sized budget (h = log 50 per CUSUM),
+against the Lorden bound for that budget.
 
 Writes {"healthy": {"state", "pairs", ...}, "lossy": {"state", "pairs", "pairs_to_fail",
-...}} to `--out` and prints it.
+"failed_by", ...}, "garbage": {... the same}} to `--out` and prints it; `failed_by` names
+the checks that FAILed first.
 
 Usage: .venv/bin/python benchmarks/sampling_equivalence.py [--quick] [--out FILE]
 """
@@ -149,10 +154,14 @@ def deltas(record: PairRecord) -> dict[str, Any]:
     }
 
 
-def speculative_engine(fault: str | None) -> TransformersEngine:
+def speculative_engine(fault: str | None, rate: float = 0.5) -> TransformersEngine:
     # Unigram lookup drafts at almost every step, so verification decides most tokens.
     spec = SpeculativeConfig(
-        method="prompt_lookup", num_draft_tokens=8, max_ngram_size=1, fault=fault
+        method="prompt_lookup",
+        num_draft_tokens=8,
+        max_ngram_size=1,
+        fault=fault,  # type: ignore[arg-type]  # checked by the model
+        fault_rate=rate,
     )
     return TransformersEngine(
         TransformersEngineConfig(speculative=spec, warmup_tokens=0), models_dir=paths.models_dir()
@@ -235,7 +244,8 @@ def summary(arm: Arm, lossy: bool, full: bool) -> dict[str, Any]:
     }
     if lossy:
         out["pairs_to_fail"] = arm.fails[0] if arm.fails else None
-        out["tripped_by"] = arm.tripped_by
+        out["failed_by"] = arm.tripped_by
+        out["tripped_by"] = arm.tripped_by  # the name before #27
         if full:
             out["detection_delays"] = arm.fails
             out["median_detection_delay"] = statistics.median(arm.fails) if arm.fails else None
@@ -252,6 +262,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="≤ 8 minutes on 2 cores")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--episodes", type=int, default=5, help="full run: lossy FAILs")
+    parser.add_argument(
+        "--garbage-rate", type=float, default=0.5, help="garbage_sampling's fault_rate"
+    )
     parser.add_argument("--budget-s", type=float, default=None, help="seconds of pairs")
     # One intra-op thread: a 135M model decodes nearly as fast on one, and on a shared
     # 2-core machine a second thread stalls every step (measured: 8 prompts in 7 minutes
@@ -273,7 +286,8 @@ def main() -> None:
     )
     healthy = Arm("healthy", speculative_engine(None))
     lossy = Arm("lossy", speculative_engine("greedy_verify"))
-    for engine in (baseline, healthy.engine, lossy.engine):
+    garbage = Arm("garbage", speculative_engine("garbage_sampling", args.garbage_rate))
+    for engine in (baseline, healthy.engine, lossy.engine, garbage.engine):
         engine.load()
     teacher = MemoTeacher(baseline)
     sampler = StratifiedSampler(select(load_default_suites(), None), seed=3)
@@ -281,21 +295,22 @@ def main() -> None:
     trace = args.trace.open("w", buffering=1) if args.trace is not None else None
     loaded = time.perf_counter()
     while time.perf_counter() - loaded < budget_s and len(lossy.fails) < episodes:
-        records = run_prompt(
-            sampler.take(1)[0], baseline, teacher, [healthy, lossy], max_tokens, rng
-        )
+        arms = [healthy, lossy] if garbage.fails else [healthy, lossy, garbage]
+        records = run_prompt(sampler.take(1)[0], baseline, teacher, arms, max_tokens, rng)
         healthy.add(records["healthy"], config)
         lossy.add(records["lossy"], config)
+        if "garbage" in records:
+            garbage.add(records["garbage"], config)
         if trace is not None:
             trace.write(json.dumps({name: deltas(record) for name, record in records.items()}))
             trace.write("\n")
         print(
             f"{lossy.total_pairs:4d} pairs {time.perf_counter() - loaded:6.0f} s  healthy "
             f"{healthy.state.value} {healthy.components}  lossy {lossy.state.value} "
-            f"{lossy.components}",
+            f"{lossy.components}  garbage {garbage.state.value} {garbage.components}",
             flush=True,
         )
-    for engine in (baseline, healthy.engine, lossy.engine):
+    for engine in (baseline, healthy.engine, lossy.engine, garbage.engine):
         engine.close()
     if trace is not None:
         trace.close()
@@ -303,6 +318,7 @@ def main() -> None:
     result = {
         "healthy": summary(healthy, lossy=False, full=full),
         "lossy": summary(lossy, lossy=True, full=full),
+        "garbage": {**summary(garbage, lossy=True, full=False), "fault_rate": args.garbage_rate},
         "max_tokens": max_tokens,
         "temperature": TEMPERATURE,
         "h": round(math.log(ONE_SIDED_CUSUMS * DEFAULT_ARL0), 2),

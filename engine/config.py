@@ -67,10 +67,18 @@ class SpeculativeConfig(_Strict):
         le=512,
         description="draft_heads only: node budget; the tree keeps its likeliest nodes",
     )
-    fault: Literal["greedy_verify"] | None = Field(
+    fault: Literal["greedy_verify", "garbage_sampling"] | None = Field(
         default=None,
         description="a deliberate bug for drills: 'greedy_verify' verifies drafts by "
-        "argmax match (greedy verification) even when sampling (no longer lossless)",
+        "argmax match (greedy verification) even when sampling (no longer lossless); "
+        "'garbage_sampling' replaces a verified token by a random one with probability "
+        "fault_rate when sampling (greedy requests untouched); not with draft_heads",
+    )
+    fault_rate: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="garbage_sampling only: the chance that a verified token is replaced",
     )
     numeric_noise: float = Field(
         default=0.0,
@@ -98,6 +106,8 @@ class SpeculativeConfig(_Strict):
             raise ValueError("method 'draft_model' needs draft_model (a model path)")
         if self.numeric_noise > 0 and self.method == "draft_heads":
             raise ValueError("numeric_noise is not supported with draft_heads")
+        if self.fault == "garbage_sampling" and self.method == "draft_heads":
+            raise ValueError("fault 'garbage_sampling' is not supported with draft_heads")
         if self.method == "early_exit" and self.early_exit_layer is None:
             raise ValueError("method 'early_exit' needs early_exit_layer (a layer count)")
         if self.tree_topk is not None:

@@ -99,6 +99,7 @@ class FakeEngine:
             mean_nll=sum(_teacher_nll(t) for t in token_ids) / len(token_ids),
             argmax_share=sum(1 for t in token_ids if t == argmax) / len(token_ids),
             mean_top_probability=math.exp(-_teacher_nll(argmax)),
+            max_nll=max(_teacher_nll(t) for t in token_ids),
         )
 
     def _greedy_biased(

@@ -154,6 +154,36 @@ class _GreedyVerifyFault:
         return forced
 
 
+class _GarbageSamplingFault:
+    """The `garbage_sampling` drill fault, as the last logits processor of a speculative
+    generate that samples: at every verify position the target's distribution is, with
+    probability `rate`, replaced by a point mass on a random token of the vocabulary, so
+    the draft is rejected and the random token emitted — the sampler or kernel bug that
+    turns a fluent answer into "The planets ofIntf the solarwy system". Greedy requests
+    never reach it. Seeded by the request's seed and the position, so a run replays."""
+
+    def __init__(self, counter: _AcceptanceCounter, rate: float, seed: int) -> None:
+        self._counter = counter
+        self._rate = rate
+        self._seed = seed
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        candidates = self._counter.candidates
+        length = int(input_ids.shape[1])
+        if candidates is None or length >= int(candidates.shape[1]):
+            return scores
+        if not torch.equal(input_ids[0], candidates[0, :length]):
+            return scores  # the drafter's own calls, never a verify position
+        generator = torch.Generator(device="cpu")
+        generator.manual_seed((self._seed * 1_000_003 + length) % (2**63))
+        if float(torch.rand(1, generator=generator)) >= self._rate:
+            return scores
+        token = int(torch.randint(int(scores.shape[-1]), (1,), generator=generator))
+        forced = torch.full_like(scores, float("-inf"))
+        forced[:, token] = 0.0
+        return forced
+
+
 class _NumericNoise:
     """The `numeric_noise` drill: a tiny perturbation of the logits at every position, a
     stand-in for bf16 kernels that batch differently from the baseline's. It is a fixed
@@ -403,6 +433,7 @@ class TransformersEngine:
                 mean_nll=float(-picked.mean()),
                 argmax_share=float((picked >= top).float().mean()),
                 mean_top_probability=float(top.exp().mean()),
+                max_nll=float(-picked.min()),
             )
 
     def _prompt_ids(self, messages: tuple[Message, ...]) -> torch.Tensor:
@@ -528,6 +559,11 @@ class TransformersEngine:
                 processors.append(_NumericNoise(spec.numeric_noise, request.sampling.seed))
             if counter is not None and spec is not None and spec.fault == "greedy_verify":
                 processors.append(_GreedyVerifyFault(counter))
+            garbage = spec is not None and spec.fault == "garbage_sampling"
+            if counter is not None and spec is not None and garbage and not request.sampling.greedy:
+                processors.append(
+                    _GarbageSamplingFault(counter, spec.fault_rate, request.sampling.seed)
+                )
             if processors:
                 kwargs["logits_processor"] = LogitsProcessorList(processors)
             cost = None

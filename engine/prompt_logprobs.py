@@ -80,7 +80,7 @@ def teacher_score(answer: Any, offset: int, output_ids: list[int]) -> TeacherSco
             f"{len(positions)} prompt positions for {offset} prompt + {len(output_ids)} "
             "output tokens"
         )
-    nll = top = 0.0
+    nll = top = worst = 0.0
     argmax = 0
     for token, entries in zip(output_ids, positions[offset:], strict=True):
         if not isinstance(entries, dict):
@@ -101,6 +101,7 @@ def teacher_score(answer: Any, offset: int, output_ids: list[int]) -> TeacherSco
         if len(tops) != len(entries):
             raise PromptLogprobsError(f"token {token}: an entry without a logprob")
         nll -= logprob
+        worst = max(worst, -logprob)
         argmax += rank == 1
         top += math.exp(max(tops))  # the rank-1 entry is among them
     return TeacherScore(
@@ -108,4 +109,5 @@ def teacher_score(answer: Any, offset: int, output_ids: list[int]) -> TeacherSco
         mean_nll=nll / len(output_ids),
         argmax_share=argmax / len(output_ids),
         mean_top_probability=top / len(output_ids),
+        max_nll=worst,
     )

@@ -194,6 +194,10 @@ class TeacherScore:
     mean_nll: float  # nats per token
     argmax_share: float
     mean_top_probability: float
+    # The largest NLL of a single output token (nats): a token the model would all but
+    # never sample (a random token scores 10 nats and more) says the output was not drawn
+    # from it. None where the scorer cannot say.
+    max_nll: float | None = None
 
     @property
     def argmax_excess(self) -> float:

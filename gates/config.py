@@ -127,6 +127,20 @@ class QualityGateConfig(GateConfigBase):
         description="sampled pairs: the mean token-NLL difference (nats, speculative − "
         "baseline, under the baseline model) that matters; the alternative of both detectors",
     )
+    implausible_nll_nats: float = Field(
+        default=12.0,
+        gt=0,
+        le=100,
+        description="sampled pairs: a token the baseline model scores above this NLL is "
+        "implausible (garbage: a random token scores about 10–20 nats)",
+    )
+    max_implausible_rate: float = Field(
+        default=0.01,
+        ge=0,
+        lt=1,
+        description="sampled pairs: the tolerated share of pairs where only the "
+        "speculative output has an implausible token (above the baseline-only share)",
+    )
 
 
 class ReferenceConfig(_Strict):

@@ -20,7 +20,7 @@ from typing import Any
 
 from gates.config import GateConfigBase
 from gates.core import DetectorReading, GateDecision, GateState
-from gates.sequential import LlrCusum, bernoulli_llr, llr_cusum
+from gates.sequential import LlrCusum, bernoulli_llr, cusum_bank
 from gates.stats import clopper_pearson
 from gates.window import Window, decision
 
@@ -81,7 +81,7 @@ def rate_check(
     hits: Sequence[bool],
     tolerance: float,
     p0: float,
-    p1: float,
+    p1: float | Sequence[float],
     h: float,
     statistic: str,
     note: str = "",
@@ -90,10 +90,13 @@ def rate_check(
 ) -> GateDecision:
     """A rate that must stay at or below `tolerance`: Bernoulli CUSUM of Bernoulli(p1)
     against Bernoulli(p0) for FAIL, the Clopper–Pearson upper bound for PASS — or, when
-    the tolerance is on a statistic of its own, `judged` = (estimate, lower, upper) of it."""
+    the tolerance is on a statistic of its own, `judged` = (estimate, lower, upper) of it.
+    Several alternatives `p1` make a bank (gates.sequential.cusum_bank) at h + log of
+    their number: the nearest to the real rate decides."""
     n = len(hits)
     count = sum(1 for x in hits if x)
-    cusum = llr_cusum(bernoulli_increments(hits, p0, p1), h)
+    alternatives = [p1] if isinstance(p1, float | int) else list(p1)
+    cusum, chart, h = cusum_bank([bernoulli_increments(hits, p0, a) for a in alternatives], h)
     rate = count / n if n else 0.0
     lower, upper = clopper_pearson(count, n, config.confidence) if n else (0.0, 1.0)
     estimate = rate
@@ -121,7 +124,8 @@ def rate_check(
         upper=upper,
         threshold=tolerance,
         detail=f"{statistic} {estimate:.4f} (upper bound {upper:.4f}) vs max {tolerance:g}; "
-        f"{count}/{n} hits, {cusum_note(cusum, h)} for p {p0:.4g} → {p1:.4g}{note}",
+        f"{count}/{n} hits, {cusum_note(cusum, h)} for p {p0:.4g} → "
+        f"{alternatives[chart]:.4g}{note}",
         detector=reading(cusum, h),
         **extra,
     )

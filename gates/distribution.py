@@ -42,16 +42,32 @@ from datetime import datetime
 
 from gates.config import QualityGateConfig
 from gates.core import GateDecision, GateState, combine_states
-from gates.detectors import closest, cusum_note, sequential_state
+from gates.detectors import (
+    CALIBRATION_CONFIDENCE,
+    closest,
+    cusum_note,
+    rate_check,
+    sequential_state,
+)
 from gates.records import PairRecord, PairScores
-from gates.sequential import LlrCusum, gaussian_llr, llr_cusum, lorden_threshold
-from gates.stats import mean_t_bounds
+from gates.sequential import (
+    GROSS_LADDER,
+    LlrCusum,
+    cusum_bank,
+    gaussian_llr,
+    gross_charts,
+    llr_cusum,
+    lorden_threshold,
+    sd_upper_bound,
+    shift_ladder,
+)
+from gates.stats import clopper_pearson, mean_t_bounds
 from gates.window import Window, decision
 
 __all__ = ["ONE_SIDED_CUSUMS", "distribution_checks", "sign_flip_increments"]
 
-# Likelihood up and down; argmax up and down, each with both bets.
-ONE_SIDED_CUSUMS = 6
+# Likelihood up and down; argmax up and down, each with both bets; implausible tokens.
+ONE_SIDED_CUSUMS = 7
 _CLIP_SDS = 3.0  # one pathological NLL delta cannot alarm alone
 # The bets of the sign-flip test: a fraction of the running wealth staked on each pair.
 # 0.5 and 0.9 detect a greedy-verifying arm within a few pairs of each other and of any
@@ -61,6 +77,10 @@ _BETS = (0.5, 0.9)
 # 1/2 ± this.
 _SIGN_TOLERANCE = 0.125
 _TIE = 1e-9  # closer than this is equal (identical outputs give exactly 0)
+# The gross charts' shifts: margin × 4, × 16, … up to this many nats of mean token NLL.
+_LARGEST_NLL_SHIFT = 8.0
+_RATE_FLOOR = 1e-4
+_GROSS_RATE = 0.9  # the implausible-token bank's largest alternative
 
 
 def distribution_checks(
@@ -88,7 +108,65 @@ def distribution_checks(
         components.append(_argmax(f"{prefix}.argmax", config, window, now, argmax, h))
     else:
         notes.append("argmax: no sampled pair has a teacher-scored argmax excess")
+    # Identical outputs have no second forward pass: no implausible token on either side.
+    judged = [s for s in sampled if s.speculative_max_nll is not None or s.exact_match]
+    if judged:
+        components.append(_implausible(f"{prefix}.implausible", config, window, now, judged, h))
+    else:
+        notes.append("implausible: no sampled pair has teacher-scored token NLLs")
     return components, notes
+
+
+def _implausible(
+    name: str,
+    config: QualityGateConfig,
+    window: Window,
+    now: datetime,
+    pairs: list[PairScores],
+    h: float,
+) -> GateDecision:
+    """Pairs where only the speculative output holds a token the teacher scores above
+    `implausible_nll_nats`: a Bernoulli CUSUM bank from the edge (the baseline-only
+    share's upper bound + `max_implausible_rate`) to 4, 16 and 64 times it (at most 0.9),
+    so an arm that emits garbage in most pairs decides in a handful of them."""
+    limit = config.implausible_nll_nats
+
+    def implausible(value: float | None) -> bool:
+        return value is not None and value > limit
+
+    hits = [
+        implausible(s.speculative_max_nll) and not implausible(s.baseline_max_nll) for s in pairs
+    ]
+    n = len(pairs)
+    baseline_only = sum(
+        implausible(s.baseline_max_nll) and not implausible(s.speculative_max_nll) for s in pairs
+    )
+    # A healthy model samples such a token rarely (`max_implausible_rate` is that
+    # assumption). Once the baseline shows some itself, the edge adds the upper bound of
+    # the baseline's own rate of them (lossless arms are exchangeable: the speculative
+    # output holds one as often as the baseline's). Bounding a rate never yet seen from a
+    # few pairs would put the edge near one half and blind the check for tens of pairs.
+    baseline_any = sum(implausible(s.baseline_max_nll) for s in pairs)
+    baseline_upper = (
+        clopper_pearson(baseline_any, n, CALIBRATION_CONFIDENCE)[1] if baseline_any else 0.0
+    )
+    p0 = min(max(baseline_upper, _RATE_FLOOR) + config.max_implausible_rate, 0.5)
+    alternatives = sorted({min(p0 * GROSS_LADDER**k, _GROSS_RATE) for k in (1, 2, 3)})
+    alternatives = [p1 for p1 in alternatives if p1 > p0]
+    return rate_check(
+        name,
+        config,
+        window,
+        now,
+        hits=hits,
+        tolerance=min(baseline_only / n + config.max_implausible_rate, 1.0),
+        p0=p0,
+        p1=alternatives,
+        h=h,
+        statistic="speculative-only implausible-token rate",
+        note=f"; implausible: a token above {limit:g} nats under the baseline model; "
+        f"baseline-only {baseline_only}/{n}",
+    )
 
 
 def _likelihood(
@@ -106,10 +184,20 @@ def _likelihood(
     clipped = [min(max(d, -clip), clip) for d in deltas]
     mean, lower, upper = mean_t_bounds(deltas, config.confidence)
     within = lower >= -margin and upper <= margin
-    sides = {
-        side: llr_cusum(gaussian_llr(clipped, 0.0, side * margin, sigma), h) for side in (1, -1)
-    }
-    state = _two_sided(sides.values(), h, n, config, passed=within, warned=abs(mean) > margin)
+    # The gross charts' scale rests on the window's sd at CALIBRATION_CONFIDENCE: a few
+    # pairs can say little about it, and an sd guessed too small would let them alarm.
+    gross_sigma = max(sd_upper_bound(deltas, CALIBRATION_CONFIDENCE), sigma)
+    gross = shift_ladder(margin, _LARGEST_NLL_SHIFT)[1:]
+    bank_h = h + math.log(1 + len(gross))
+    sides = {}
+    for side in (1, -1):
+        charts = [gaussian_llr(clipped, 0.0, side * margin, sigma)]
+        charts += gross_charts(deltas, 0.0, [side * g for g in gross], gross_sigma)
+        sides[side] = cusum_bank(charts, h)
+    h = bank_h
+    state = _two_sided(
+        (c for c, _, _ in sides.values()), h, n, config, passed=within, warned=abs(mean) > margin
+    )
     return decision(
         name,
         config,
@@ -124,9 +212,9 @@ def _likelihood(
         upper=upper,
         threshold=margin,
         detail=f"NLL delta {mean:+.4f} [{lower:+.4f}, {upper:+.4f}] vs ±{margin:g} "
-        f"({n} teacher-scored sampled pairs); more likely: {cusum_note(sides[-1], h)}; "
-        f"less likely: {cusum_note(sides[1], h)}; sd {sigma:.4g}",
-        detector=closest(*((side, h) for side in sides.values())),
+        f"({n} teacher-scored sampled pairs); more likely: {_bank_note(sides[-1], margin)}; "
+        f"less likely: {_bank_note(sides[1], margin)}; sd {sigma:.4g}",
+        detector=closest(*((cusum, h) for cusum, _, h in sides.values())),
     )
 
 
@@ -177,6 +265,12 @@ def _argmax(
         "the stronger shown)",
         detector=closest((up, h), (down, h)),
     )
+
+
+def _bank_note(bank: tuple[LlrCusum, int, float], margin: float) -> str:
+    cusum, chart, h = bank
+    shift = margin * GROSS_LADDER**chart
+    return f"{cusum_note(cusum, h)} for a shift of {shift:.3g} nats (chart {chart + 1})"
 
 
 def sign_flip_increments(deltas: Sequence[float], bet: float) -> list[float]:

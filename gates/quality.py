@@ -50,7 +50,14 @@ from gates.detectors import (
 )
 from gates.distribution import distribution_checks
 from gates.records import PairRecord, PairScores
-from gates.sequential import gaussian_llr, llr_cusum, lorden_threshold
+from gates.sequential import (
+    cusum_bank,
+    gaussian_llr,
+    gross_charts,
+    lorden_threshold,
+    sd_upper_bound,
+    shift_ladder,
+)
 from gates.stats import clopper_pearson, mean_t_bounds
 from gates.window import Window, combined, decision, nodata, select
 
@@ -200,7 +207,15 @@ def _score(
     clipped = [
         min(max(d, mu1 - _SCORE_CLIP_SDS * sigma), mu0 + _SCORE_CLIP_SDS * sigma) for d in deltas
     ]
-    cusum = llr_cusum(gaussian_llr(clipped, mu0, mu1, sigma), h)
+    # Gross charts (mean delta −4, −16 … × margin, down to −1, the most a score can
+    # drop), at a scale no smaller than the window's sd's upper bound: a handful of pairs
+    # that all lost their check decide.
+    gross_sigma = max(sd_upper_bound(deltas, CALIBRATION_CONFIDENCE), sigma)
+    gross = [-s for s in shift_ladder(margin, 1.0)[1:]]
+    charts = [gaussian_llr(clipped, mu0, mu1, sigma)]
+    charts += gross_charts(deltas, mu0, gross, gross_sigma, clip_sds=_SCORE_CLIP_SDS)
+    cusum, chart, h = cusum_bank(charts, h)
+    alternative = mu1 if chart == 0 else mu0 + gross[chart - 1]
     threshold = -config.score_margin
     mean, lower, upper = mean_t_bounds(deltas, config.confidence)
     state = sequential_state(
@@ -227,6 +242,6 @@ def _score(
         detail=f"score delta {mean:+.4f} [{lower:+.4f}, {upper:+.4f}] vs margin "
         f"{threshold:+g} ({n} scored pairs: {worse} worse, {better} better); "
         f"{cusum_note(cusum, h)} for mean delta {-margin:+.4g} → "
-        f"{mu1:+.4g}, sd {sigma:.4g}",
+        f"{alternative:+.4g} (chart {chart + 1} of {len(charts)}), sd {sigma:.4g}",
         detector=reading(cusum, h),
     )

@@ -83,6 +83,13 @@ class PairScores:
     # equally likely, bf16 kernels may pick either); large: a real divergence. None where
     # the outputs agree or no teacher could score them.
     divergence_margin: float | None = None
+    # Sampled pairs the teacher scored: the largest single-token NLL of each arm's output
+    # (nats, engine.types.TeacherScore.max_nll). A token the target model would all but
+    # never sample is garbage: the quality gate's implausible-token check counts the pairs
+    # where only the speculative output has one. None where the outputs are identical (no
+    # second forward pass) or the teacher cannot say.
+    baseline_max_nll: float | None = None
+    speculative_max_nll: float | None = None
 
     def tie(self, margin_nats: float) -> bool:
         """A greedy divergence the teacher calls a numeric tie: within `margin_nats`."""

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scipy.optimize import brentq
+from scipy.stats import chi2
 
 _SIEGMUND_CORRECTION = 1.166  # the overshoot correction, 2 · 0.583 (Siegmund 1985)
 
@@ -130,3 +131,61 @@ def cusum_bank(charts: Sequence[Sequence[float]], h: float) -> tuple[LlrCusum, i
     runs = [llr_cusum(increments, bank_h) for increments in charts]
     index = max(range(len(runs)), key=lambda i: (runs[i].statistic, runs[i].peak))
     return runs[index], index, bank_h
+
+
+# --- gross shifts: a ladder of Gaussian charts ------------------------------------------
+#
+# A chart tuned next to the tolerance (edge → edge + Δ) earns about Δ²/2σ² of evidence per
+# pair whatever the real shift, so an effect forty times the tolerance takes as many
+# pairs as one twice it. A ladder of charts at Δ, 4Δ, 16Δ, … (a bank, so it spends no
+# more of the budget than one chart) lets the chart nearest the real shift decide. A gross
+# chart's scale is at least its shift / GROSS_SEPARATION: evidence per pair then stays
+# below GROSS_SEPARATION²/2 + 3·GROSS_SEPARATION (with the usual 3-scale clip), so no
+# single pair alarms however wild, and a larger scale than the data's only makes the chart
+# conservative (E₀[e^increment] ≤ 1 for any true sd up to the chart's).
+
+GROSS_LADDER = 4.0  # each chart's shift is this many times the previous one's
+GROSS_SEPARATION = 3.0  # a chart's shift is at most this many of its scales
+
+
+def shift_ladder(smallest: float, largest: float) -> list[float]:
+    """Shifts `smallest` × 4^k (k = 0, 1, …) up to `largest` (the first always)."""
+    if smallest <= 0.0:
+        raise ValueError(f"the smallest shift must be positive, got {smallest!r}")
+    shifts = [smallest]
+    while shifts[-1] * GROSS_LADDER <= largest and len(shifts) < 8:
+        shifts.append(shifts[-1] * GROSS_LADDER)
+    return shifts
+
+
+def sd_upper_bound(values: Sequence[float], confidence: float) -> float:
+    """The one-sided upper confidence bound on the sd of `values` (χ², n − 1 degrees of
+    freedom); infinite for fewer than two values (one value says nothing of the spread, so
+    a chart at this scale gathers no evidence)."""
+    n = len(values)
+    if n < 2:
+        return math.inf
+    mean = math.fsum(values) / n
+    squares = math.fsum((v - mean) ** 2 for v in values)
+    return math.sqrt(squares / float(chi2.ppf(1.0 - confidence, n - 1)))
+
+
+def gross_charts(
+    values: Sequence[float],
+    mu0: float,
+    shifts: Sequence[float],
+    sigma: float,
+    *,
+    clip_sds: float = 3.0,
+) -> list[list[float]]:
+    """The increments of one gross Gaussian chart per signed shift: N(mu0 + shift) against
+    N(mu0), at the scale max(`sigma`, |shift| / GROSS_SEPARATION), values clipped
+    `clip_sds` scales outside the two means."""
+    charts = []
+    for shift in shifts:
+        mu1 = mu0 + shift
+        scale = max(sigma, abs(shift) / GROSS_SEPARATION)
+        low, high = min(mu0, mu1) - clip_sds * scale, max(mu0, mu1) + clip_sds * scale
+        clipped = [min(max(v, low), high) for v in values]
+        charts.append(gaussian_llr(clipped, mu0, mu1, scale))
+    return charts

@@ -11,6 +11,7 @@ model, both zero on average for a lossless speculative arm.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 import structlog
 
@@ -44,25 +45,40 @@ def task_score(prompt: Prompt, text: str, metrics: ScoringMetrics | None = None)
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class TeacherDeltas:
+    """What the teacher says of a sampled pair (gates.records.PairScores' fields)."""
+
+    nll_delta: float | None = None
+    argmax_delta: float | None = None
+    baseline_max_nll: float | None = None
+    speculative_max_nll: float | None = None
+
+
 def teacher_deltas(
     teacher: Engine, prompt: Prompt, baseline: GenerationResult, speculative: GenerationResult
-) -> tuple[float | None, float | None]:
-    """(`nll_delta`, `argmax_delta`): mean token NLL and argmax excess (engine.types.
-    TeacherScore) under `teacher`, speculative minus baseline; (None, None) when it
+) -> TeacherDeltas:
+    """Mean token NLL and argmax excess (engine.types.TeacherScore) under `teacher`,
+    speculative minus baseline, and each output's largest token NLL; all None when it
     cannot score either output (no output, a teacher without scores) or fails."""
     if not (baseline.token_ids or baseline.text) or not (speculative.token_ids or speculative.text):
-        return None, None
+        return TeacherDeltas()
     if baseline.token_ids == speculative.token_ids and baseline.text == speculative.text:
-        return 0.0, 0.0  # one output, one score: no forward pass needed
+        return TeacherDeltas(0.0, 0.0)  # one output, one score: no forward pass needed
     try:
         base = teacher.score(prompt.messages, baseline)
         spec = teacher.score(prompt.messages, speculative)
     except Exception:  # a scoring bug must not lose the pair
         log.exception("pair.teacher_score_failed")
-        return None, None
+        return TeacherDeltas()
     if base is None or spec is None:
-        return None, None
-    return spec.mean_nll - base.mean_nll, spec.argmax_excess - base.argmax_excess
+        return TeacherDeltas()
+    return TeacherDeltas(
+        spec.mean_nll - base.mean_nll,
+        spec.argmax_excess - base.argmax_excess,
+        base.max_nll,
+        spec.max_nll,
+    )
 
 
 def _prefix_result(token_ids: tuple[int, ...]) -> GenerationResult:
@@ -130,8 +146,10 @@ def score_pair(
         speculative_task = task_score(prompt, speculative.text, metrics)
 
     baseline_loop = has_repetition_loop(loop_units(baseline))
-    nll, argmax = (
-        (None, None) if teacher is None else teacher_deltas(teacher, prompt, baseline, speculative)
+    judged = (
+        TeacherDeltas()
+        if teacher is None
+        else teacher_deltas(teacher, prompt, baseline, speculative)
     )
     return PairScores(
         exact_match=exact_match,
@@ -153,8 +171,10 @@ def score_pair(
             if baseline_task is not None and speculative_task is not None
             else None
         ),
-        nll_delta=nll,
-        argmax_delta=argmax,
+        nll_delta=judged.nll_delta,
+        argmax_delta=judged.argmax_delta,
+        baseline_max_nll=judged.baseline_max_nll,
+        speculative_max_nll=judged.speculative_max_nll,
         divergence_margin=(
             None
             if exact_match or tie_judge is None

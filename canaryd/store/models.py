@@ -231,6 +231,8 @@ class PairScoresRow(Base):
     nll_delta: Mapped[float | None] = mapped_column(Double)
     argmax_delta: Mapped[float | None] = mapped_column(Double)
     divergence_margin: Mapped[float | None] = mapped_column(Double)
+    baseline_max_nll: Mapped[float | None] = mapped_column(Double)
+    speculative_max_nll: Mapped[float | None] = mapped_column(Double)
 
     pair: Mapped[PairRow] = relationship(back_populates="scores")
 

@@ -170,9 +170,13 @@ class TestSignFlipIncrements:
 class TestBudget:
     def test_six_one_sided_cusums_share_the_distribution_detector(self) -> None:
         """Likelihood (2) and argmax (2 directions × 2 bets) each at h =
-        log(6 × ARL0), shown in both components' details."""
+        log(6 × ARL0), shown in both components' details; each likelihood side is a
+        bank of its chart at the margin and three gross charts (0.4, 1.6, 6.4 nats),
+        so its charts run at h + log 4."""
         decision = evaluate(sampled(signs(50, 0.5), nll=0.0))
         h = math.log(ONE_SIDED_CUSUMS * DEFAULT_ARL0)
-        for name in (NAME, "quality.distribution"):
-            part = component(decision, name)
-            assert part is not None and f"vs h {h:.2f}" in part.detail
+        argmax = component(decision, NAME)
+        assert argmax is not None and f"vs h {h:.2f}" in argmax.detail
+        likelihood = component(decision, "quality.distribution")
+        assert likelihood is not None
+        assert f"vs h {h + math.log(4):.2f}" in likelihood.detail

