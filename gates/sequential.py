@@ -146,6 +146,7 @@ def cusum_bank(charts: Sequence[Sequence[float]], h: float) -> tuple[LlrCusum, i
 
 GROSS_LADDER = 4.0  # each chart's shift is this many times the previous one's
 GROSS_SEPARATION = 3.0  # a chart's shift is at most this many of its scales
+GROSS_MIN_VALUES = 3  # gross charts start at the third pair of a window
 
 
 def shift_ladder(smallest: float, largest: float) -> list[float]:
@@ -160,10 +161,11 @@ def shift_ladder(smallest: float, largest: float) -> list[float]:
 
 def sd_upper_bound(values: Sequence[float], confidence: float) -> float:
     """The one-sided upper confidence bound on the sd of `values` (χ², n − 1 degrees of
-    freedom); infinite for fewer than two values (one value says nothing of the spread, so
-    a chart at this scale gathers no evidence)."""
+    freedom); infinite for fewer than GROSS_MIN_VALUES values, so that a chart at this
+    scale gathers no evidence from them: one value says nothing of the spread, and two
+    equal ones (a task check lost twice: scores are 0 or 1) would claim none."""
     n = len(values)
-    if n < 2:
+    if n < GROSS_MIN_VALUES:
         return math.inf
     mean = math.fsum(values) / n
     squares = math.fsum((v - mean) ** 2 for v in values)

@@ -65,6 +65,7 @@ class TestLadder:
         sample_sd = math.sqrt(sum((v - mean) ** 2 for v in values) / 4)
         assert sd_upper_bound(values, 0.95) > sample_sd
         assert sd_upper_bound([1.0], 0.95) == math.inf
+        assert sd_upper_bound([-1.0, -1.0], 0.95) == math.inf  # two lost checks
 
     def test_a_gross_chart_caps_the_evidence_of_one_pair(self) -> None:
         """Scale ≥ shift / GROSS_SEPARATION: one pair, however wild, earns at most
