@@ -2,12 +2,12 @@
 arm that changes what the model says, and leave a lossless one alone?
 
 The embedded model samples at temperature 0.8 with short outputs. Every prompt (drawn by
-the daemon's stratified sampler) goes, with one seed, to four arms in a random order:
+the daemon's stratified sampler) goes, with one seed, to three arms in a random order:
 the baseline, a healthy prompt-lookup arm, the same arm with `fault = "greedy_verify"`
-(drafts verified by argmax match while sampling: lossy), and with `fault =
-"garbage_sampling"` (each verified token replaced by a random one with probability
+(drafts verified by argmax match while sampling: lossy); then to the same arm with
+`fault = "garbage_sampling"` (each verified token replaced by a random one with probability
 `--garbage-rate`, the nonsense a real vLLM n-gram arm emitted at temperature 0.8, #27).
-A faulty arm stops at its first FAIL. Each speculative
+The garbage arm stops at its first FAIL. Each speculative
 output is paired with that one baseline output and scored as the pair runner scores
 sampled pairs — the baseline engine is the teacher (`nll_delta`, `argmax_delta`) — so
 the two comparisons share the baseline's generation and its teacher pass. After every
@@ -175,8 +175,11 @@ def run_prompt(
     arms: list[Arm],
     max_tokens: int,
     rng: random.Random,
+    tail: tuple[Arm, ...] = (),
 ) -> dict[str, PairRecord]:
-    """One prompt on the baseline and every arm (one seed, a random order), scored."""
+    """One prompt on the baseline and every arm (one seed, a random order), scored; the
+    `tail` arms run after them in their own order, so that adding one leaves the random
+    stream, and with it every other arm's pairs, as it was."""
     seed = rng.randrange(2**31)
     request = GenerationRequest(
         messages=prompt.messages,
@@ -188,6 +191,8 @@ def run_prompt(
     engines.update({arm.name: arm.engine for arm in arms})
     order = list(engines)
     rng.shuffle(order)
+    order += [arm.name for arm in tail]
+    engines.update({arm.name: arm.engine for arm in tail})
     results = {name: engines[name].generate(request) for name in order}
     base = results["baseline"]
     return {
@@ -207,7 +212,7 @@ def run_prompt(
             sampling_seed=seed,
             temperature=TEMPERATURE,
         )
-        for arm in arms
+        for arm in (*arms, *tail)
     }
 
 
@@ -295,8 +300,10 @@ def main() -> None:
     trace = args.trace.open("w", buffering=1) if args.trace is not None else None
     loaded = time.perf_counter()
     while time.perf_counter() - loaded < budget_s and len(lossy.fails) < episodes:
-        arms = [healthy, lossy] if garbage.fails else [healthy, lossy, garbage]
-        records = run_prompt(sampler.take(1)[0], baseline, teacher, arms, max_tokens, rng)
+        tail = () if garbage.fails else (garbage,)
+        records = run_prompt(
+            sampler.take(1)[0], baseline, teacher, [healthy, lossy], max_tokens, rng, tail
+        )
         healthy.add(records["healthy"], config)
         lossy.add(records["lossy"], config)
         if "garbage" in records:

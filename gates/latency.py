@@ -39,6 +39,8 @@ from gates.core import GateDecision, GateState
 from gates.detectors import bernoulli_increments, cusum_note, reading, sequential_state
 from gates.records import PairRecord
 from gates.sequential import (
+    GROSS_MIN_VALUES,
+    GROSS_SEPARATION,
     LlrCusum,
     bernoulli_llr,
     cusum_bank,
@@ -159,14 +161,19 @@ def _median(
     n = len(paired)
     ratios = [s / b for b, s in paired]
     logs = [math.log(r) for r in ratios]
-    sigma = _robust_scale(logs)
+    # Fewer than three pairs say nothing of the spread (one pair's MAD is 0): no evidence
+    # from them. And a chart's scale is at least its shift / GROSS_SEPARATION, so one
+    # pair earns at most 13.5 nats however slow — without it a single cold first request
+    # (TTFT 7.8× on a freshly started vLLM n-gram server) alarmed on its own.
+    sigma = _robust_scale(logs) if n >= GROSS_MIN_VALUES else math.inf
     m0 = math.log(config.max_ratio)
     factors = (config.shift_alarm_factor, config.shift_alarm_factor**2)
     charts = []
     for factor in factors:
         m1 = m0 + math.log(factor)
-        clipped = [min(max(x, m0 - 3.0 * sigma), m1 + 3.0 * sigma) for x in logs]
-        charts.append(gaussian_llr(clipped, m0, m1, sigma))
+        scale = max(sigma, (m1 - m0) / GROSS_SEPARATION)
+        clipped = [min(max(x, m0 - 3.0 * scale), m1 + 3.0 * scale) for x in logs]
+        charts.append(gaussian_llr(clipped, m0, m1, scale))
     cusum, chart, h = cusum_bank(charts, h)
     estimate = quantile(ratios, 0.5)
     assert estimate is not None  # paired is non-empty

@@ -216,3 +216,37 @@ class TestImplausible:
             for n in [*range(1, 40), *range(40, 301, 20)]:
                 decision = self.decision(self.pairs(spec[:n], base[:n]))
                 assert decision.state is not GateState.FAIL, (seed, n, decision.detail)
+
+
+class TestLatencyMedian:
+    """The latency median chart had no floor relative to its shift: one cold first
+    request (TTFT 7.8×, e2e 1.4× on a freshly started vLLM n-gram server) FAILed the
+    gate on its own, at pair 1 of a window, and rolled speculation back."""
+
+    @staticmethod
+    def timed(ratios: list[float]) -> list[PairRecord]:
+        from tests.gates.conftest import result
+
+        return [
+            record(
+                i,
+                baseline=result(1.0, ttft=0.1),
+                speculative=result(1.0 * r, ttft=0.1 * r),
+            )
+            for i, r in enumerate(ratios)
+        ]
+
+    def state(self, ratios: list[float]) -> GateState:
+        from gates import latency_gate
+        from gates.config import LatencyGateConfig
+
+        return latency_gate(self.timed(ratios), LatencyGateConfig(), now=at(len(ratios))).state
+
+    def test_one_cold_first_request_does_not_fail(self) -> None:
+        for ratio in (1.4, 7.8, 100.0):
+            assert self.state([ratio]) is not GateState.FAIL
+            assert self.state([ratio, 1.0, 1.0]) is not GateState.FAIL
+
+    def test_a_slow_arm_still_fails_in_a_handful_of_pairs(self) -> None:
+        """Every request 3× slower: FAIL by the third pair."""
+        assert self.state([3.0, 3.0, 3.0]) is GateState.FAIL

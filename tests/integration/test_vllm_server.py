@@ -401,7 +401,7 @@ class TestVLLMGarbageUnderSampling:
             file=sys.stderr,
         )
         assert state.mode is SwitchMode.ROLLED_BACK, quality.detail
-        assert transitions[0].actor == "gate:quality", transitions[0].actor
+        assert transitions[0].actor == "gate:quality", transitions[0].reason
         assert failed and all(name.startswith("quality.") for name in failed)
         latency = next(d for d in decisions if d.name == "latency")
         assert latency.state is not GateState.FAIL
