@@ -1,4 +1,5 @@
-"""The daemon's status endpoints: `/metrics`, `/healthz` and `/readyz` on `server.listen`.
+"""The daemon's status endpoints: `/metrics`, `/healthz`, `/readyz` and `/v1/switch` on
+`server.listen`.
 
 `StatusServer` serves a small ASGI app with uvicorn on its own event loop, in a daemon
 thread. A connection costs no thread, so slow or hostile clients cannot starve probes and
@@ -9,13 +10,17 @@ probes call the daemon's `health` and `ready` callables on a small thread pool (
 touch the database), answering 200 with their JSON details when they say yes and 503
 (with the details saying why) when they say no or raise; probe answers are scrubbed of
 credentials (`canaryd.redact`). `/metrics` renders the `CanarydMetrics` registry, at most
-once per `METRICS_TTL_S` however many scrapers ask at once.
+once per `METRICS_TTL_S` however many scrapers ask at once. `/v1/switch` serves the state
+file's object (what production reads: `speculative_enabled`, `categories`, `generation`,
+`confirmed_at`, …) with an `ETag`, so a router on another host can poll it cheaply
+(`If-None-Match` → 304); 503 while no state file is written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import hashlib
 import json
 import socket
 import threading
@@ -52,7 +57,11 @@ REQUEST_DEADLINE_S = 5.0
 MAX_CONNECTIONS = 512
 METRICS_TTL_S = 0.25  # concurrent scrapes share one rendering
 _PROBE_THREADS = 4
-_ENDPOINTS = ["/metrics", "/healthz", "/readyz"]
+_ENDPOINTS = ["/metrics", "/healthz", "/readyz", "/v1/switch"]
+SWITCH_PATH = "/v1/switch"
+
+# What /v1/switch serves: the state file's object, None while there is none.
+SwitchSource = Callable[[], dict[str, Any] | None]
 
 
 def _split_listen(listen: str) -> tuple[str, int]:
@@ -108,9 +117,15 @@ class _DeadlineProtocol(H11Protocol):
 class _App:
     """The ASGI app: GET/HEAD of the three endpoints."""
 
-    def __init__(self, metrics: CanarydMetrics, probes: dict[str, Probe]) -> None:
+    def __init__(
+        self,
+        metrics: CanarydMetrics,
+        probes: dict[str, Probe],
+        switch: SwitchSource | None = None,
+    ) -> None:
         self.metrics = metrics
         self.probes = probes
+        self.switch = switch
         self.pool = ThreadPoolExecutor(_PROBE_THREADS, thread_name_prefix="canaryd-probe")
         self._rendered: tuple[float, bytes] | None = None
         self._rendering: asyncio.Lock | None = None
@@ -119,8 +134,11 @@ class _App:
         if scope["type"] != "http":
             return  # lifespan is off; nothing else is served
         method = scope["method"]
+        extra: list[tuple[bytes, bytes]] = []
         if method not in ("GET", "HEAD"):
             status, content_type, body = 405, _JSON, b'{"status": "method not allowed"}'
+        elif scope["path"] == SWITCH_PATH:
+            status, content_type, body, extra = await self.switch_state(scope)
         else:
             status, content_type, body = await self.respond(scope["path"])
         await send(
@@ -131,6 +149,7 @@ class _App:
                     (b"content-type", content_type.encode()),
                     (b"content-length", str(len(body)).encode()),
                     (b"cache-control", b"no-store"),
+                    *extra,
                 ],
             }
         )
@@ -153,6 +172,30 @@ class _App:
             ok, detail = False, {"error": f"{type(exc).__name__}: {exc}"}
         body = redact_value({**detail, "status": "ok" if ok else "unavailable"})
         return (200 if ok else 503), _JSON, json.dumps(body, default=str).encode()
+
+    async def switch_state(self, scope: Scope) -> tuple[int, str, bytes, list[tuple[bytes, bytes]]]:
+        """The state file's object with its ETag; 304 when the client's `If-None-Match`
+        names it; 503 while there is none (or no source: a server without a switch)."""
+        loop = asyncio.get_running_loop()
+        data = None
+        if self.switch is not None:
+            try:
+                data = await loop.run_in_executor(self.pool, self.switch)
+            except Exception:
+                log.exception("http.switch_source_raised")
+        if data is None:
+            missing = {
+                "status": "unavailable",
+                "reason": "no switch state yet: the state file is not written (or unreadable)",
+            }
+            return 503, _JSON, json.dumps(missing).encode(), []
+        body = json.dumps(data, sort_keys=True, default=str).encode()
+        etag = f'"{data.get("generation", "-")}-{hashlib.sha256(body).hexdigest()[:16]}"'
+        headers = [(b"etag", etag.encode())]
+        wanted = dict(scope.get("headers") or []).get(b"if-none-match", b"").decode("latin-1")
+        if etag in {tag.strip() for tag in wanted.split(",")}:
+            return 304, _JSON, b"", headers
+        return 200, _JSON, body, headers
 
     async def render(self) -> bytes:
         if self._rendering is None:
@@ -197,7 +240,8 @@ def _bind(host: str, port: int, listen: str) -> socket.socket:
 
 
 class StatusServer:
-    """`/metrics`, `/healthz` and `/readyz` over HTTP, started and stopped by the daemon."""
+    """`/metrics`, `/healthz`, `/readyz` and `/v1/switch` over HTTP, started and stopped
+    by the daemon."""
 
     def __init__(
         self,
@@ -205,10 +249,12 @@ class StatusServer:
         metrics: CanarydMetrics,
         health: Probe,
         ready: Probe,
+        switch: SwitchSource | None = None,
     ) -> None:
         self.listen = listen
         self.metrics = metrics
         self._probes: dict[str, Probe] = {"/healthz": health, "/readyz": ready}
+        self._switch = switch
         self._server: uvicorn.Server | None = None
         self._socket: socket.socket | None = None
         self._app: _App | None = None
@@ -233,7 +279,7 @@ class StatusServer:
             return
         host, port = _split_listen(self.listen)
         sock = _bind(host, port, self.listen)
-        app = _App(self.metrics, self._probes)
+        app = _App(self.metrics, self._probes, self._switch)
         config = uvicorn.Config(
             app,
             http=_DeadlineProtocol,

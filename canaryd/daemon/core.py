@@ -46,6 +46,7 @@ from canaryd.runner import PairRunner
 from canaryd.sampling import StratifiedSampler
 from canaryd.scoring import load_metrics
 from canaryd.store import SqlStore, Store
+from canaryd.switch.statefile import read_state_file
 from engine.base import Engine
 from engine.registry import build_engine
 from gates.records import BASELINE_ARM, RunInfo
@@ -228,7 +229,7 @@ class Daemon:
             self.gates.start()
 
             self._server = StatusServer(
-                settings.server.listen, self.metrics, self.health, self.ready
+                settings.server.listen, self.metrics, self.health, self.ready, self.switch_file
             )
             self._server.start()
             stack.callback(self._server.stop)
@@ -529,6 +530,11 @@ class Daemon:
         """Seconds since the last cycle finished (since start, before the first)."""
         since = self._last_cycle_at if self._last_cycle_at is not None else self._started_at
         return time.monotonic() - since
+
+    def switch_file(self) -> dict[str, Any] | None:
+        """What production reads, for `/v1/switch`: the state file's object (None while
+        it is missing or unreadable)."""
+        return read_state_file(self.settings.switch.resolved_state_file())
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         """/healthz: the scheduler runs and the last cycle is recent enough."""

@@ -74,6 +74,10 @@ class TestFailedGateRuns:
             data = read_state_file(state_file)
             assert data is not None and datetime.fromisoformat(data["confirmed_at"]) >= before
             assert sample(daemon, "canaryd_last_gate_run_success_timestamp_seconds") > 0
+            # A router on another host reads the same object over HTTP (/v1/switch).
+            served = get(daemon, "/v1/switch")
+            assert served.status_code == 200 and served.json() == data
+            assert served.headers["etag"].startswith(f'"{data["generation"]}-')
         finally:
             daemon.stop()
             gates.close()

@@ -346,3 +346,62 @@ class TestSecretsInProbes:
             response = httpx.get(f"http://{server.address}/readyz", timeout=5)
         assert response.status_code == 503
         assert "hunter2" not in response.text and "abc" not in response.text
+
+
+class TestSwitchEndpoint:
+    """GET /v1/switch: the state file's object over HTTP with an ETag, for a router on
+    another host (issue #24, part 4)."""
+
+    @pytest.fixture
+    def state_file(self, tmp_path: Any) -> Any:
+        return tmp_path / "switch.json"
+
+    @pytest.fixture
+    def switch_client(
+        self, metrics: CanarydMetrics, health: Probe, ready: Probe, state_file: Any
+    ) -> Iterator[httpx.Client]:
+        from canaryd.switch.statefile import read_state_file
+
+        server = StatusServer(
+            "127.0.0.1:0", metrics, health, ready, lambda: read_state_file(state_file)
+        )
+        server.start()
+        try:
+            with httpx.Client(base_url=f"http://{server.address}", timeout=5) as client:
+                yield client
+        finally:
+            server.stop()
+
+    def test_503_until_the_state_file_is_written(
+        self, switch_client: httpx.Client, state_file: Any
+    ) -> None:
+        response = switch_client.get("/v1/switch")
+        assert response.status_code == 503
+        assert "not written" in response.json()["reason"]
+        state_file.write_text("{not json")
+        assert switch_client.get("/v1/switch").status_code == 503
+
+    def test_serves_the_file_with_an_etag_and_304_when_unchanged(
+        self, switch_client: httpx.Client, state_file: Any
+    ) -> None:
+        state = {
+            "speculative_enabled": True,
+            "generation": 3,
+            "categories": {},
+            "confirmed_at": "2026-12-01T10:00:00+00:00",
+        }
+        state_file.write_text(json.dumps(state))
+        first = switch_client.get("/v1/switch")
+        assert first.status_code == 200 and first.json() == state
+        etag = first.headers["etag"]
+        assert etag.startswith('"3-')
+        again = switch_client.get("/v1/switch", headers={"If-None-Match": etag})
+        assert again.status_code == 304 and again.content == b""
+        state_file.write_text(json.dumps({**state, "speculative_enabled": False, "generation": 4}))
+        changed = switch_client.get("/v1/switch", headers={"If-None-Match": etag})
+        assert changed.status_code == 200 and changed.json()["speculative_enabled"] is False
+        assert changed.headers["etag"] != etag and changed.headers["etag"].startswith('"4-')
+
+    def test_a_server_without_a_switch_source_says_so(self, client: httpx.Client) -> None:
+        assert client.get("/v1/switch").status_code == 503
+        assert "/v1/switch" in client.get("/nope").json()["endpoints"]
