@@ -20,7 +20,7 @@ from typing import Any
 
 from gates.config import GateConfigBase
 from gates.core import DetectorReading, GateDecision, GateState
-from gates.sequential import LlrCusum, bernoulli_llr, cusum_bank
+from gates.sequential import GROSS_LADDER, LlrCusum, bernoulli_llr, cusum_bank
 from gates.stats import clopper_pearson
 from gates.window import Window, decision
 
@@ -70,6 +70,16 @@ def cusum_note(cusum: LlrCusum, h: float) -> str:
 def bernoulli_increments(hits: Sequence[bool], p0: float, p1: float) -> list[float]:
     hit, miss = bernoulli_llr(p0, p1)
     return [hit if x else miss for x in hits]
+
+
+GROSS_RATE = 0.9  # the largest alternative of a rate bank
+
+
+def rate_alternatives(p0: float, first: float, charts: int = 3) -> list[float]:
+    """A rate detector's bank: `first` (the alternative next to the edge p0) and gross
+    ones at 4× and 16× it, capped at GROSS_RATE; only those above p0, each once."""
+    ladder = {min(first * GROSS_LADDER**k, GROSS_RATE) for k in range(charts)}
+    return sorted(p1 for p1 in ladder if p1 > p0)
 
 
 def rate_check(

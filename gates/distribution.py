@@ -46,6 +46,7 @@ from gates.detectors import (
     CALIBRATION_CONFIDENCE,
     closest,
     cusum_note,
+    rate_alternatives,
     rate_check,
     sequential_state,
 )
@@ -80,7 +81,6 @@ _TIE = 1e-9  # closer than this is equal (identical outputs give exactly 0)
 # The gross charts' shifts: margin × 4, × 16, … up to this many nats of mean token NLL.
 _LARGEST_NLL_SHIFT = 8.0
 _RATE_FLOOR = 1e-4
-_GROSS_RATE = 0.9  # the implausible-token bank's largest alternative
 
 
 def distribution_checks(
@@ -151,8 +151,7 @@ def _implausible(
         clopper_pearson(baseline_any, n, CALIBRATION_CONFIDENCE)[1] if baseline_any else 0.0
     )
     p0 = min(max(baseline_upper, _RATE_FLOOR) + config.max_implausible_rate, 0.5)
-    alternatives = sorted({min(p0 * GROSS_LADDER**k, _GROSS_RATE) for k in (1, 2, 3)})
-    alternatives = [p1 for p1 in alternatives if p1 > p0]
+    alternatives = rate_alternatives(p0, GROSS_LADDER * p0)
     return rate_check(
         name,
         config,

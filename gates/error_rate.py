@@ -5,13 +5,14 @@ nothing about the speculative arm (a shared outage) and are left out of both.
 - paired: a Bernoulli CUSUM on speculative-only failures. Its in-control rate p0 is the
   edge of what is tolerated: the upper confidence bound of the baseline-only failure
   rate in the same window (equal arms fail alone equally often) plus `max_excess_rate`;
-  its alternative is `alarm_factor` × p0. An excess within the tolerance pushes the
-  statistic down, never up.
+  its alternative is `alarm_factor` × p0, with gross ones at 4× and 16× that (a bank:
+  a speculative arm failing a third of its requests decides in tens of pairs, not
+  hundreds). An excess within the tolerance pushes the statistic down, never up.
   PASS when the paired excess (speculative-only minus baseline-only rate) has an upper
   bound — the speculative-only rate's Clopper–Pearson upper bound minus the
   baseline-only rate's lower bound — within `max_excess_rate`.
 - ceiling: a Bernoulli CUSUM on speculative failures among pairs whose baseline
-  succeeded, Bernoulli(`alarm_factor` × `max_error_rate`) against
+  succeeded, Bernoulli(`alarm_factor` × `max_error_rate`, and 4× and 16× that) against
   Bernoulli(`max_error_rate`); PASS when the Clopper–Pearson upper bound is under the
   ceiling.
 A timeout, an HTTP error, an OOM or an invalid response all count as errors.
@@ -25,7 +26,7 @@ from datetime import datetime
 from gates.budget import DEFAULT_ARL0
 from gates.config import ErrorGateConfig
 from gates.core import GateDecision
-from gates.detectors import CALIBRATION_CONFIDENCE, rate_check
+from gates.detectors import CALIBRATION_CONFIDENCE, rate_alternatives, rate_check
 from gates.records import PairRecord
 from gates.sequential import lorden_threshold
 from gates.stats import clopper_pearson
@@ -71,7 +72,7 @@ def error_gate(
         hits=[not r.speculative.ok for r in judged],
         tolerance=config.max_excess_rate,
         p0=p0,
-        p1=min(config.alarm_factor * p0, 0.99),
+        p1=rate_alternatives(p0, min(config.alarm_factor * p0, 0.99)),
         h=h,
         statistic="excess failure rate speculative-only − baseline-only",
         judged=excess_bounds,
@@ -87,7 +88,9 @@ def error_gate(
         hits=[not r.speculative.ok for r in healthy_baseline],
         tolerance=config.max_error_rate,
         p0=config.max_error_rate,
-        p1=min(config.alarm_factor * config.max_error_rate, 0.99),
+        p1=rate_alternatives(
+            config.max_error_rate, min(config.alarm_factor * config.max_error_rate, 0.99)
+        ),
         h=h,
         statistic="speculative error rate where the baseline succeeded",
     )

@@ -121,17 +121,19 @@ class TestGrossFaults:
         assert decision.detail.startswith("FAIL by quality.mismatch")
         assert decision.statistic == "greedy mismatch rate"
 
-    def test_dead_speculative_arm_fails_the_error_gate_within_26_pairs(self) -> None:
-        """Every speculative request failing, the baseline fine: each pair adds log 2 to
-        the ceiling CUSUM (2 % → 4 %), so it alarms at ⌈h / log 2⌉ = ⌈17.41 / 0.693⌉ = 26
-        pairs, although min_samples is 100."""
+    def test_dead_speculative_arm_fails_the_error_gate_within_6_pairs(self) -> None:
+        """Every speculative request failing, the baseline fine: each pair adds log 32 to
+        the ceiling bank's gross chart (2 % → 64 %), whose threshold is h + log 3 (three
+        charts), so it alarms at ⌈(17.41 + 1.10) / 3.47⌉ = 6 pairs — the single chart at
+        2 % → 4 % took ⌈17.41 / log 2⌉ = 26 — although min_samples is 100."""
         records = [record(i, speculative=result(ok=False)) for i in range(60)]
         config = ErrorGateConfig()
         n, decision = first_fail(records, error_gate, config)
-        assert n == math.ceil(math.log(DEFAULT_ARL0) / math.log(2.0)) == 26
+        h = math.log(DEFAULT_ARL0) + math.log(3)
+        assert n == math.ceil(h / math.log(0.64 / 0.02)) == 6
         assert n < config.min_samples
         assert decision.detail.startswith("FAIL by error.")
-        assert decision.n_baseline == 26
+        assert decision.n_baseline == 6
 
 
 class TestDetectorReading:
