@@ -130,6 +130,23 @@ class _RecordingCandidateGenerator:
         return self._inner.update_candidate_strategy(input_ids, scores, num_matches)
 
 
+def _verify_position(counter: _AcceptanceCounter, input_ids: torch.Tensor) -> bool:
+    """True when a logits processor is called on a position of the draft being verified
+    (not the drafter's own calls, not the bonus token)."""
+    candidates = counter.candidates
+    length = int(input_ids.shape[1])
+    if candidates is None or length >= int(candidates.shape[1]):
+        return False
+    return torch.equal(input_ids[0], candidates[0, :length])
+
+
+def _point_mass(scores: torch.Tensor, token: int) -> torch.Tensor:
+    """Logits that make `token` certain."""
+    forced = torch.full_like(scores, float("-inf"))
+    forced[:, token] = 0.0
+    return forced
+
+
 class _GreedyVerifyFault:
     """The `greedy_verify` drill fault, as the last logits processor of a speculative
     generate: at every drafted position the target's distribution collapses onto its
@@ -143,15 +160,9 @@ class _GreedyVerifyFault:
         self._counter = counter
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        candidates = self._counter.candidates
-        length = int(input_ids.shape[1])
-        if candidates is None or length >= int(candidates.shape[1]):
+        if not _verify_position(self._counter, input_ids):
             return scores
-        if not torch.equal(input_ids[0], candidates[0, :length]):
-            return scores  # the drafter's own calls, never a verify position
-        forced = torch.full_like(scores, float("-inf"))
-        forced[:, int(scores[0].argmax())] = 0.0
-        return forced
+        return _point_mass(scores, int(scores[0].argmax()))
 
 
 class _GarbageSamplingFault:
@@ -168,20 +179,15 @@ class _GarbageSamplingFault:
         self._seed = seed
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        candidates = self._counter.candidates
-        length = int(input_ids.shape[1])
-        if candidates is None or length >= int(candidates.shape[1]):
+        if not _verify_position(self._counter, input_ids):
             return scores
-        if not torch.equal(input_ids[0], candidates[0, :length]):
-            return scores  # the drafter's own calls, never a verify position
         generator = torch.Generator(device="cpu")
-        generator.manual_seed((self._seed * 1_000_003 + length) % (2**63))
+        generator.manual_seed((self._seed * 1_000_003 + int(input_ids.shape[1])) % (2**63))
         if float(torch.rand(1, generator=generator)) >= self._rate:
             return scores
-        token = int(torch.randint(int(scores.shape[-1]), (1,), generator=generator))
-        forced = torch.full_like(scores, float("-inf"))
-        forced[:, token] = 0.0
-        return forced
+        return _point_mass(
+            scores, int(torch.randint(int(scores.shape[-1]), (1,), generator=generator))
+        )
 
 
 class _NumericNoise:

@@ -319,3 +319,40 @@ class TestScore:
 
         greedy = first.token_ids[0]
         assert all(nll(greedy) < nll((greedy + k) % 300) for k in (1, 7, 50))
+
+
+class TestGarbageSamplingFault:
+    """The #27 drill: verified tokens replaced by random ones while sampling."""
+
+    GARBAGE = SpeculativeConfig(
+        method="prompt_lookup", num_draft_tokens=4, fault="garbage_sampling", fault_rate=1.0
+    )
+
+    def test_greedy_output_is_unchanged(self, tiny: Any) -> None:
+        garbage, base = engine(tiny, self.GARBAGE), engine(tiny)
+        assert garbage.generate(request()).token_ids == base.generate(request()).token_ids
+
+    def test_sampled_outputs_are_unlikely_under_the_target(self, peaked: Any) -> None:
+        """Across seeds the garbage outputs are far less likely under the target than the
+        same arm's without the fault (the tiny model's small vocabulary makes a random
+        token only moderately unlikely; the embedded model's figures are in docs/gates.md),
+        and every score carries its worst token."""
+        base = engine(peaked)
+        healthy = engine(peaked, self.GARBAGE.model_copy(update={"fault": None}))
+        garbage = engine(peaked, self.GARBAGE)
+
+        def likelihood(arm: TransformersEngine) -> float:
+            nll = []
+            for seed in range(8):
+                result = arm.generate(request(max_tokens=24, temperature=1.0, seed=seed))
+                score = base.score(request().messages, result)
+                assert score is not None and score.max_nll is not None
+                assert score.max_nll >= score.mean_nll
+                nll.append(score.mean_nll)
+            return sum(nll) / len(nll)
+
+        assert likelihood(garbage) > likelihood(healthy) + 1.0
+
+    def test_not_with_draft_heads(self) -> None:
+        with pytest.raises(ValueError, match="garbage_sampling"):
+            SpeculativeConfig(method="draft_heads", fault="garbage_sampling")
