@@ -55,6 +55,9 @@ class _Section(BaseModel):
 
 
 ARM_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+# A revision names what a speculative arm serves: 1 to 128 printable ASCII characters
+# without spaces (a pod-template hash, a Flagger checksum, a git sha, an image digest).
+REVISION_PATTERN = r"^[!-~]{1,128}$"
 
 
 def _default_speculative_arm() -> dict[str, Any]:
@@ -298,6 +301,14 @@ class SwitchConfig(_Section):
         description="the speculative arm whose rollback the switch controls; the other "
         "speculative arms are comparison arms (measured, gated and reported, never "
         "switching). Unset: the only speculative arm (required when there are several)",
+    )
+    revision: str | None = Field(
+        default=None,
+        pattern=REVISION_PATTERN,
+        description="the revision the switch's arm serves (a pod-template hash, a Flagger "
+        "checksum, a git sha): /v1/verdict and the Flagger webhooks answer NODATA for any "
+        "other. Unset: a request that names a revision never named before declares that "
+        "the arm now serves it",
     )
     command: CommandHookConfig | None = None
     webhook: WebhookConfig | None = None

@@ -12,7 +12,9 @@ from engine.errors import EngineError, ModelNotFoundError, ProvisioningError
 
 __all__ = [
     "ActuatorError",
+    "BadRequestError",
     "CanarydError",
+    "CannotJudgeError",
     "ConfigError",
     "DatabaseError",
     "DurationError",
@@ -125,3 +127,21 @@ class StatusServerError(CanarydError, OSError):
             f"cannot serve /metrics on {listen!r}: {reason}: set server.listen "
             f"(or CANARYD_SERVER__LISTEN) to a free host:port"
         )
+
+
+class BadRequestError(CanarydError, ValueError):
+    """A request to the status port that canaryd cannot act on: `key` names the query
+    parameter, header or body field at fault (answered 400)."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        self.key, self.reason = key, reason
+        super().__init__(f"{key}: {reason}")
+
+
+class CannotJudgeError(CanarydError, RuntimeError):
+    """canaryd itself cannot judge a revision now: the database is away, or no gate run
+    completed within the freshness bound (answered 503, never a verdict)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"cannot judge: {reason}")

@@ -43,12 +43,12 @@ from gates import (
     SwitchMode,
     SwitchState,
     evaluate_all,
-    pin_reference,
+    grow_references,
 )
 from gates.core import checks
 from gates.records import PairRecord
 
-__all__ = ["PRUNE_EVERY", "SwitchGates", "window_bounds"]
+__all__ = ["PRUNE_EVERY", "SwitchGates", "under_current_arms", "window_bounds"]
 
 log = structlog.get_logger(__name__)
 
@@ -83,6 +83,39 @@ def window_bounds(config: GatesConfig) -> tuple[float | None, int | None]:
     longest_s = None if None in seconds else max(s for s in seconds if s is not None)
     longest_n = None if None in pairs else max(p for p in pairs if p is not None)
     return longest_s, longest_n
+
+
+def under_current_arms(
+    settings: Settings, store: HistoryStore, records: list[PairRecord], arm: str
+) -> list[PairRecord]:
+    """Only pairs of `arm` measured with the baseline and `arm` configured as in `settings`
+    count as evidence.
+
+    After a reload or restart that changed the arm or the baseline (a new draft model,
+    another k), the old pairs say nothing about the new ones: a restore must not rest on
+    them. Other arms added, changed or removed leave them standing. A run that recorded no
+    arms configuration (not written by canaryd) is kept.
+    """
+    run_ids = {record.run_id for record in records}
+    if not run_ids:
+        return records
+    current = arm_pair_config(settings.snapshot().get("arms"), arm)
+    arms_of = {
+        run_id: run.info.config.get("arms") for run_id, run in store.runs_by_id(run_ids).items()
+    }
+    kept = [
+        r
+        for r in records
+        if arms_of.get(r.run_id) is None or arm_pair_config(arms_of[r.run_id], arm) == current
+    ]
+    if len(kept) < len(records):
+        log.info(
+            "gates.window_filtered",
+            arm=arm,
+            dropped=len(records) - len(kept),
+            reason="pairs measured with a different arms configuration",
+        )
+    return kept
 
 
 class SwitchGates:
@@ -216,34 +249,7 @@ class SwitchGates:
     def _under_current_arms(
         self, store: HistoryStore, records: list[PairRecord], arm: str
     ) -> list[PairRecord]:
-        """Only pairs of `arm` measured with the baseline and `arm` configured as now
-        count as evidence.
-
-        After a reload or restart that changed the arm or the baseline (a new draft model,
-        another k), the old pairs say nothing about the new ones: a restore must not rest
-        on them. Other arms added, changed or removed leave them standing. A run that
-        recorded no arms configuration (not written by canaryd) is kept.
-        """
-        run_ids = {record.run_id for record in records}
-        if not run_ids:
-            return records
-        current = arm_pair_config(self.settings.snapshot().get("arms"), arm)
-        arms_of = {
-            run_id: run.info.config.get("arms") for run_id, run in store.runs_by_id(run_ids).items()
-        }
-        kept = [
-            r
-            for r in records
-            if arms_of.get(r.run_id) is None or arm_pair_config(arms_of[r.run_id], arm) == current
-        ]
-        if len(kept) < len(records):
-            log.info(
-                "gates.window_filtered",
-                arm=arm,
-                dropped=len(records) - len(kept),
-                reason="pairs measured with a different arms configuration",
-            )
-        return kept
+        return under_current_arms(self.settings, store, records, arm)
 
     def _window(self, store: Store, arm: str, now: datetime) -> list[PairRecord]:
         """The pairs of `arm` covering the longest gate window up to `now`."""
@@ -257,20 +263,25 @@ class SwitchGates:
     def _references(
         self, store: Store, records: list[PairRecord], arm: str, now: datetime, *, pin: bool
     ) -> dict[str, ReferenceStats]:
-        """The drift references of `arm` as configured now; with `pin`, those of
-        categories without one are first pinned from `records`."""
+        """The drift references of `arm` as configured now; with `pin`, categories without
+        one are first pinned from `records`, and pins still short of
+        `pin_target_samples` pairs grow from them (gates.grow_references)."""
         arms = arms_key(arm_pair_config(self.settings.snapshot().get("arms"), arm))
         references = store.drift_references(arms)
-        missing = {r.prompt.category for r in records} - set(references)
-        if pin and missing:
-            pinned = pin_reference(
-                [r for r in records if r.prompt.category in missing],
-                min_samples=self.settings.gates.drift.pin_min_samples,
+        if not pin:
+            return references
+        ordered = sorted(records, key=lambda r: r.started_at)
+        pinned = grow_references(ordered, references, self.settings.gates.drift, now=now)
+        if pinned:
+            store.pin_drift_references(pinned, now, arms, replace=True)
+            log.info(
+                "gates.references_pinned",
+                categories=sorted(pinned),
+                pairs={c: r.n for c, r in sorted(pinned.items())},
+                arms=arms,
+                arm=arm,
             )
-            if pinned:
-                store.pin_drift_references(pinned, now, arms)
-                log.info("gates.references_pinned", categories=sorted(pinned), arms=arms, arm=arm)
-                references = store.drift_references(arms)
+            references = store.drift_references(arms)
         return references
 
     def _evaluate_comparison_arms(self, store: Store, now: datetime) -> None:

@@ -13,7 +13,9 @@ credentials (`canaryd.redact`). `/metrics` renders the `CanarydMetrics` registry
 once per `METRICS_TTL_S` however many scrapers ask at once. `/v1/switch` serves the state
 file's object (what production reads: `speculative_enabled`, `categories`, `generation`,
 `confirmed_at`, …) with an `ETag`, so a router on another host can poll it cheaply
-(`If-None-Match` → 304); 503 while no state file is written.
+(`If-None-Match` → 304); 503 while no state file is written. `GET /v1/verdict` and
+`POST /v1/flagger/<hook>` hand the query, headers or body (at most `MAX_BODY_BYTES`) to
+the daemon's `Judge` (`canaryd.progressive`) and send its status and JSON object.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import parse_qs
 
 import structlog
 import uvicorn
@@ -38,7 +41,14 @@ from canaryd.errors import StatusServerError
 from canaryd.metrics import CanarydMetrics
 from canaryd.redact import redact_value
 
-__all__ = ["MAX_CONNECTIONS", "REQUEST_DEADLINE_S", "Probe", "StatusServer"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_CONNECTIONS",
+    "REQUEST_DEADLINE_S",
+    "Judge",
+    "Probe",
+    "StatusServer",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -57,11 +67,27 @@ REQUEST_DEADLINE_S = 5.0
 MAX_CONNECTIONS = 512
 METRICS_TTL_S = 0.25  # concurrent scrapes share one rendering
 _PROBE_THREADS = 4
-_ENDPOINTS = ["/metrics", "/healthz", "/readyz", "/v1/switch"]
 SWITCH_PATH = "/v1/switch"
+VERDICT_PATH = "/v1/verdict"
+FLAGGER_PREFIX = "/v1/flagger/"
+_ENDPOINTS = ["/metrics", "/healthz", "/readyz", SWITCH_PATH, VERDICT_PATH, FLAGGER_PREFIX + "…"]
+# A request body (a Flagger payload is a few hundred bytes) larger than this is answered
+# 413 without being read further.
+MAX_BODY_BYTES = 64 * 1024
 
 # What /v1/switch serves: the state file's object, None while there is none.
 SwitchSource = Callable[[], dict[str, Any] | None]
+
+
+class Judge(Protocol):
+    """What answers `/v1/verdict` and the Flagger webhooks: a status and a JSON object.
+    Called on the probe threads (it reads the database); it never raises for a request."""
+
+    def verdict(
+        self, params: Mapping[str, list[str]], headers: Mapping[str, str]
+    ) -> tuple[int, dict[str, Any]]: ...
+
+    def flagger(self, hook: str, body: bytes) -> tuple[int, dict[str, Any]]: ...
 
 
 def _split_listen(listen: str) -> tuple[str, int]:
@@ -114,18 +140,25 @@ class _DeadlineProtocol(H11Protocol):
             self.transport.close()
 
 
+def _json_body(data: dict[str, Any]) -> bytes:
+    # allow_nan=False: a non-finite number is a bug to see, never invalid JSON to send.
+    return json.dumps(data, sort_keys=True, allow_nan=False).encode()
+
+
 class _App:
-    """The ASGI app: GET/HEAD of the three endpoints."""
+    """The ASGI app: GET/HEAD of the endpoints, POST of the Flagger webhooks."""
 
     def __init__(
         self,
         metrics: CanarydMetrics,
         probes: dict[str, Probe],
         switch: SwitchSource | None = None,
+        judge: Judge | None = None,
     ) -> None:
         self.metrics = metrics
         self.probes = probes
         self.switch = switch
+        self.judge = judge
         self.pool = ThreadPoolExecutor(_PROBE_THREADS, thread_name_prefix="canaryd-probe")
         self._rendered: tuple[float, bytes] | None = None
         self._rendering: asyncio.Lock | None = None
@@ -134,13 +167,18 @@ class _App:
         if scope["type"] != "http":
             return  # lifespan is off; nothing else is served
         method = scope["method"]
+        path = scope["path"]
         extra: list[tuple[bytes, bytes]] = []
-        if method not in ("GET", "HEAD"):
+        if method == "POST" and path.startswith(FLAGGER_PREFIX):
+            status, content_type, body = await self.flagger(path, receive)
+        elif method not in ("GET", "HEAD"):
             status, content_type, body = 405, _JSON, b'{"status": "method not allowed"}'
-        elif scope["path"] == SWITCH_PATH:
+        elif path == SWITCH_PATH:
             status, content_type, body, extra = await self.switch_state(scope)
+        elif path == VERDICT_PATH:
+            status, content_type, body = await self.verdict(scope)
         else:
-            status, content_type, body = await self.respond(scope["path"])
+            status, content_type, body = await self.respond(path)
         await send(
             {
                 "type": "http.response.start",
@@ -197,6 +235,48 @@ class _App:
             return 304, _JSON, b"", headers
         return 200, _JSON, body, headers
 
+    async def verdict(self, scope: Scope) -> tuple[int, str, bytes]:
+        """`GET /v1/verdict`: the judge's answer to the query string and headers."""
+        if self.judge is None:
+            return 404, _JSON, _json_body({"status": "not found", "endpoints": _ENDPOINTS})
+        params = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in scope.get("headers") or []
+        }
+        return await self._judged(self.judge.verdict, params, headers)
+
+    async def flagger(self, path: str, receive: Receive) -> tuple[int, str, bytes]:
+        """`POST /v1/flagger/<hook>`: the judge's answer to the payload."""
+        if self.judge is None:
+            return 404, _JSON, _json_body({"status": "not found", "endpoints": _ENDPOINTS})
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return 400, _JSON, _json_body({"status": "bad request", "reason": "no body"})
+            body += message.get("body", b"")
+            if len(body) > MAX_BODY_BYTES:
+                reason = f"the body is larger than {MAX_BODY_BYTES} bytes"
+                return 413, _JSON, _json_body({"status": "too large", "reason": reason})
+            if not message.get("more_body", False):
+                break
+        return await self._judged(
+            self.judge.flagger, path.removeprefix(FLAGGER_PREFIX), bytes(body)
+        )
+
+    async def _judged(
+        self, answer: Callable[..., tuple[int, dict[str, Any]]], *args: Any
+    ) -> tuple[int, str, bytes]:
+        loop = asyncio.get_running_loop()
+        try:
+            status, data = await loop.run_in_executor(self.pool, answer, *args)
+        except Exception as exc:
+            # A judge that raises is a bug; the caller sees "cannot judge", never a verdict.
+            log.exception("http.judge_raised")
+            status, data = 503, {"status": "unavailable", "reason": f"{type(exc).__name__}: {exc}"}
+        return status, _JSON, _json_body(data)
+
     async def render(self) -> bytes:
         if self._rendering is None:
             self._rendering = asyncio.Lock()
@@ -240,8 +320,8 @@ def _bind(host: str, port: int, listen: str) -> socket.socket:
 
 
 class StatusServer:
-    """`/metrics`, `/healthz`, `/readyz` and `/v1/switch` over HTTP, started and stopped
-    by the daemon."""
+    """`/metrics`, `/healthz`, `/readyz`, `/v1/switch`, and with a `judge` `/v1/verdict`
+    and the Flagger webhooks, over HTTP, started and stopped by the daemon."""
 
     def __init__(
         self,
@@ -250,11 +330,13 @@ class StatusServer:
         health: Probe,
         ready: Probe,
         switch: SwitchSource | None = None,
+        judge: Judge | None = None,
     ) -> None:
         self.listen = listen
         self.metrics = metrics
         self._probes: dict[str, Probe] = {"/healthz": health, "/readyz": ready}
         self._switch = switch
+        self._judge = judge
         self._server: uvicorn.Server | None = None
         self._socket: socket.socket | None = None
         self._app: _App | None = None
@@ -279,7 +361,7 @@ class StatusServer:
             return
         host, port = _split_listen(self.listen)
         sock = _bind(host, port, self.listen)
-        app = _App(self.metrics, self._probes, self._switch)
+        app = _App(self.metrics, self._probes, self._switch, self._judge)
         config = uvicorn.Config(
             app,
             http=_DeadlineProtocol,

@@ -2,13 +2,13 @@
 
 `Daemon.start()` enters every component through one `ExitStack` — store, the gate hook's
 start (the switch state file is written from the database before anything that can fail
-on a GPU or a model), status server, engines, the daemon run row, then the APScheduler
-jobs (pair cycle, gates, retention, heartbeat) — and `Daemon.stop()` closes that stack,
-so SIGTERM, SIGINT, an error at start-up and a test all take the same ordered path back
-out: stop scheduling, let the in-flight pair finish (or drop it whole after
-`schedule.shutdown_timeout_s`), flush the pairs buffered while the database was away,
-finish the run, close engines, stop HTTP, close the store. `Daemon.reload()` (SIGHUP)
-validates a new configuration completely before swapping it in.
+on a GPU or a model), status server (with the verdict endpoints), engines, the daemon run
+row, then the APScheduler jobs (pair cycle, gates, retention, heartbeat) — and
+`Daemon.stop()` closes that stack, so SIGTERM, SIGINT, an error at start-up and a test all
+take the same ordered path back out: stop scheduling, let the in-flight pair finish (or
+drop it whole after `schedule.shutdown_timeout_s`), flush the pairs buffered while the
+database was away, finish the run, close engines, stop HTTP, close the store.
+`Daemon.reload()` (SIGHUP) validates a new configuration completely before swapping it in.
 """
 
 from __future__ import annotations
@@ -42,11 +42,13 @@ from canaryd.errors import CanarydError, DatabaseError, EngineError
 from canaryd.http import StatusServer
 from canaryd.logs import configure_logging
 from canaryd.metrics import CanarydMetrics
+from canaryd.progressive import ProgressiveDelivery
 from canaryd.runner import PairRunner
 from canaryd.sampling import StratifiedSampler
 from canaryd.scoring import load_metrics
 from canaryd.store import SqlStore, Store
 from canaryd.switch.statefile import read_state_file
+from canaryd.verdict import VerdictService
 from engine.base import Engine
 from engine.registry import build_engine
 from gates.records import BASELINE_ARM, RunInfo
@@ -228,8 +230,17 @@ class Daemon:
             # the stored switch state before the engines, which may never load.
             self.gates.start()
 
+            # /v1/verdict and the Flagger webhooks judge from the database on their own
+            # connection, with the settings of the moment (a reload's apply).
+            verdicts = VerdictService(lambda: self.settings)
+            stack.callback(verdicts.close)
             self._server = StatusServer(
-                settings.server.listen, self.metrics, self.health, self.ready, self.switch_file
+                settings.server.listen,
+                self.metrics,
+                self.health,
+                self.ready,
+                self.switch_file,
+                ProgressiveDelivery(verdicts),
             )
             self._server.start()
             stack.callback(self._server.stop)

@@ -24,7 +24,7 @@ from canaryd.store.migrations import (
 )
 from canaryd.store.rollup import PairFacts, PairRollup
 from canaryd.store.sql import SqlStore
-from canaryd.store.switching import AuditEntry, SwitchRecord, decision_from_dict
+from canaryd.store.switching import AuditEntry, RevisionWindow, SwitchRecord, decision_from_dict
 
 __all__ = [
     "EXPECTED_URL_FORMS",
@@ -35,6 +35,7 @@ __all__ = [
     "PairFacts",
     "PairRollup",
     "RetentionReport",
+    "RevisionWindow",
     "SqlStore",
     "Store",
     "StoredRun",

@@ -2,10 +2,10 @@
 report and CLI need from canaryd's history, as protocols.
 
 `HistoryStore` is where pairs, runs and roll-ups live; `SwitchStore` is the durable
-switch state, its audit trail, gate evaluations and drift references; `Store` is both,
-which is what `SqlStore` implements (on SQLite and PostgreSQL alike, tested by one
-behaviour suite). Consumers are typed on the narrowest protocol they use, never on
-`SqlStore`.
+switch state, its audit trail, gate evaluations, drift references and the evidence windows
+of revisions; `Store` is both, which is what `SqlStore` implements (on SQLite and
+PostgreSQL alike, tested by one behaviour suite). Consumers are typed on the narrowest
+protocol they use, never on `SqlStore`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Protocol
 
 from canaryd.store.rollup import PairFacts, PairRollup
-from canaryd.store.switching import AuditEntry, SwitchRecord
+from canaryd.store.switching import AuditEntry, RevisionWindow, SwitchRecord
 from gates import Evaluation, ReferenceStats, SwitchOutcome, SwitchState
 from gates.records import DEFAULT_ARM, PairRecord, RunInfo
 
@@ -138,8 +138,8 @@ class HistoryStore(Protocol):
 
 
 class SwitchStore(Protocol):
-    """The durable switch: its state under a lock, the audit trail, gate evaluations and
-    the pinned drift references."""
+    """The durable switch: its state under a lock, the audit trail, gate evaluations, the
+    pinned drift references, and the evidence windows of revisions."""
 
     def switch(self) -> SwitchRecord: ...
 
@@ -175,10 +175,19 @@ class SwitchStore(Protocol):
     def drift_references(self, arms: str) -> dict[str, ReferenceStats]: ...
 
     def pin_drift_references(
-        self, references: Mapping[str, ReferenceStats], at: datetime, arms: str
+        self,
+        references: Mapping[str, ReferenceStats],
+        at: datetime,
+        arms: str,
+        *,
+        replace: bool = False,
     ) -> None: ...
 
     def unpin_drift_references(self) -> int: ...
+
+    def revision_window(self, arm: str, revision: str) -> RevisionWindow | None: ...
+
+    def start_revision(self, arm: str, revision: str, at: datetime) -> RevisionWindow: ...
 
     def close(self) -> None: ...
 

@@ -391,3 +391,15 @@ class DriftReferenceRow(Base):
     log_mean: Mapped[float | None] = mapped_column(Double, nullable=True)
     log_sd: Mapped[float | None] = mapped_column(Double, nullable=True)
     pinned_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class RevisionRow(Base):
+    """When the evidence window of one revision of a speculative arm started: the first
+    verdict request that named it. The arm's next revision's start ends it."""
+
+    __tablename__ = "revisions"
+    __table_args__ = (Index(None, "arm", "started_at"),)
+
+    arm: Mapped[str] = mapped_column(String(32), primary_key=True)
+    revision: Mapped[str] = mapped_column(String(128), primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -80,13 +80,19 @@ from canaryd.store.models import (
     PairRow,
     PairScoresRow,
     PromptRow,
+    RevisionRow,
     RunRow,
     SuiteRow,
     SwitchAuditRow,
     SwitchStateRow,
 )
 from canaryd.store.rollup import PairRollup, rollups_by_hour
-from canaryd.store.switching import AuditEntry, SwitchRecord, decision_from_dict
+from canaryd.store.switching import (
+    AuditEntry,
+    RevisionWindow,
+    SwitchRecord,
+    decision_from_dict,
+)
 from gates import Evaluation, ReferenceStats, SwitchOutcome, SwitchState
 from gates.records import PairRecord, Prompt, RunInfo
 
@@ -658,12 +664,27 @@ class SqlStore:
             return {row.category: reference_from_row(row) for row in session.scalars(query)}
 
     def pin_drift_references(
-        self, references: Mapping[str, ReferenceStats], at: datetime, arms: str
+        self,
+        references: Mapping[str, ReferenceStats],
+        at: datetime,
+        arms: str,
+        *,
+        replace: bool = False,
     ) -> None:
-        """Pin references for categories that have none under `arms`; an existing pin is kept."""
+        """Pin references for categories that have none under `arms`; an existing pin is
+        kept, unless `replace` (a pin grown from more pairs) — and even then only by one
+        measured from more pairs, so two daemons growing the same pin cannot shrink it."""
         aware(at, "pin time")
         with self._transaction("pinning drift references") as session:
             for category, stats in sorted(references.items()):
+                if replace:
+                    session.execute(
+                        delete(DriftReferenceRow).where(
+                            DriftReferenceRow.arms == arms,
+                            DriftReferenceRow.category == category,
+                            DriftReferenceRow.n < stats.n,
+                        )
+                    )
                 values = drift_reference_values(category, stats, at, arms)
                 session.execute(
                     self._insert_ignoring_duplicates(
@@ -675,3 +696,35 @@ class SqlStore:
         """Forget every pinned reference (they are pinned again from healthy pairs)."""
         with self._transaction("unpinning drift references") as session:
             return int(getattr(session.execute(delete(DriftReferenceRow)), "rowcount", 0))
+
+    def revision_window(self, arm: str, revision: str) -> RevisionWindow | None:
+        """The evidence window of `revision` of `arm`; None when no request named it yet."""
+        with self._translating("reading a revision window"), self._sessions() as session:
+            return self._revision_window(session, arm, revision)
+
+    def _revision_window(self, session: Session, arm: str, revision: str) -> RevisionWindow | None:
+        started = session.scalars(
+            select(RevisionRow.started_at).where(
+                RevisionRow.arm == arm, RevisionRow.revision == revision
+            )
+        ).one_or_none()
+        if started is None:
+            return None
+        ended = session.scalars(
+            select(func.min(RevisionRow.started_at)).where(
+                RevisionRow.arm == arm, RevisionRow.started_at > started
+            )
+        ).one_or_none()
+        return RevisionWindow(arm, revision, started, ended)
+
+    def start_revision(self, arm: str, revision: str, at: datetime) -> RevisionWindow:
+        """Start the window of `revision` of `arm` at `at`, ending the arm's latest one;
+        a revision already started keeps its window (idempotent, also between daemons)."""
+        values = {"arm": arm, "revision": revision, "started_at": aware(at, "revision start")}
+        with self._transaction(f"starting revision {revision!r}") as session:
+            session.execute(
+                self._insert_ignoring_duplicates(RevisionRow, values, ["arm", "revision"])
+            )
+            window = self._revision_window(session, arm, revision)
+        assert window is not None  # inserted above or before
+        return window

@@ -11,7 +11,7 @@ from typing import Any
 
 from gates import DetectorReading, GateDecision, GateMode, GateState, SwitchState
 
-__all__ = ["AuditEntry", "SwitchRecord", "decision_from_dict"]
+__all__ = ["AuditEntry", "RevisionWindow", "SwitchRecord", "decision_from_dict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,23 @@ class SwitchRecord:
         return self.applied_generation is not None and (
             self.applied_generation >= self.state.generation
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionWindow:
+    """The evidence window of one revision of a speculative arm: from the first verdict
+    request that named it to the start of the arm's next revision (`ended_at`; None while
+    it is the arm's latest)."""
+
+    arm: str
+    revision: str
+    started_at: datetime
+    ended_at: datetime | None = None
+
+    @property
+    def current(self) -> bool:
+        """Whether the arm still serves this revision (no later one has started)."""
+        return self.ended_at is None
 
 
 @dataclass(frozen=True, slots=True)

@@ -451,3 +451,23 @@ class TestDatabaseGoesAway:
         assert killed
         store.save_pair(second)
         assert store.pairs() == [first, second]
+
+
+class TestRevisionWindows:
+    def test_the_first_start_wins_and_the_next_revision_ends_it(self, store: SqlStore) -> None:
+        """A revision's window starts once (a second start keeps the first time); starting
+        the arm's next revision ends it there; another arm's revisions are its own."""
+        t0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+        assert store.revision_window("speculative", "abc") is None
+        first = store.start_revision("speculative", "abc", t0)
+        assert first.started_at == t0 and first.current
+        again = store.start_revision("speculative", "abc", t0 + timedelta(minutes=5))
+        assert again == first
+        store.start_revision("eagle", "zzz", t0 + timedelta(minutes=1))
+        assert store.revision_window("speculative", "abc") == first  # other arm: no end
+        store.start_revision("speculative", "def", t0 + timedelta(minutes=10))
+        ended = store.revision_window("speculative", "abc")
+        assert ended is not None and ended.ended_at == t0 + timedelta(minutes=10)
+        assert not ended.current
+        latest = store.revision_window("speculative", "def")
+        assert latest is not None and latest.current

@@ -32,6 +32,7 @@ TABLES = {
     "switch_audit",
     "gate_decisions",
     "drift_references",
+    "revisions",
     "alembic_version",
 }
 
