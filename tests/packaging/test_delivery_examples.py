@@ -1,0 +1,100 @@
+"""The shipped progressive-delivery manifests (docs/examples/) are what Argo Rollouts and
+Flagger accept: each validates against its CRD's schema (an excerpt carried as a fixture,
+tests/fixtures/crds/SOURCES.md), strictly — an unknown field is an error, as with
+`kubectl apply --validate=strict` — and uses canaryd's endpoints and fields as they are."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import jsonschema
+import pytest
+import yaml
+
+from canaryd.progressive import FLAGGER_HOOKS, QUERY_KEYS
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "docs" / "examples"
+CRDS = REPO / "tests" / "fixtures" / "crds"
+
+
+def strict(schema: Any) -> Any:
+    """`schema` with unknown fields refused wherever the CRD lists an object's fields
+    (Kubernetes prunes them silently; strict field validation refuses them)."""
+    if isinstance(schema, list):
+        return [strict(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: strict(value) for key, value in schema.items()}
+    if "properties" in out and not out.get("x-kubernetes-preserve-unknown-fields"):
+        out.setdefault("additionalProperties", False)
+    return out
+
+
+def validate(manifest: dict[str, Any], fixture: str) -> None:
+    crd = json.loads((CRDS / fixture).read_text(encoding="utf-8"))
+    assert manifest["apiVersion"] == f"{crd['group']}/{crd['version']}"
+    assert manifest["kind"] == crd["kind"]
+    jsonschema.Draft7Validator(strict(crd["openAPIV3Schema"])).validate(manifest)
+
+
+def load(name: str) -> dict[str, Any]:
+    documents = list(yaml.safe_load_all((EXAMPLES / name).read_text(encoding="utf-8")))
+    assert len(documents) == 1, name
+    manifest: dict[str, Any] = documents[0]
+    return manifest
+
+
+class TestArgoRollouts:
+    def test_the_analysis_template_validates_and_asks_canaryd_for_its_verdict(self) -> None:
+        """The AnalysisTemplate is valid; its web metric polls /v1/verdict with known query
+        keys, succeeds only on a fresh PASS, fails on FAIL, and lets undecided
+        measurements accrue (inconclusiveLimit) until count ends it for a human."""
+        template = load("argo/analysis-template.yaml")
+        validate(template, "argo-analysis-template.schema.json")
+        (metric,) = template["spec"]["metrics"]
+        assert metric["successCondition"] == 'result.verdict == "PASS" && result.fresh'
+        assert metric["failureCondition"] == 'result.verdict == "FAIL"'
+        assert metric["failureLimit"] == 0
+        assert metric["inconclusiveLimit"] >= metric["count"]
+        url = urlsplit(metric["provider"]["web"]["url"].replace("{{args.canaryd-url}}", "http://x"))
+        assert url.path == "/v1/verdict"
+        assert set(parse_qs(url.query)) <= set(QUERY_KEYS)
+        assert "revision" in parse_qs(url.query)
+        declared = {arg["name"] for arg in template["spec"]["args"]}
+        assert {"revision", "canaryd-url"} <= declared
+
+    def test_the_rollout_passes_the_new_pods_template_hash(self) -> None:
+        """The Rollout is valid and its analysis step names the template and passes
+        `revision` from the latest ReplicaSet's pod-template hash."""
+        rollout = load("argo/rollout.yaml")
+        validate(rollout, "argo-rollout.schema.json")
+        steps = rollout["spec"]["strategy"]["canary"]["steps"]
+        (analysis,) = [step["analysis"] for step in steps if "analysis" in step]
+        assert analysis["templates"] == [{"templateName": "canaryd-verdict"}]
+        assert analysis["args"] == [
+            {"name": "revision", "valueFrom": {"podTemplateHashValue": "Latest"}}
+        ]
+
+    def test_a_typo_is_refused(self) -> None:
+        """Strict validation catches a misspelt field (the check is not vacuous)."""
+        template = load("argo/analysis-template.yaml")
+        template["spec"]["metrics"][0]["inconclusiveLimt"] = 3
+        with pytest.raises(jsonschema.ValidationError, match="inconclusiveLimt"):
+            validate(template, "argo-analysis-template.schema.json")
+
+
+class TestFlagger:
+    def test_the_canary_validates_and_calls_each_canaryd_webhook(self) -> None:
+        """The Canary is valid; it has one webhook per canaryd hook, of that type, posting
+        to /v1/flagger/<type>."""
+        canary = load("flagger/canary.yaml")
+        validate(canary, "flagger-canary.schema.json")
+        hooks = {h["type"]: h for h in canary["spec"]["analysis"]["webhooks"]}
+        assert set(hooks) == set(FLAGGER_HOOKS)
+        for kind, hook in hooks.items():
+            assert urlsplit(hook["url"]).path == f"/v1/flagger/{kind}"
+            assert set(hook.get("metadata", {})) <= {"min_pairs", "category"}
