@@ -27,6 +27,7 @@ from canaryd.verdict import RevisionVerdict, VerdictQuery, VerdictService
 
 __all__ = [
     "FLAGGER_HOOKS",
+    "QUERY_KEYS",
     "REVISION_HEADER",
     "Answer",
     "ProgressiveDelivery",
