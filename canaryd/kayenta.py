@@ -3,16 +3,18 @@ so that tools which display Kayenta results display canaryd's.
 
 Kayenta's `CanaryJudgeResult` is `judgeName`, `results` (one `CanaryAnalysisResult` per
 metric: `name`, `id`, `tags`, `classification` Pass/High/Low/Nodata/Error,
-`classificationReason`, `groups`, `experimentMetadata`, `controlMetadata`,
-`resultMetadata`, `critical`, `muted`), `groupScores` (`name`, `score`, `classification`,
+`classificationReason`, `groups`, `experimentMetadata`, `controlMetadata`, `resultMetadata`,
+`critical`, `muted`), `groupScores` (`name`, `score`, `classification`,
 `classificationReason`) and `score` (`score` 0–100, `classification` Pass/Marginal/Fail,
-`classificationReason`). Each of canaryd's checks is a metric, grouped by its gate: PASS
-is Pass; FAIL is High or Low by the side of the threshold its estimate lies on; WARN,
-INCONCLUSIVE and NODATA are Nodata (undecided); a gate not in enforce mode is `muted`.
-Scores follow Kayenta's weighted-sum scorer with equal group weights (a group's score is
-its Pass share of decided checks, a group with none counts 100; a FAIL scores 0, as Kayenta
-scores a critical failure). The classification is canaryd's verdict: PASS is Pass, FAIL is
-Fail, and INCONCLUSIVE and NODATA are Marginal, Kayenta's "not decided, keep going".
+`classificationReason`). Each of canaryd's checks is a metric, grouped by its gate: PASS is
+Pass; FAIL is High or Low by the side of the threshold its estimate lies on; WARN,
+INCONCLUSIVE and NODATA are Nodata (undecided); a gate not in enforce mode is `muted`. A
+group's score is the Pass share of its checks in percent (an undecided check counts against
+it, as a metric without required data does in Kayenta); the summary score is 100 on PASS, 0
+on FAIL (as Kayenta scores a critical failure), else the mean of the enforce gates' group
+scores. The classification is canaryd's verdict: PASS is Pass, FAIL is Fail, and
+INCONCLUSIVE and NODATA are Marginal, Kayenta's "not decided, keep going", whatever the
+score.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ _SCORE_CLASSIFICATION = {
     "INCONCLUSIVE": "Marginal",
     "NODATA": "Marginal",
 }
-_DECIDED = ("Pass", "High", "Low")
 
 
 def _classification(check: GateDecision) -> str:
@@ -71,13 +72,12 @@ def _metric(gate: GateDecision, check: GateDecision) -> dict[str, Any]:
     }
 
 
-def _group_score(results: list[dict[str, Any]]) -> float | None:
-    """The Pass share of the decided results, in percent; None when none is decided."""
-    decided = [r for r in results if r["classification"] in _DECIDED]
-    if not decided:
-        return None
-    passed = sum(1 for r in decided if r["classification"] == "Pass")
-    return 100.0 * passed / len(decided)
+def _group_score(results: list[dict[str, Any]]) -> float:
+    """The Pass share of `results`, in percent (0 for none)."""
+    if not results:
+        return 0.0
+    passed = sum(1 for r in results if r["classification"] == "Pass")
+    return 100.0 * passed / len(results)
 
 
 def kayenta_result(verdict: RevisionVerdict) -> dict[str, Any]:
@@ -88,23 +88,18 @@ def kayenta_result(verdict: RevisionVerdict) -> dict[str, Any]:
     for gate in verdict.gates:
         own = [_metric(gate, check) for check in checks([gate])]
         results.extend(own)
-        score = _group_score(own)
+        score = round(_group_score(own), 2)
         group_scores.append(
-            {
-                "name": gate.name,
-                "score": 0.0 if score is None else round(score, 2),
-                "classification": "",
-                "classificationReason": "" if score is not None else "no decided check",
-            }
+            {"name": gate.name, "score": score, "classification": "", "classificationReason": ""}
         )
         if gate.enforced:
-            summary.append(100.0 if score is None else score)
-    if verdict.verdict == "FAIL":
-        total = 0.0
-    elif verdict.verdict == "PASS":
+            summary.append(score)
+    if verdict.verdict == "PASS":
         total = 100.0
+    elif verdict.verdict == "FAIL" or not summary:
+        total = 0.0
     else:
-        total = round(sum(summary) / len(summary), 2) if summary else 0.0
+        total = round(sum(summary) / len(summary), 2)
     body = {
         "judgeName": JUDGE_NAME,
         "results": results,
