@@ -67,6 +67,7 @@ REQUEST_DEADLINE_S = 5.0
 MAX_CONNECTIONS = 512
 METRICS_TTL_S = 0.25  # concurrent scrapes share one rendering
 _PROBE_THREADS = 4
+_JUDGE_THREADS = 2
 SWITCH_PATH = "/v1/switch"
 VERDICT_PATH = "/v1/verdict"
 FLAGGER_PREFIX = "/v1/flagger/"
@@ -81,7 +82,7 @@ SwitchSource = Callable[[], dict[str, Any] | None]
 
 class Judge(Protocol):
     """What answers `/v1/verdict` and the Flagger webhooks: a status and a JSON object.
-    Called on the probe threads (it reads the database); it never raises for a request."""
+    Called on threads of its own (it reads the database); it never raises for a request."""
 
     def verdict(
         self, params: Mapping[str, list[str]], headers: Mapping[str, str]
@@ -160,6 +161,9 @@ class _App:
         self.switch = switch
         self.judge = judge
         self.pool = ThreadPoolExecutor(_PROBE_THREADS, thread_name_prefix="canaryd-probe")
+        # Verdicts read and evaluate a window of pairs: on threads of their own, so that a
+        # burst of rollout tools never keeps a probe waiting.
+        self.judging = ThreadPoolExecutor(_JUDGE_THREADS, thread_name_prefix="canaryd-judge")
         self._rendered: tuple[float, bytes] | None = None
         self._rendering: asyncio.Lock | None = None
 
@@ -270,7 +274,7 @@ class _App:
     ) -> tuple[int, str, bytes]:
         loop = asyncio.get_running_loop()
         try:
-            status, data = await loop.run_in_executor(self.pool, answer, *args)
+            status, data = await loop.run_in_executor(self.judging, answer, *args)
         except Exception as exc:
             # A judge that raises is a bug; the caller sees "cannot judge", never a verdict.
             log.exception("http.judge_raised")
@@ -410,6 +414,7 @@ class StatusServer:
             sock.close()
         if app is not None:
             app.pool.shutdown(wait=False)
+            app.judging.shutdown(wait=False)
 
     def __enter__(self) -> StatusServer:
         self.start()

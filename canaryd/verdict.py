@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -46,6 +47,10 @@ __all__ = [
 ]
 
 log = structlog.get_logger(__name__)
+
+# Verdicts kept per (query, gate run, window, settings): a rollout tool polling between two
+# gate runs costs two small reads, not a read and evaluation of the whole window.
+CACHED_VERDICTS = 64
 
 Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE", "NODATA"]
 
@@ -163,6 +168,7 @@ class VerdictService:
         self._owns_store = store is None
         self._clock = clock
         self._lock = threading.Lock()
+        self._cache: OrderedDict[Hashable, RevisionVerdict] = OrderedDict()
 
     @property
     def settings(self) -> Settings:
@@ -266,6 +272,16 @@ class VerdictService:
                 f"since (one runs every {settings.schedule.gate_interval_s:g} s)",
             )
         at = completed if window.ended_at is None else min(completed, window.ended_at)
+        key = (query, at, window, settings.config_hash())
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is not None:
+            return replace(
+                cached,
+                age_s=max(0.0, (now - at).total_seconds()),
+                speculative_enabled=state.speculative_enabled,
+                generation=state.generation,
+            )
         records = self._records(store, settings, arm, window, at, query.category)
         references = store.drift_references(
             arms_key(arm_pair_config(settings.snapshot().get("arms"), arm))
@@ -279,9 +295,14 @@ class VerdictService:
                 f"revision {revision!r} was superseded at "
                 f"{window.ended_at.isoformat(timespec='seconds')}; its final verdict: {reason}"
             )
-        return answer(
+        judged = answer(
             verdict, reason, at=at, fresh=window.current, records=records, gates=decisions
         )
+        with self._lock:
+            self._cache[key] = judged
+            while len(self._cache) > CACHED_VERDICTS:
+                self._cache.popitem(last=False)
+        return judged
 
     @staticmethod
     def _records(
