@@ -70,7 +70,7 @@ typecheck: venv
 	$(BIN)/mypy
 
 test: model services llamacpp vllm lint typecheck
-	CANARYD_TEST_PG_URL="$$(cat $(VENV)/pg_url 2>/dev/null)" $(BIN)/python -m pytest $(PYTEST_ARGS)
+	CANARYD_TEST_PG_URL="$$(cat $(VENV)/pg_url 2>/dev/null)" $(BIN)/python -m pytest --durations=20 $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/python -m pytest -m "not model and not postgres and not slow" $(PYTEST_ARGS)

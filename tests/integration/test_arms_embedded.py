@@ -33,7 +33,7 @@ num_draft_tokens = 8
 [switch]
 arm = "lookup8"
 [prompts]
-max_tokens = 32
+max_tokens = 24
 timeout_s = 900.0  # a loaded CI machine is slow; a timeout here would say nothing of arms
 """
 

@@ -46,7 +46,7 @@ class TestEmbeddedPromptLookup:
         base, spec = arms
         for prompt in sample_prompts():
             request = GenerationRequest(
-                messages=prompt.messages, sampling=SamplingParams(max_tokens=48)
+                messages=prompt.messages, sampling=SamplingParams(max_tokens=32)
             )
             b, s = base.generate(request), spec.generate(request)
             assert b.ok and s.ok, (b.error_detail, s.error_detail)

@@ -357,7 +357,10 @@ class TestVLLMGarbageUnderSampling:
     feministsox." — while the plain server answers fluently. Paired as the daemon pairs
     them (the plain server scores both outputs through its prompt log-probs), the gates
     and the switch policy evaluated after every pair, the switch must roll back by a
-    quality check, never by latency, within GARBAGE_MAX_PAIRS pairs."""
+    quality check within GARBAGE_MAX_PAIRS pairs. The latency gate only warns here: the
+    issue's point is that a broken arm that happens to be fast must still be caught, and
+    on a loaded CI machine this n-gram server's TTFT under sampling is really 2-3x the
+    plain server's (3 pairs of 2.7x, spread 2 %, rolled back by latency first once)."""
 
     def test_garbage_at_temperature_rolls_back_by_a_quality_check(
         self, vllm_servers: Servers
@@ -366,12 +369,20 @@ class TestVLLMGarbageUnderSampling:
 
         from canaryd.sampling import StratifiedSampler
         from canaryd.suites import select
-        from gates import Evaluation, GatesConfig, GateState, SwitchMode, SwitchState, step
+        from gates import (
+            Evaluation,
+            GateMode,
+            GatesConfig,
+            GateState,
+            SwitchMode,
+            SwitchState,
+            step,
+        )
         from gates.evaluate import evaluate_all
 
         baseline = _arm(vllm_servers.plain, speculative=False)
         speculative = _arm(vllm_servers.ngram, speculative=True)
-        config = GatesConfig()
+        config = GatesConfig(latency={"mode": GateMode.WARN})
         sampler = StratifiedSampler(select(load_default_suites(), None), seed=3)
         params = PairParams(temperature=0.8, max_tokens=MAX_TOKENS)
         runner = PairRunner(baseline, speculative, run_id="vllm-garbage", params=params)
@@ -404,5 +415,3 @@ class TestVLLMGarbageUnderSampling:
         assert state.mode is SwitchMode.ROLLED_BACK, quality.detail
         assert transitions[0].actor == "gate:quality", transitions[0].reason
         assert failed and all(name.startswith("quality.") for name in failed)
-        latency = next(d for d in decisions if d.name == "latency")
-        assert latency.state is not GateState.FAIL
