@@ -115,37 +115,32 @@ def _one_line(text: str) -> str:
 
 
 def combine(
-    decisions: Sequence[GateDecision], pairs: int, min_pairs: int, revision: str
+    decisions: Sequence[GateDecision], pairs: int, min_pairs: int, subject: str
 ) -> tuple[Verdict, str]:
-    """The verdict of the enforce gates' `decisions` on `pairs` pairs, and why in one line.
+    """The verdict of the enforce gates' `decisions` on `pairs` pairs of `subject` (e.g.
+    "revision 'abc'"), and why in one line.
 
     A FAIL is a detector's alarm under its false-alarm budget and stands however few pairs
     raised it; `min_pairs` only holds back the other verdicts (NODATA below it)."""
     enforced = [d for d in decisions if d.enforced]
     if not enforced:
-        return "NODATA", "no gate is in enforce mode: nothing judges a revision"
+        return "NODATA", f"no gate is in enforce mode: nothing judges {subject}"
     failed = [d for d in enforced if d.state is GateState.FAIL]
     if failed:
         first = min(failed, key=lambda d: not d.critical)  # a critical gate's reason first
         names = ", ".join(d.name for d in failed)
-        return "FAIL", _one_line(
-            f"{names} FAILed on {pairs} pairs of revision {revision!r}: {first.detail}"
-        )
+        return "FAIL", _one_line(f"{names} FAILed on {pairs} pairs of {subject}: {first.detail}")
     if pairs < min_pairs:
-        return "NODATA", (
-            f"{pairs} pairs of revision {revision!r}, fewer than min_pairs={min_pairs}"
-        )
+        return "NODATA", f"{pairs} pairs of {subject}, fewer than min_pairs={min_pairs}"
     state = combine_states([d.state for d in enforced])
     if state is GateState.PASS:
-        return "PASS", f"every enforce gate PASSed on {pairs} pairs of revision {revision!r}"
+        return "PASS", f"every enforce gate PASSed on {pairs} pairs of {subject}"
     if state is GateState.NODATA:
-        return "NODATA", (
-            f"too few pairs of revision {revision!r} for any enforce gate to decide ({pairs})"
-        )
+        return "NODATA", f"too few pairs of {subject} for any enforce gate to decide ({pairs})"
     undecided = ", ".join(
         f"{d.name} {d.state.value}" for d in enforced if d.state is not GateState.PASS
     )
-    return "INCONCLUSIVE", f"not decided on {pairs} pairs of revision {revision!r}: {undecided}"
+    return "INCONCLUSIVE", f"not decided on {pairs} pairs of {subject}: {undecided}"
 
 
 class VerdictService:
@@ -289,7 +284,9 @@ class VerdictService:
         decisions = evaluate_all(
             records, settings.gates, now=at, references=references, since=window.started_at
         )
-        verdict, reason = combine(decisions, len(records), query.min_pairs, revision)
+        verdict, reason = combine(
+            decisions, len(records), query.min_pairs, f"revision {revision!r}"
+        )
         if window.ended_at is not None:
             reason = (
                 f"revision {revision!r} was superseded at "

@@ -135,10 +135,10 @@ class PairRecord:
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
-    """A run: one `canaryd once`, one daemon lifetime, or one bench."""
+    """A run: one `canaryd once`, one daemon lifetime, one bench, or one `canaryd judge`."""
 
     run_id: str
-    kind: Literal["once", "daemon", "bench"]
+    kind: Literal["once", "daemon", "bench", "judge"]
     started_at: datetime
     config: dict[str, Any]
     config_hash: str

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import typer
 
-from canaryd.cli import audit, bench, db, gates, models, once, prompts, report, run, status, switch
+from canaryd.cli import (
+    audit,
+    bench,
+    db,
+    gates,
+    judge,
+    models,
+    once,
+    prompts,
+    report,
+    run,
+    status,
+    switch,
+)
 
 app = typer.Typer(
     name="canaryd",
@@ -24,6 +37,7 @@ app.command("report")(report.report)
 app.add_typer(switch.app, name="switch")
 app.command("gates")(gates.gates)
 app.command("audit")(audit.audit)
+app.command("judge")(judge.judge)
 
 
 def main() -> None:

@@ -111,7 +111,8 @@ class PromptRow(Base):
 
 
 class RunRow(Base):
-    """One `canaryd once`, daemon lifetime or bench, with the configuration it ran."""
+    """One `canaryd once`, daemon lifetime, bench or `canaryd judge`, with the
+    configuration it ran."""
 
     __tablename__ = "runs"
 

@@ -182,7 +182,7 @@ class TestCombine:
             ([decision("a", f, mode=GateMode.DRY_RUN)], "NODATA"),
         ]
         for decisions, expected in cases:
-            assert combine(decisions, 40, 0, "r")[0] == expected, decisions
+            assert combine(decisions, 40, 0, "revision 'r'")[0] == expected, decisions
 
     def test_reasons_are_one_line_naming_the_revision(self) -> None:
         """The reason is one line; a FAIL names the failing gates and the first one's
@@ -195,10 +195,12 @@ class TestCombine:
             evaluated_at=datetime(2026, 12, 1),
             detail="5 failures\nin a row",
         )
-        verdict, reason = combine([failing, decision("latency", GateState.PASS)], 7, 0, "abc")
+        verdict, reason = combine(
+            [failing, decision("latency", GateState.PASS)], 7, 0, "revision 'abc'"
+        )
         assert verdict == "FAIL"
         assert reason == "error FAILed on 7 pairs of revision 'abc': 5 failures in a row"
-        undecided = combine([decision("a", GateState.WARN)], 3, 0, "abc")[1]
+        undecided = combine([decision("a", GateState.WARN)], 3, 0, "revision 'abc'")[1]
         assert undecided == "not decided on 3 pairs of revision 'abc': a WARN"
 
     def test_non_finite_numbers_become_null(self) -> None:

@@ -1,0 +1,221 @@
+"""`canaryd judge`: the one-shot pre-deploy judge. It runs pairs of a baseline and a
+candidate (two OpenAI-compatible URLs, or the arms of `--config`) one after another until
+the enforce gates decide or the budget (`--pairs`, `--max-minutes`) runs out, stops early
+on a decision, stores everything as a run of kind `judge` (`canaryd report --run ID` draws
+it) and exits 0 on PASS, 1 on FAIL, 3 (or `--undecided-exit`) on INCONCLUSIVE or NODATA,
+and 2 on a configuration or infrastructure problem, as every command does. The gates and
+the verdict are the daemon's (`gates.evaluate_all`, `canaryd.verdict.combine`); drift,
+which watches one arm against its own pinned past, is judged only where this database
+holds references for these arms."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from canaryd.assembly import (
+    arm_pair_config,
+    arms_key,
+    configured_suites,
+    new_run,
+    pair_params,
+    prompt_sampler,
+    resolve_prompts,
+    speculative_engines,
+)
+from canaryd.cli.common import fail, handle_errors, load_arms, progress_bar
+from canaryd.cli.options import ConfigOption
+from canaryd.config import ArmsConfig, Settings, load_settings
+from canaryd.daemon.quarantine import storable
+from canaryd.logs import configure_logging
+from canaryd.runner import PairRunner
+from canaryd.scoring import load_metrics
+from canaryd.store import SqlStore
+from canaryd.verdict import Verdict, combine, finite
+from gates import GateDecision, GateMode, evaluate_all
+from gates.records import PairRecord
+
+__all__ = ["EXIT_CODES", "judge"]
+
+EXIT_CODES: dict[Verdict, int] = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3, "NODATA": 3}
+DEFAULT_PAIRS = 200
+
+
+def _with_urls(settings: Settings, baseline: str | None, candidate: str | None) -> Settings:
+    """`settings` whose arms are the two URLs (both given), else the configured arms."""
+    if baseline is None and candidate is None:
+        return settings
+    if baseline is None or candidate is None:
+        raise fail("give both --baseline and --candidate, or neither (arms from --config)")
+    for option, url in (("--baseline", baseline), ("--candidate", candidate)):
+        if not url.startswith(("http://", "https://")):
+            raise fail(f"{option} {url!r}: expected an http:// or https:// URL (no /v1)")
+    arms = ArmsConfig.model_validate(
+        {
+            "baseline": {"kind": "openai", "base_url": baseline.rstrip("/")},
+            "speculative": {
+                "kind": "openai",
+                "base_url": candidate.rstrip("/"),
+                "speculative": True,
+            },
+        }
+    )
+    switch = settings.switch.model_copy(update={"arm": None})
+    return settings.model_copy(update={"arms": arms, "switch": switch})
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _table(decisions: list[GateDecision], run_id: str) -> Table:
+    table = Table(title=f"canaryd judge — run {run_id}", title_justify="left")
+    for column in ("gate", "state", "mode", "statistic", "estimate", "bounds", "threshold", "n"):
+        table.add_column(column, justify="left" if column in ("gate", "statistic") else "right")
+    for d in decisions:
+        table.add_row(
+            d.name,
+            d.state.value,
+            d.mode.value,
+            d.statistic or "-",
+            _number(d.estimate),
+            f"[{_number(d.lower)}, {_number(d.upper)}]",
+            _number(d.threshold),
+            f"{d.n_baseline}/{d.n_speculative}",
+        )
+    return table
+
+
+@handle_errors
+def judge(
+    baseline: Annotated[
+        str | None, typer.Option("--baseline", help="baseline server root (plain decoding)")
+    ] = None,
+    candidate: Annotated[
+        str | None,
+        typer.Option("--candidate", help="candidate server root (speculative decoding)"),
+    ] = None,
+    pairs: Annotated[
+        int | None,
+        typer.Option(
+            "--pairs", "-n", min=1, help=f"at most this many pairs (default {DEFAULT_PAIRS})"
+        ),
+    ] = None,
+    max_minutes: Annotated[
+        float | None,
+        typer.Option("--max-minutes", min=0.01, help="at most this long (instead of --pairs)"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the verdict as JSON")] = False,
+    undecided_exit: Annotated[
+        int,
+        typer.Option(
+            "--undecided-exit",
+            min=0,
+            max=255,
+            help="exit code for INCONCLUSIVE or NODATA (1 for job runners without 'undecided')",
+        ),
+    ] = 3,
+    config: ConfigOption = None,
+) -> None:
+    """Judge a candidate against a baseline now: exit 0 PASS, 1 FAIL, 3 undecided, 2 error."""
+    if pairs is not None and max_minutes is not None:
+        raise fail("give --pairs or --max-minutes, not both")
+    configure_logging(level="WARNING")
+    settings = _with_urls(load_settings(config), baseline, candidate)
+    budget = pairs if pairs is not None else (None if max_minutes is not None else DEFAULT_PAIRS)
+    suites = configured_suites(settings)
+    sampler = prompt_sampler(settings, resolve_prompts(settings, None, suites))
+    arm = settings.switch_arm
+    err = Console(stderr=True)
+    store = SqlStore.open(settings.storage.resolved_url(), create=True)
+    try:
+        references = store.drift_references(
+            arms_key(arm_pair_config(settings.snapshot().get("arms"), arm))
+        )
+        gates = settings.gates
+        if not references:  # nothing to drift from: drift would stay NODATA for ever
+            gates = gates.model_copy(
+                update={"drift": gates.drift.model_copy(update={"mode": GateMode.DRY_RUN})}
+            )
+        load_metrics()  # scoring's imports, before the clock of the time to a decision
+        engines = load_arms(settings, err)
+        budget_config = {"judge": {"pairs": budget, "max_minutes": max_minutes}}
+        run = new_run(settings, "judge", engines, extra_config=budget_config)
+        store.create_run(run)
+        runner = PairRunner(
+            engines["baseline"],
+            speculative_engines(engines),
+            run_id=run.run_id,
+            seed=settings.prompts.seed,
+            params=pair_params(settings),
+        )
+        started = time.monotonic()
+        deadline = None if max_minutes is None else started + 60 * max_minutes
+        records: list[PairRecord] = []
+        decisions: list[GateDecision] = []
+        verdict: Verdict = "NODATA"
+        reason = "no pair was run"
+        decided_after_s: float | None = None
+        with progress_bar(err, 12) as progress:
+            task = progress.add_task("pairs", total=budget)
+            while (budget is None or len(records) < budget) and (
+                deadline is None or time.monotonic() < deadline
+            ):
+                group = runner.run_group(sampler.next())
+                for record in group.records:
+                    store.save_pair(storable(record)[0])
+                records.append(group.record(arm))
+                decisions = evaluate_all(
+                    records, gates, now=datetime.now(UTC), references=references
+                )
+                verdict, reason = combine(decisions, len(records), 0, f"judge run {run.run_id}")
+                progress.update(task, advance=1, description=verdict)
+                if verdict in ("PASS", "FAIL"):
+                    decided_after_s = time.monotonic() - started
+                    break
+        store.finish_run(run.run_id, datetime.now(UTC))
+    finally:
+        store.close()
+    elapsed = time.monotonic() - started
+    if as_json:
+        body: dict[str, Any] = {
+            "run_id": run.run_id,
+            "verdict": verdict,
+            "reason": reason,
+            "pairs": len(records),
+            "elapsed_s": round(elapsed, 3),
+            "decided_after_s": None if decided_after_s is None else round(decided_after_s, 3),
+            "drift_judged": bool(references),
+            "gates": [d.to_dict() for d in decisions],
+        }
+        json.dump(finite(body), sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write("\n")
+    else:
+        out = Console() if Console().is_terminal else Console(width=160)
+        out.print(_table(decisions, run.run_id))
+        out.print(f"verdict: {verdict} — {reason}", highlight=False)
+        decided = (
+            f"decided after {decided_after_s:.1f} s"
+            if decided_after_s is not None
+            else "not decided within the budget"
+        )
+        out.print(
+            f"{len(records)} pairs in {elapsed:.1f} s, {decided}; "
+            f"`canaryd report --run {run.run_id}` draws them",
+            highlight=False,
+        )
+        if not references:
+            out.print(
+                "drift not judged: this database holds no acceptance reference for these arms "
+                "(the daemon pins one from healthy traffic)",
+                highlight=False,
+            )
+    code = EXIT_CODES[verdict] if verdict in ("PASS", "FAIL") else undecided_exit
+    raise typer.Exit(code)
