@@ -48,8 +48,11 @@ EXIT_CODES: dict[Verdict, int] = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3, "NODA
 DEFAULT_PAIRS = 200
 
 
-def _with_urls(settings: Settings, baseline: str | None, candidate: str | None) -> Settings:
-    """`settings` whose arms are the two URLs (both given), else the configured arms."""
+def _with_urls(
+    settings: Settings, baseline: str | None, candidate: str | None, model: str
+) -> Settings:
+    """`settings` whose arms are the two URLs serving `model` (both given), else the
+    configured arms."""
     if baseline is None and candidate is None:
         return settings
     if baseline is None or candidate is None:
@@ -59,10 +62,11 @@ def _with_urls(settings: Settings, baseline: str | None, candidate: str | None) 
             raise fail(f"{option} {url!r}: expected an http:// or https:// URL (no /v1)")
     arms = ArmsConfig.model_validate(
         {
-            "baseline": {"kind": "openai", "base_url": baseline.rstrip("/")},
+            "baseline": {"kind": "openai", "base_url": baseline.rstrip("/"), "model": model},
             "speculative": {
                 "kind": "openai",
                 "base_url": candidate.rstrip("/"),
+                "model": model,
                 "speculative": True,
             },
         }
@@ -102,6 +106,10 @@ def judge(
         str | None,
         typer.Option("--candidate", help="candidate server root (speculative decoding)"),
     ] = None,
+    model: Annotated[
+        str,
+        typer.Option("--model", help="the `model` both servers are asked for (with the URLs)"),
+    ] = "default",
     pairs: Annotated[
         int | None,
         typer.Option(
@@ -128,7 +136,7 @@ def judge(
     if pairs is not None and max_minutes is not None:
         raise fail("give --pairs or --max-minutes, not both")
     configure_logging(level="WARNING")
-    settings = _with_urls(load_settings(config), baseline, candidate)
+    settings = _with_urls(load_settings(config), baseline, candidate, model)
     budget = pairs if pairs is not None else (None if max_minutes is not None else DEFAULT_PAIRS)
     suites = configured_suites(settings)
     sampler = prompt_sampler(settings, resolve_prompts(settings, None, suites))

@@ -69,14 +69,16 @@ class TestJudge:
         self, env: Path, servers: tuple[MisbehavingServer, MisbehavingServer]
     ) -> None:
         """Exit 0 with PASS once the enforce gates decide (5 pairs of the 20 allowed), the
-        summary table and the run to report."""
+        summary table and the run to report; both servers are asked for `--model`."""
         baseline, candidate = servers
-        code, output = judge(env, baseline.url, candidate.url, "--pairs", "20")
+        code, output = judge(env, baseline.url, candidate.url, "--pairs", "20", "--model", "m1")
         assert code == 0, output
         assert "verdict: PASS — every enforce gate PASSed on 5 pairs of judge run" in output
         assert "liveness" in output and "decided after" in output
         assert "canaryd report --run" in output
         assert runs(env) == [("judge", 5)]
+        asked = [r for r in baseline.requests + candidate.requests if "messages" in r]
+        assert asked and {r["model"] for r in asked} == {"m1"}
 
     def test_a_broken_candidate_fails(
         self, env: Path, servers: tuple[MisbehavingServer, MisbehavingServer]
