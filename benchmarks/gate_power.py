@@ -137,6 +137,7 @@ from gates import (
     SwitchMode,
     SwitchState,
     evaluate_all,
+    grow_references,
     liveness_gate,
     pin_reference,
     step,
@@ -325,15 +326,20 @@ def _may_pin(state: SwitchState) -> bool:
 def pin_missing(
     window: Sequence[PairRecord], references: dict[str, ReferenceStats], config: GatesConfig
 ) -> None:
-    """Pin the categories with pairs but no reference, as the daemon's gate job does."""
-    missing = {r.prompt.category for r in window} - set(references)
-    if missing:
+    """Pin the categories with pairs but no reference, and grow the pins short of
+    `pin_target_samples`, as the daemon's gate job does (`gates.grow_references`)."""
+    if window:
         references.update(
-            pin_reference(
-                [r for r in window if r.prompt.category in missing],
-                min_samples=config.drift.pin_min_samples,
-            )
+            grow_references(window, references, config.drift, now=window[-1].started_at)
         )
+
+
+def pins_settled(
+    references: dict[str, ReferenceStats], categories: int, config: GatesConfig
+) -> bool:
+    """Every category pinned, every pin at its target: nothing left to pin or grow."""
+    target = config.drift.pin_target_samples
+    return len(references) >= categories and all(r.n >= target for r in references.values())
 
 
 # --- healthy traffic --------------------------------------------------------------------
@@ -480,7 +486,7 @@ class TripCounter:
     ) -> None:
         """Judge the stream after its first `done` pairs (`records` ends with them)."""
         now = records[-1].started_at
-        if len(self.references) < categories and _may_pin(self.state):
+        if not pins_settled(self.references, categories, self.config) and _may_pin(self.state):
             pin_missing(_window(records, self.longest), self.references, self.config)
         tripped_by: list[str] = []
         if liveness.enforced and liveness.state is GateState.FAIL and done > self.live_quiet:
@@ -1021,7 +1027,11 @@ def fault_runs(
     }
     for seed in seeds:
         prefix = PairStream(model, seed).take(prefix_pairs)
-        references = pin_reference(prefix, min_samples=config.drift.pin_min_samples)
+        references = pin_reference(
+            prefix,
+            min_samples=config.drift.pin_min_samples,
+            max_samples=config.drift.pin_target_samples,
+        )
         for fault in chosen:
             stream = FaultStream(
                 PairStream(model.with_speculative(**fault.update), seed + 7919, first=prefix_pairs),
@@ -1267,6 +1277,173 @@ def stress_table(stress: dict[str, Any]) -> list[str]:
     return lines
 
 
+# --- drift pins -------------------------------------------------------------------------
+
+
+def _lindley(increments: np.ndarray) -> np.ndarray:
+    """CUSUM statistics S_t = max(0, S_t-1 + x_t) along axis 1, from S_0 = 0, in closed
+    form: the cumulative sum less its running minimum (never above 0)."""
+    total = np.cumsum(increments, axis=1)
+    return total - np.minimum(np.minimum.accumulate(total, axis=1), 0.0)
+
+
+def _first_alarm(increments: np.ndarray, h: float) -> np.ndarray:
+    """Per row, the index of the first S_t ≥ h, or -1."""
+    hits = _lindley(increments) >= h
+    return np.where(hits.any(axis=1), hits.argmax(axis=1), -1)
+
+
+def _pin_stats(values: np.ndarray, logs: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (
+        values.mean(axis=1),
+        values.std(axis=1, ddof=1),
+        logs.mean(axis=1),
+        logs.std(axis=1, ddof=1),
+    )
+
+
+def _bank_increments(
+    values: np.ndarray, logs: np.ndarray, params: tuple[tuple[np.ndarray, ...], ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The two charts' Gaussian log-LR increments (gates.sequential.gaussian_llr), per row."""
+    out = []
+    for data, (m0, m1, sigma) in zip((values, logs), params, strict=True):
+        m0, m1, sigma = (np.asarray(x)[:, None] for x in (m0, m1, sigma))
+        out.append((m1 - m0) / sigma**2 * (data - (m0 + m1) / 2.0))
+    return out[0], out[1]
+
+
+def drift_pins(
+    sample: HealthySample,
+    config: GatesConfig,
+    *,
+    pins: int,
+    seed: int,
+    chunk: int = 500,
+) -> dict[str, Any]:
+    """The false drift FAILs that the pins themselves cause (issue #23 part 2).
+
+    Per category, `pins` independent pins of healthy traffic (values drawn with
+    replacement from the category's healthy acceptance lengths in `sample`), each
+    followed for 30 days of the category's pairs at the design rate (all categories
+    equally frequent). A pin is taken after `pin_min_samples` pairs and grows with every
+    pair until `pin_target_samples` (the daemon grows it at every 60 s gate run, about
+    every 0.7 category pairs: each pair is an evaluation here); while it grows, the check
+    is recomputed from the first pair against the current pin, as the gate does; once it
+    is frozen, one CUSUM runs over the whole 30 days from the first pair (never fewer
+    alarms than the gate's 2,000-pair window: a later start can only lower a CUSUM), and
+    restarts after each alarm. The charts are the gate's own (`gates.drift.chart_parameters`:
+    the bank's threshold and the pin margin for the category's share of the budget).
+    `before` is the same draw judged as before the margin: a pin frozen at
+    `pin_min_samples` pairs whose mean is taken as exact."""
+    from gates.budget import detector_budget
+    from gates.drift import chart_parameters, pin_alpha
+
+    started = time.perf_counter()
+    drift = config.drift
+    categories = sorted(sample.acceptance_by_category)
+    budget = detector_budget(config)
+    pairs_30d = SECONDS_PER_30_DAYS / config.budget.design_pair_interval_s
+    horizon = int(pairs_30d / len(categories))
+    h = lorden_threshold(detector_arl0(config)) + math.log(2.0)  # equal shares; a bank of 2
+    alpha = pin_alpha(budget, len(categories))
+    design = {"alpha": alpha, "h": h, "horizon": float(horizon)}
+    first, target = drift.pin_min_samples, drift.pin_target_samples
+    rng = np.random.default_rng(seed)
+    by_category: dict[str, Any] = {}
+    totals = {"now": [0, 0], "before": [0, 0]}  # [alarms, pins with one]
+    for category in categories:
+        healthy = np.asarray(sample.acceptance_by_category[category], dtype=float)
+        row = {"now": [0, 0], "before": [0, 0]}
+        for offset in range(0, pins, chunk):
+            size = min(chunk, pins - offset)
+            values = rng.choice(healthy, size=(size, horizon))
+            logs = np.log(np.maximum(values, 1e-9))
+            # growing: an alarm at any pair between the first pin and the target
+            grew = np.zeros(size, dtype=bool)
+            for t in range(first, target + 1):
+                stats = _pin_stats(values[:, :t], logs[:, :t])
+                params = chart_parameters(
+                    stats[0], stats[1], t, stats[2], stats[3], drift, **design
+                )
+                linear, log = _bank_increments(values[:, :t], logs[:, :t], params)
+                grew |= (_lindley(linear)[:, -1] >= h) | (_lindley(log)[:, -1] >= h)
+            stats = _pin_stats(values[:, :target], logs[:, :target])
+            params = chart_parameters(
+                stats[0], stats[1], target, stats[2], stats[3], drift, **design
+            )
+            linear, log = _bank_increments(values, logs, params)
+            alarms = _bank_alarms(linear, log, h)
+            alarms = np.where(grew & (alarms == 0), 1, alarms)  # an alarm while growing
+            row["now"][0] += int(alarms.sum())
+            row["now"][1] += int((alarms > 0).sum())
+            # before: pinned once from the first pairs, its mean exact (no margin)
+            stats = _pin_stats(values[:, :first], logs[:, :first])
+            (m0, m1, sigma), (l0, l1, lsigma) = chart_parameters(
+                stats[0], stats[1], first, stats[2], stats[3], drift, **design
+            )
+            shift, log_shift = stats[0] - m0, stats[2] - l0
+            exact = ((m0 + shift, m1 + shift, sigma), (l0 + log_shift, l1 + log_shift, lsigma))
+            linear, log = _bank_increments(values, logs, exact)
+            alarms = _bank_alarms(linear, log, h)
+            row["before"][0] += int(alarms.sum())
+            row["before"][1] += int((alarms > 0).sum())
+        by_category[category] = {
+            "pins": pins,
+            "false_fails": row["now"][0],
+            "pins_with_a_false_fail": row["now"][1],
+            "before_false_fails": row["before"][0],
+        }
+        for key in totals:
+            totals[key][0] += row[key][0]
+            totals[key][1] += row[key][1]
+    drawn = pins * len(categories)
+    share = budget / len(categories)
+    return {
+        "pins": drawn,
+        "false_fail_per_category_30d": totals["now"][0] / drawn,
+        "false_fail_per_category_30d_upper95": poisson_upper95(totals["now"][0]) / drawn,
+        "budget_share_per_category_30d": share,
+        "within_budget_share": poisson_upper95(totals["now"][0]) / drawn <= share,
+        "pins_with_a_false_fail": totals["now"][1],
+        "before": {
+            "false_fail_per_category_30d": totals["before"][0] / drawn,
+            "pins_with_a_false_fail": totals["before"][1],
+            "rule": f"pinned once from {first} pairs, the mean taken as exact",
+        },
+        "pin_min_samples": first,
+        "pin_target_samples": target,
+        "category_pairs_per_30_days": horizon,
+        "pin_alpha": alpha,
+        "h": h,
+        "by_category": by_category,
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
+
+
+def _bank_alarms(linear: np.ndarray, log: np.ndarray, h: float) -> np.ndarray:
+    """Alarms of a two-chart bank, restarting both charts after each: a row alarms at
+    the first pair where either chart reaches h."""
+    counts = np.zeros(linear.shape[0], dtype=int)
+    first = np.minimum(_masked(_first_alarm(linear, h)), _masked(_first_alarm(log, h)))
+    for row in np.flatnonzero(first < linear.shape[1]):
+        start = 0
+        while start < linear.shape[1]:
+            hits = [
+                int(_first_alarm(chart[row : row + 1, start:], h)[0]) for chart in (linear, log)
+            ]
+            live = [hit for hit in hits if hit >= 0]
+            if not live:
+                break
+            counts[row] += 1
+            start += min(live) + 1
+    return counts
+
+
+def _masked(index: np.ndarray) -> np.ndarray:
+    return np.where(index < 0, np.iinfo(np.int64).max, index)
+
+
 def table(result: dict[str, Any]) -> str:
     lines = ["healthy traffic (trips of the switch):"]
     lines.append(
@@ -1291,6 +1468,14 @@ def table(result: dict[str, Any]) -> str:
             f"{_fmt(row['optimal_pairs']):>8}{_fmt(row['optimal_within_tolerance_pairs']):>9}"
             f"  {row['tripped_by']}"
         )
+    pins = result["drift_pins"]
+    lines.append(
+        f"drift pins: {pins['pins']} drawn, {pins['pins_with_a_false_fail']} with a false FAIL "
+        f"in 30 days; {_fmt(pins['false_fail_per_category_30d'])} per category "
+        f"(95 % bound {pins['false_fail_per_category_30d_upper95']:.2g}) vs its budget share "
+        f"{pins['budget_share_per_category_30d']:.2g}; before (a 30-pair pin taken as exact): "
+        f"{pins['before']['pins_with_a_false_fail']} pins"
+    )
     schedule = result["default_schedule"]
     hours = ", ".join(
         f"{name} {_fmt(row['hours_to_all_pass'])}"
@@ -1321,6 +1506,7 @@ def run(
     only_faults: Sequence[str] | None = None,
     stress_budgets: Sequence[float] = STRESS_BUDGETS,
     stress_pairs: int | None = None,
+    pins_per_category: int | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     started = time.perf_counter()
@@ -1365,6 +1551,10 @@ def run(
         prefix_pairs=prefix_pairs,
         log=log,
     )
+    pins = pins_per_category or (500 if quick else 2_000)
+    log(f"drift pins: {pins} per category")
+    pins_result = drift_pins(samples["realistic"], config, pins=pins, seed=seed)
+    log(f"  {pins_result['pins_with_a_false_fail']} of {pins_result['pins']} with a false FAIL")
     log("default schedule")
     by_model = {
         model.name: default_schedule(model, seed=seed, config=config, cap_hours=schedule_cap_hours)
@@ -1376,6 +1566,7 @@ def run(
         "healthy": healthy,
         "budget_stress": stress,
         "faults": fault_result,
+        "drift_pins": pins_result,
         "default_schedule": schedule,
         "config": {
             "budget": config.budget.model_dump(),

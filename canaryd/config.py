@@ -191,6 +191,20 @@ class ScheduleConfig(_Section):
     pairs_per_cycle: int = Field(default=1, ge=1, le=1000)
     misfire_grace_s: float = Field(default=60.0, gt=0)
     gate_interval_s: float = Field(default=60.0, gt=0, description="seconds between gate runs")
+    max_pairs_per_minute: float | None = Field(
+        default=6.0,
+        gt=0,
+        description="while an enforce detector is past `speed_up_at` of its threshold, "
+        "pairs run at this rate (when faster than pair_interval_s) until it decides; "
+        "null: never faster. Above 60 / gates.budget.design_pair_interval_s it spends "
+        "more of the false-alarm budget than designed",
+    )
+    speed_up_at: float = Field(
+        default=0.25,
+        gt=0,
+        lt=1,
+        description="the share of a detector's threshold (CUSUM / h) that speeds pairs up",
+    )
     retention_interval_s: float = Field(default=3600.0, gt=0)
     heartbeat_interval_s: float = Field(default=10.0, gt=0)
     shutdown_timeout_s: float = Field(

@@ -24,7 +24,7 @@ when the leader is gone.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 import structlog
@@ -37,8 +37,10 @@ from canaryd.store import HistoryStore, SqlStore, Store
 from canaryd.switch import SwitchChange, SwitchService
 from gates import (
     Evaluation,
+    GateDecision,
     GateMode,
     GatesConfig,
+    GateState,
     ReferenceStats,
     SwitchMode,
     SwitchState,
@@ -54,6 +56,21 @@ log = structlog.get_logger(__name__)
 
 PRUNE_EVERY = timedelta(hours=1)  # how often old gate decisions are deleted
 CLOSE_WAIT_S = 2.0  # how long shutdown waits for a gate run in flight
+
+
+def suspicion(decisions: Sequence[GateDecision]) -> float:
+    """The largest progress (CUSUM statistic / threshold) of an enforce gate's detector
+    that has not FAILed: how close the evidence is to a decision nobody has made yet."""
+    return max(
+        (
+            check.detector.progress
+            for decision in decisions
+            if decision.enforced
+            for check in checks([decision])
+            if check.detector is not None and check.state is not GateState.FAIL
+        ),
+        default=0.0,
+    )
 
 
 def _may_pin(state: SwitchState) -> bool:
@@ -146,6 +163,9 @@ class SwitchGates:
         self._lock = threading.Lock()  # one evaluation at a time
         self._pruned_at: datetime | None = None
         self.last_change: SwitchChange | None = None
+        # The largest progress (CUSUM / h) of an enforce detector that has not decided,
+        # at the last gate run this daemon led; None while it follows (the pace of pairs).
+        self.suspicion: float | None = None
 
     @property
     def settings(self) -> Settings:
@@ -210,6 +230,7 @@ class SwitchGates:
             if self._lead():
                 self._evaluate(now)
             else:
+                self.suspicion = None
                 self.service.follow()
 
     @property
@@ -338,6 +359,7 @@ class SwitchGates:
             pairs=len(records),
             states={d.name: d.state.value for d in decisions},
         )
+        self.suspicion = suspicion(decisions)
         self.last_change = service.step_gates(now)
         self._evaluate_comparison_arms(store, now)
         if self._pruned_at is None or now - self._pruned_at >= PRUNE_EVERY:

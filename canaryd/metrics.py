@@ -286,6 +286,13 @@ class CanarydMetrics:
             (),
             "time() - canaryd_last_gate_run_success_timestamp_seconds > 300",
         )
+        self.pair_interval = self._gauge(
+            "canaryd_pair_interval_seconds",
+            "Seconds between pair cycles now: schedule.pair_interval_s, or less while an "
+            "enforce detector is past schedule.speed_up_at of its threshold.",
+            (),
+            "canaryd_pair_interval_seconds",
+        )
         self.heartbeat_timestamp = self._gauge(
             "canaryd_heartbeat_timestamp_seconds",
             "Unix time of the daemon's last heartbeat.",

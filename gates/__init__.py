@@ -6,7 +6,7 @@ Nothing here does I/O or reads the clock: the daemon passes the records, the con
 
 from gates.config import GatesConfig, SwitchPolicyConfig
 from gates.core import DetectorReading, GateDecision, GateMode, GateState
-from gates.drift import ReferenceStats, drift_gate, pin_reference
+from gates.drift import ReferenceStats, drift_gate, grow_references, pin_reference
 from gates.error_rate import error_gate
 from gates.evaluate import evaluate_all
 from gates.latency import latency_gate
@@ -44,6 +44,7 @@ __all__ = [
     "drift_gate",
     "error_gate",
     "evaluate_all",
+    "grow_references",
     "latency_gate",
     "liveness_gate",
     "pin_reference",

@@ -54,4 +54,10 @@ def detector_threshold(config: GatesConfig) -> float:
     return lorden_threshold(detector_arl0(config))
 
 
+def detector_budget(config: GatesConfig) -> float:
+    """Each detector's share of the budget, in false rollbacks per 30 days."""
+    return config.budget.false_rollbacks_per_30_days / detector_count(config)
+
+
 DEFAULT_ARL0 = detector_arl0(GatesConfig())
+DEFAULT_DETECTOR_BUDGET = detector_budget(GatesConfig())

@@ -160,8 +160,23 @@ class DriftGateConfig(GateConfigBase):
     pin_min_samples: int = Field(
         default=30, ge=2, description="pairs per category before its reference is pinned"
     )
+    pin_target_samples: int = Field(
+        default=200,
+        ge=2,
+        description="pairs per category a pin grows to (from its earliest healthy pairs) "
+        "before it is frozen; its mean's margin shrinks as 1/√n",
+    )
     sd_floor_fraction: float = Field(default=0.05, gt=0, description="of the reference mean")
     references: dict[str, ReferenceConfig] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _target_covers_minimum(self) -> DriftGateConfig:
+        if self.pin_target_samples < self.pin_min_samples:
+            raise ValueError(
+                f"pin_target_samples ({self.pin_target_samples}) must be at least "
+                f"pin_min_samples ({self.pin_min_samples})"
+            )
+        return self
 
 
 class SpeedupGateConfig(GateConfigBase):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from gates.budget import detector_arl0
+from gates.budget import detector_arl0, detector_budget
 from gates.config import GatesConfig
 from gates.core import GateDecision
 from gates.drift import ReferenceStats, drift_gate
@@ -51,5 +51,13 @@ def evaluate_all(
         speedup_gate(
             split, config.speedup, now=now, arl0=arl0, since=since, by_category=by_category
         ),
-        drift_gate(own, config.drift, now=now, references=references, arl0=arl0, since=since),
+        drift_gate(
+            own,
+            config.drift,
+            now=now,
+            references=references,
+            arl0=arl0,
+            budget_30d=detector_budget(config),
+            since=since,
+        ),
     ]

@@ -37,7 +37,7 @@ from canaryd.assembly import (
 from canaryd.config import Settings, load_settings
 from canaryd.daemon.buffer import PairWriter, PendingPairs
 from canaryd.daemon.probe import DatabaseProbe, health_report, max_stall_s, readiness_report
-from canaryd.daemon.scheduling import reschedule, start_scheduler
+from canaryd.daemon.scheduling import pace_cycles, reschedule, start_scheduler
 from canaryd.errors import CanarydError, DatabaseError, EngineError
 from canaryd.http import StatusServer
 from canaryd.logs import configure_logging
@@ -78,6 +78,12 @@ class GateHook(Protocol):
 
     def state_file_problem(self) -> str | None: ...
 
+    @property
+    def suspicion(self) -> float | None:
+        """The largest progress of an undecided enforce detector at the last gate run
+        this daemon led (None: not leading, or nothing evaluated)."""
+        ...
+
 
 class NoGates:
     """The default gate hook: nothing is evaluated."""
@@ -93,6 +99,10 @@ class NoGates:
 
     def role(self) -> str:
         return "none"
+
+    @property
+    def suspicion(self) -> float | None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +149,7 @@ class Daemon:
         self._probe: DatabaseProbe | None = None
         self._server: StatusServer | None = None
         self._scheduler: BackgroundScheduler | None = None
+        self._pair_interval_s = settings.schedule.pair_interval_s  # the pace now
         self._plan: _Plan | None = None
         self._engines: dict[str, Engine] = {}
         self._engines_loaded = False
@@ -352,6 +363,8 @@ class Daemon:
         )
 
     def _start_scheduler(self, settings: Settings) -> BackgroundScheduler:
+        self._pair_interval_s = settings.schedule.pair_interval_s
+        self.metrics.pair_interval.set(self._pair_interval_s)
         return start_scheduler(
             settings.schedule,
             cycle=self.run_cycle,
@@ -412,12 +425,12 @@ class Daemon:
             try:
                 if self._stopping.is_set() or self._plan is None:
                     return
-                interval = self._plan.settings.schedule.pair_interval_s
+                interval = self._pair_interval_s
                 ok = self._cycle(self._plan)
             except Exception:
                 # A bug in one cycle must not stop the soak; it is logged and counted.
                 log.exception("cycle.failed")
-                ok, interval = False, self.settings.schedule.pair_interval_s
+                ok, interval = False, self._pair_interval_s
             finally:
                 self._idle.set()
             self._last_cycle_at = self._progress_at = time.monotonic()
@@ -484,6 +497,37 @@ class Daemon:
         else:
             self.gate_failures = 0
             self.metrics.gate_run_finished(time.time(), ok=True)
+        self._pace()
+
+    def _pace(self) -> None:
+        """Adaptive pair rate: while an enforce detector is past `speed_up_at` of its
+        threshold and undecided, pairs run at `max_pairs_per_minute`, so that a suspected
+        fault is decided in minutes, not hours; back to `pair_interval_s` once it decides
+        (the evidence restarts) or fades."""
+        schedule = self.settings.schedule
+        interval = schedule.pair_interval_s
+        progress = self.gates.suspicion
+        if (
+            schedule.max_pairs_per_minute is not None
+            and progress is not None
+            and progress >= schedule.speed_up_at
+        ):
+            interval = min(interval, 60.0 / schedule.max_pairs_per_minute)
+        if interval == self._pair_interval_s:
+            return
+        log.info(
+            "schedule.pace",
+            pair_interval_s=interval,
+            was_s=self._pair_interval_s,
+            detector_progress=None if progress is None else round(progress, 3),
+            reason="an enforce detector is past speed_up_at of its threshold"
+            if interval < schedule.pair_interval_s
+            else "no undecided detector past speed_up_at",
+        )
+        self._pair_interval_s = interval
+        self.metrics.pair_interval.set(interval)
+        if self._scheduler is not None:
+            pace_cycles(self._scheduler, schedule, interval)
 
     def apply_retention(self) -> None:
         """The retention job: roll up and remove old rows."""
@@ -670,3 +714,5 @@ class Daemon:
         if scheduler is None or old.schedule == new.schedule:
             return
         reschedule(scheduler, new.schedule)
+        self._pair_interval_s = new.schedule.pair_interval_s
+        self.metrics.pair_interval.set(self._pair_interval_s)

@@ -17,6 +17,7 @@ __all__ = [
     "GATE_JOB",
     "HEARTBEAT_JOB",
     "RETENTION_JOB",
+    "pace_cycles",
     "reschedule",
     "start_scheduler",
 ]
@@ -85,3 +86,10 @@ def reschedule(scheduler: BackgroundScheduler, schedule: ScheduleConfig) -> None
     grace = _misfire_grace(schedule)
     for job_id in _JOBS:
         scheduler.modify_job(job_id, misfire_grace_time=grace)
+
+
+def pace_cycles(
+    scheduler: BackgroundScheduler, schedule: ScheduleConfig, interval_s: float
+) -> None:
+    """Run the pair cycle every `interval_s` (the adaptive pace), jitter as configured."""
+    scheduler.reschedule_job(CYCLE_JOB, trigger=_interval(interval_s, schedule.jitter_s))

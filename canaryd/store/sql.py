@@ -692,10 +692,14 @@ class SqlStore:
                     )
                 )
 
-    def unpin_drift_references(self) -> int:
-        """Forget every pinned reference (they are pinned again from healthy pairs)."""
+    def unpin_drift_references(self, categories: Collection[str] = ()) -> int:
+        """Forget the pinned references of `categories` under every arms configuration
+        (all when empty); they are pinned again from healthy pairs."""
+        query = delete(DriftReferenceRow)
+        if categories:
+            query = query.where(DriftReferenceRow.category.in_(list(categories)))
         with self._transaction("unpinning drift references") as session:
-            return int(getattr(session.execute(delete(DriftReferenceRow)), "rowcount", 0))
+            return int(getattr(session.execute(query), "rowcount", 0))
 
     def revision_window(self, arm: str, revision: str) -> RevisionWindow | None:
         """The evidence window of `revision` of `arm`; None when no request named it yet."""

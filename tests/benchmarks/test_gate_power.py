@@ -47,9 +47,14 @@ class TestGatePower:
             prefix_pairs=600,
             schedule_cap_hours=0.5,
             stress_budgets=(1e6, 10.0),
+            pins_per_category=3,
             log=lambda _: None,
         )
         json.dumps(result)
+        pins = result["drift_pins"]
+        assert pins["pins"] == 3 * len(pins["by_category"]) and pins["pin_target_samples"] == 200
+        assert 0 <= pins["pins_with_a_false_fail"] <= pins["pins"]
+        assert pins["false_fail_per_category_30d_upper95"] > pins["false_fail_per_category_30d"]
         assert set(result["healthy"]) == {"realistic", "embedded_fit"}
         for row in result["healthy"].values():
             assert row["simulated_pairs"] == 1200

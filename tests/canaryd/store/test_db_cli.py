@@ -100,3 +100,30 @@ class TestBadUrls:
         assert "cannot connect to PostgreSQL at 127.0.0.1:1" in line
         assert "check that the server is running" in line
         assert "hunter2" not in line
+
+
+class TestDbRepin:
+    def test_repin_forgets_the_named_category_then_the_rest(self, database_url: str) -> None:
+        """`db repin --category code` forgets code's pins only; `db repin` the rest."""
+        from datetime import UTC, datetime
+
+        from canaryd.store import SqlStore
+        from gates import ReferenceStats
+
+        pin = ReferenceStats(2.0, 0.6, 30, 0.6, 0.3)
+        with SqlStore.open(database_url, create=True) as store:
+            store.pin_drift_references({"code": pin, "qa": pin}, datetime.now(UTC), "arms")
+        one = runner.invoke(app, ["db", "repin", "--category", "code", "--url", database_url])
+        assert one.exit_code == 0, one.output
+        assert "1 drift pin(s) forgotten (code)" in one.stdout
+        every = runner.invoke(app, ["db", "repin", "--url", database_url])
+        assert every.exit_code == 0, every.output
+        assert "1 drift pin(s) forgotten (every category)" in every.stdout
+        with SqlStore.open(database_url) as store:
+            assert store.drift_references("arms") == {}
+
+    def test_repin_on_an_empty_database_is_one_clear_line(self, tmp_path: Path) -> None:
+        url = f"sqlite:///{tmp_path / 'none.db'}"
+        result = runner.invoke(app, ["db", "repin", "--url", url])
+        assert result.exit_code == 2
+        assert "canaryd db upgrade" in error_line(result.stderr)

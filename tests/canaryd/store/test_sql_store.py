@@ -20,6 +20,7 @@ from canaryd.errors import DatabaseError
 from canaryd.store import SqlStore, Store, head_revision, schema_problem
 from canaryd.store.database import make_engine
 from engine.types import AcceptanceSource, SpeculativeStats
+from gates import ReferenceStats
 from gates.records import PairRecord, Prompt, RunInfo
 
 T0 = datetime(2025, 11, 29, 12, 0, 0, 123456, tzinfo=UTC)
@@ -451,6 +452,31 @@ class TestDatabaseGoesAway:
         assert killed
         store.save_pair(second)
         assert store.pairs() == [first, second]
+
+
+class TestDriftPins:
+    """Pins are kept, grown only by larger ones, and forgotten per category (issue #23)."""
+
+    def test_a_pin_is_kept_unless_replaced_by_one_from_more_pairs(self, store: SqlStore) -> None:
+        young = ReferenceStats(2.0, 0.6, 30, 0.6, 0.3)
+        grown = ReferenceStats(2.1, 0.5, 200, 0.65, 0.25)
+        store.pin_drift_references({"code": young}, T0, "arms-a")
+        store.pin_drift_references({"code": grown}, T0, "arms-a")  # not replace: kept
+        assert store.drift_references("arms-a") == {"code": young}
+        store.pin_drift_references({"code": grown}, T0, "arms-a", replace=True)
+        assert store.drift_references("arms-a") == {"code": grown}
+        store.pin_drift_references({"code": young}, T0, "arms-a", replace=True)  # never shrinks
+        assert store.drift_references("arms-a") == {"code": grown}
+        assert store.drift_references("arms-b") == {}
+
+    def test_repin_forgets_one_category_or_all(self, store: SqlStore) -> None:
+        pin = ReferenceStats(2.0, 0.6, 30, 0.6, 0.3)
+        store.pin_drift_references({"code": pin, "qa": pin}, T0, "arms-a")
+        store.pin_drift_references({"code": pin}, T0, "arms-b")
+        assert store.unpin_drift_references(["code"]) == 2
+        assert store.drift_references("arms-a") == {"qa": pin}
+        assert store.unpin_drift_references() == 1
+        assert store.drift_references("arms-a") == {}
 
 
 class TestRevisionWindows:
