@@ -713,7 +713,7 @@ def faults(drift_rate: float) -> list[Fault]:
             "acceptance",
             {"acceptance_rate_by_category": {DRIFT_CATEGORY: drift_rate}},
         ),
-        Fault("latency_p99_x1.5", "e2e", {"latency_factor": 1.5}),
+        Fault("latency_x1.5", "e2e", {"latency_factor": 1.5}),
         Fault("errors_5pct", "error", {"error_rate": 0.05}),
         Fault("corruption_3pct", "mismatch", {"corrupt_rate": 0.03}),
         Fault("mismatch_80pct", "mismatch", {"corrupt_rate": 0.8}),

@@ -3,7 +3,7 @@
 One budget (`gates.budget`, default 0.1 false rollbacks per 30 days at one pair every
 10 s) is split equally between the sequential detectors of the enforce gates: the error
 gate's paired and ceiling detectors, per latency metric one on the median ratio and one
-per quantile (and one per SLO), the
+per quantile (and one per SLO and per regression metric), the
 quality gate's mismatch, score, loop and distribution detectors (the last split again
 between its six one-sided CUSUMs, gates/distribution.py), the speedup detector and the drift
 gate (whose share is split again between the monitored categories). False-alarm rates
@@ -32,7 +32,7 @@ def detector_count(config: GatesConfig) -> int:
         count += 2
     if enforced(config.latency):
         count += len(config.latency.metrics) * (1 + len(config.latency.quantiles))
-        count += len(config.latency.slos)
+        count += len(config.latency.slos) + len(config.latency.regression_metrics)
     if enforced(config.quality):
         count += 4
     if enforced(config.speedup):

@@ -85,6 +85,21 @@ class LatencyGateConfig(GateConfigBase):
     )
     bootstrap_resamples: int = Field(default=1000, ge=100)
     bootstrap_seed: int = 0
+    max_regression: float = Field(
+        default=0.10,
+        gt=0,
+        lt=1,
+        description="the regression check: the arm's typical paired ratio may rise this "
+        "much above its own healthy ratio, pinned from the first regression_pin_pairs "
+        "pairs of the evidence (an arm 25 % faster than its baseline that turns 1.5× "
+        "slower stays inside max_ratio; this check catches it)",
+    )
+    regression_metrics: tuple[LatencyMetric, ...] = Field(
+        default=("e2e",), description="metrics with a regression check (each one detector)"
+    )
+    regression_pin_pairs: int = Field(
+        default=200, ge=10, description="pairs that pin the arm's healthy ratio"
+    )
 
     @model_validator(mode="after")
     def _quantiles_in_range(self) -> LatencyGateConfig:
@@ -97,7 +112,11 @@ class LatencyGateConfig(GateConfigBase):
 
 class ErrorGateConfig(GateConfigBase):
     max_excess_rate: float = Field(
-        default=0.01, ge=0, lt=1, description="speculative minus baseline error rate tolerated"
+        default=0.005,
+        ge=0,
+        lt=1,
+        description="speculative-only minus baseline-only failure rate tolerated (a "
+        "mechanism that should add no failures at all)",
     )
     max_error_rate: float = Field(
         default=0.02, gt=0, lt=0.5, description="absolute ceiling on the speculative error rate"

@@ -9,8 +9,9 @@ nothing about the speculative arm (a shared outage) and are left out of both.
   a speculative arm failing a third of its requests decides in tens of pairs, not
   hundreds). An excess within the tolerance pushes the statistic down, never up.
   PASS when the paired excess (speculative-only minus baseline-only rate) has an upper
-  bound — the speculative-only rate's Clopper–Pearson upper bound minus the
-  baseline-only rate's lower bound — within `max_excess_rate`.
+  bound within `max_excess_rate`: the Bonett–Price adjusted Wald bound for a difference
+  of paired proportions (one cell added to each discordant count), which uses the
+  pairing — a bound from the two rates' separate intervals needs about twice the pairs.
 - ceiling: a Bernoulli CUSUM on speculative failures among pairs whose baseline
   succeeded, Bernoulli(`alarm_factor` × `max_error_rate`, and 4× and 16× that) against
   Bernoulli(`max_error_rate`); PASS when the Clopper–Pearson upper bound is under the
@@ -20,8 +21,11 @@ A timeout, an HTTP error, an OOM or an invalid response all count as errors.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import datetime
+
+from scipy.stats import norm
 
 from gates.budget import DEFAULT_ARL0
 from gates.config import ErrorGateConfig
@@ -56,11 +60,10 @@ def error_gate(
     _, baseline_upper = clopper_pearson(baseline_only, n, CALIBRATION_CONFIDENCE)
     speculative_only = sum(1 for r in judged if not r.speculative.ok)
     excess = (speculative_only - baseline_only) / n
-    # Bounds on the paired excess from the two rates' Clopper–Pearson bounds (each at
-    # `confidence`): conservative, and exact on small windows where a normal bound is not.
-    spec_lower, spec_upper = clopper_pearson(speculative_only, n, config.confidence)
-    base_lower, base_upper = clopper_pearson(baseline_only, n, config.confidence)
-    excess_bounds = (excess, spec_lower - base_upper, spec_upper - base_lower)
+    excess_bounds = (
+        excess,
+        *paired_difference_bounds(speculative_only, baseline_only, n, config.confidence),
+    )
     # The edge of acceptable: the baseline's own rate (its upper bound) plus the excess
     # tolerated; the alarm is for `alarm_factor` times that.
     p0 = min(max(baseline_upper, _RATE_FLOOR) + config.max_excess_rate, 0.5)
@@ -95,3 +98,19 @@ def error_gate(
         statistic="speculative error rate where the baseline succeeded",
     )
     return combined(NAME, config, window, now, [paired, ceiling])
+
+
+def paired_difference_bounds(
+    first_only: int, second_only: int, n: int, confidence: float
+) -> tuple[float, float]:
+    """One-sided lower and upper bounds, each at `confidence`, on P(first only) −
+    P(second only) from n pairs (Bonett & Price 2012, adjusted Wald for paired data:
+    p̃ = (count + 1) / (n + 2) for each discordant cell, var = (p̃1 + p̃2 − (p̃1 − p̃2)²)
+    / (n + 2)); clipped to [−1, 1]."""
+    if n <= 0:
+        return -1.0, 1.0
+    p1 = (first_only + 1) / (n + 2)
+    p2 = (second_only + 1) / (n + 2)
+    difference = p1 - p2
+    half = float(norm.ppf(confidence)) * math.sqrt(max(p1 + p2 - difference**2, 0.0) / (n + 2))
+    return max(difference - half, -1.0), min(difference + half, 1.0)

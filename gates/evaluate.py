@@ -44,7 +44,14 @@ def evaluate_all(
     return [
         liveness_gate(records, config.liveness, now=now),
         error_gate(records, config.error, now=now, arl0=arl0, since=since),
-        latency_gate(records, config.latency, now=now, arl0=arl0, since=since),
+        latency_gate(
+            records,
+            config.latency,
+            now=now,
+            arl0=arl0,
+            budget_30d=detector_budget(config),
+            since=since,
+        ),
         quality_gate(
             split, config.quality, now=now, arl0=arl0, since=since, by_category=by_category
         ),

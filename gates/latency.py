@@ -32,11 +32,20 @@ import math
 from collections.abc import Sequence
 from datetime import datetime
 
+from scipy.stats import chi2, norm
+
 from engine.types import GenerationResult
-from gates.budget import DEFAULT_ARL0
+from gates.budget import DEFAULT_ARL0, DEFAULT_DETECTOR_BUDGET
 from gates.config import LatencyGateConfig, LatencyMetric
 from gates.core import GateDecision, GateState
-from gates.detectors import bernoulli_increments, cusum_note, reading, sequential_state
+from gates.detectors import (
+    CALIBRATION_CONFIDENCE,
+    bernoulli_increments,
+    cusum_note,
+    reading,
+    sequential_state,
+)
+from gates.drift import pin_alpha, pin_margin
 from gates.records import PairRecord
 from gates.sequential import (
     GROSS_MIN_VALUES,
@@ -107,10 +116,12 @@ def latency_gate(
     *,
     now: datetime,
     arl0: float = DEFAULT_ARL0,
+    budget_30d: float = DEFAULT_DETECTOR_BUDGET,
     since: datetime | None = None,
 ) -> GateDecision:
     """FAIL when a tail-exceedance detector alarms; PASS when every ratio's and SLO's
-    upper bound is within its limit."""
+    upper bound is within its limit. `budget_30d` is a detector's share of the budget
+    (false rollbacks per 30 days): the regression check's pin may spend half of it."""
     window = select(records, config, now, since)
     complete = [r for r in window.records if r.complete]
     if not complete:
@@ -131,6 +142,12 @@ def latency_gate(
         components.append(_median(config, window, now, metric, paired, h))
         for q in config.quantiles:
             components.append(_ratio(config, window, now, metric, q, paired, h))
+        if metric in config.regression_metrics:
+            regression = _regression(config, window, now, metric, paired, h, budget_30d)
+            if isinstance(regression, str):
+                skipped.append(regression)
+            else:
+                components.append(regression)
     for slo in config.slos:
         values = [v for r in complete if (v := _metric(r.speculative, slo.metric)) is not None]
         if not values:
@@ -206,6 +223,97 @@ def _median(
         f"(chart {chart + 1} of {len(factors)}), log-ratio scale {sigma:.3f}",
         detector=reading(cusum, h),
     )
+
+
+def _regression(
+    config: LatencyGateConfig,
+    window: Window,
+    now: datetime,
+    metric: LatencyMetric,
+    paired: list[tuple[float, float]],
+    h: float,
+    budget_30d: float,
+) -> GateDecision | str:
+    """Has the arm slowed down against itself? The first `regression_pin_pairs` pairs of
+    the evidence (the window since the last transition, oldest first) pin the arm's
+    healthy typical log ratio m̂ and its robust scale; the pairs after them feed a bank of
+    Gaussian CUSUMs from m0 = m̂ + a pin margin (the pin's own error, as drift's pins:
+    gates.drift.pin_margin) to m0 + log(1 + `max_regression`) and to 4× that shift,
+    values clipped three scales below m0 and one above the alternative. PASS when the
+    later pairs' median log ratio less m̂ has an upper bound (both medians' standard
+    errors) within log(1 + `max_regression`).
+    Replayable from the window alone: no stored state. A string (why it is not judged
+    yet) while the pin is not complete."""
+    name = f"{NAME}.{metric}.regression"
+    pin = config.regression_pin_pairs
+    logs = [math.log(s / b) for b, s in paired]
+    if len(logs) < pin + GROSS_MIN_VALUES:
+        return f"{metric} regression: pinning the arm's own ratio ({len(logs)} of {pin} pairs)"
+    reference, later = logs[:pin], logs[pin:]
+    centre = quantile(reference, 0.5)
+    assert centre is not None
+    chi = math.sqrt((pin - 1) / float(chi2.ppf(1.0 - CALIBRATION_CONFIDENCE, pin - 1)))
+    raw = _robust_scale(reference)
+    sigma = raw * chi
+    se = _MEDIAN_SE * sigma / math.sqrt(pin)
+    shift = math.log(1.0 + config.max_regression)
+    horizon = arl0_horizon(h, budget_30d)
+    margin = float(pin_margin(se, chi, shift, h + math.log(2.0), horizon, pin_alpha(budget_30d, 1)))
+    m0 = centre + margin
+    charts = []
+    for size in (shift, 4.0 * shift):
+        # A chart's scale is at least its shift / GROSS_SEPARATION and values are clipped
+        # one scale past its alternative, so one pair earns at most 7.5 nats: a stall on
+        # the speculative arm, or two in a row, cannot decide alone (a steady arm has a
+        # small scale, and the Gaussian model knows nothing of stalls).
+        scale = max(sigma, size / GROSS_SEPARATION)
+        clipped = [min(max(x, m0 - 3.0 * scale), m0 + size + scale) for x in later]
+        charts.append(gaussian_llr(clipped, m0, m0 + size, scale))
+    cusum, chart, h = cusum_bank(charts, h)
+    middle = quantile(later, 0.5)
+    assert middle is not None
+    rise = middle - centre
+    later_se = _MEDIAN_SE * max(_robust_scale(later), _MIN_LOG_SCALE) / math.sqrt(len(later))
+    z = float(norm.ppf(config.confidence))
+    upper = rise + z * math.sqrt(later_se**2 + se**2)
+    state = sequential_state(
+        cusum,
+        h,
+        len(later),
+        config.min_samples,
+        passed=upper <= shift,
+        warned=rise > shift,
+    )
+    return decision(
+        name,
+        config,
+        window,
+        now,
+        state=state,
+        statistic=f"{metric} typical paired ratio against the arm's own pinned ratio",
+        n_baseline=len(later),
+        n_speculative=len(later),
+        estimate=math.exp(rise),
+        lower=None,
+        upper=math.exp(upper),
+        threshold=1.0 + config.max_regression,
+        detail=f"{metric} regression: typical ratio {math.exp(middle):.3f} vs its pinned "
+        f"{math.exp(centre):.3f} (first {pin} pairs), ×{math.exp(rise):.3f} "
+        f"(upper {math.exp(upper):.3f}) vs max ×{1.0 + config.max_regression:g}; "
+        f"{cusum_note(cusum, h)} from ×{math.exp(margin):.3f} (pin margin) to "
+        f"×{math.exp(margin + (shift, 4.0 * shift)[chart]):.3f} of the pin "
+        f"(chart {chart + 1} of 2), log-ratio scale {sigma:.3f}",
+        detector=reading(cusum, h),
+    )
+
+
+def arl0_horizon(h: float, budget_30d: float) -> float:
+    """Pairs per 30 days at the design rate: a detector's ARL0 (e^h) × its budget share."""
+    return math.exp(h) * budget_30d
+
+
+# The standard error of a sample median, in sds of a normal core: sqrt(π / 2).
+_MEDIAN_SE = math.sqrt(math.pi / 2.0)
 
 
 def _robust_scale(values: list[float]) -> float:

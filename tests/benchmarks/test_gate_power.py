@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 FAULTS = (
     "drift_30pct_one_category",
-    "latency_p99_x1.5",
+    "latency_x1.5",
     "errors_5pct",
     "corruption_3pct",
     "mismatch_80pct",

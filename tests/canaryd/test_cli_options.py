@@ -21,12 +21,12 @@ EXPECTED = {
     "config": {
         "run", "once", "bench", "judge", "report", "status", "gates", "audit",
         "switch status", "switch rollback", "switch restore", "switch auto",
-        "db upgrade", "db current",
+        "db upgrade", "db current", "db repin",
     },
     "url": {
         "report", "status", "gates", "audit",
         "switch status", "switch rollback", "switch restore", "switch auto",
-        "db upgrade", "db current",
+        "db upgrade", "db current", "db repin",
     },
     "since": {"report", "audit"},
 }  # fmt: skip
