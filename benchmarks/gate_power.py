@@ -26,6 +26,14 @@ Noise models (both arms draw independently):
   real prompt lookup would find nothing to draft, which makes its low-acceptance
   requests slower than the real engine's: its TPOT and e2e tails are pessimistic.
 
+- `deployment_bf16`: the realistic arms on a bf16 GPU deployment (`DeploymentNoise`):
+  a diurnal load and a queueing delay shared by both arms of a pair (within-pair
+  correlated TTFT and e2e), error bursts (1 in 5,000 pairs, ~30 pairs long, each arm
+  failing alone 30 % of the time inside) and 0.2 % timeouts per arm, and numeric-tie
+  divergence on 3 % of greedy pairs (margin under half `tie_margin_nats`). Healthy runs
+  only, at the production budget; the `greedy_verify_bf16` fault (30 % real divergences)
+  is injected into it. Sampled pairs are not modelled.
+
 Reported (JSON with `--out`, a table on stdout):
 - healthy: per model, trips of the switch over many healthy pairs. A full evaluation of
   the 5,000-pair window is costly, so all gates are evaluated every half of the shortest
@@ -84,6 +92,21 @@ Reported (JSON with `--out`, a table on stdout):
     baseline e2e) from the healthy run (Gaussian KDE) against the same shifted by
     log 1.5, which is exactly what `latency_factor` does; for drift Gaussians with the
     means and sds of large healthy and faulty samples of the category.
+- per fault, besides the above: `canaryd_pairs_ci95` (a distribution-free interval for
+  the median over seeds, with its coverage: 95 % needs 6 seeds), `oracle_at_tolerance_pairs`
+  (= `optimal_within_tolerance_pairs`), `kayenta_tolerant_pairs_median` (the same
+  Kayenta-style judge that also needs the effect past canaryd's own tolerance, as
+  Kayenta's allowedIncrease / allowedDecrease: acceptance below 1 − `max_relative_drop`,
+  e2e above 1 + `max_regression`, errors above the baseline's + `max_excess_rate`,
+  mismatches above `max_mismatch_rate`; best W), and `canaryd_minutes_default_schedule`
+  (the median over seeds of the wall-clock minutes on the shipped schedule: 30 s a pair
+  until the first screened evaluation at which an undecided enforce detector is past
+  `speed_up_at`, then `max_pairs_per_minute` — the adaptive pace).
+- drift_pins: the false drift FAILs the pins themselves cause (`drift_pins`): per
+  category 600 (`--quick`) or 5,000 pins of healthy acceptance lengths, each grown from 30
+  to 200 pairs and followed for the category's 30 days of pairs; the rate per category
+  and its 95 % bound against the category's budget share, and the same draws judged the
+  old way (a 30-pair pin taken as exact).
 - default_schedule: per model, a healthy daemon at the default pair interval (30 s) with
   gates every 60 s from an empty store, references pinned as the daemon pins them: hours
   until the first evaluation at which every enforce gate PASSes (`hours_to_all_pass` at
@@ -120,13 +143,13 @@ import structlog
 from scipy.stats import chi2, gaussian_kde, mannwhitneyu
 
 from canaryd.config import ScheduleConfig
-from canaryd.gating import window_bounds
+from canaryd.gating import suspicion, window_bounds
 from canaryd.runner import PairParams, PairRunner
 from canaryd.sampling import StratifiedSampler
 from canaryd.suites import load_default_suites
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
-from engine.types import GenerationRequest, SamplingParams
+from engine.types import ErrorKind, GenerationRequest, GenerationResult, SamplingParams
 from gates import (
     DetectorReading,
     Evaluation,
@@ -192,11 +215,85 @@ EMBEDDED_ACCEPTANCE_RATE = {
 
 
 @dataclass(frozen=True)
+class DeploymentNoise:
+    """What a real GPU deployment adds to every pair, applied to the runner's records:
+    a diurnal load (1 + `diurnal` × sin over 24 h of simulated time) and a queueing delay
+    shared by both arms of a pair (exponential, mean `queue_s` × load, added to TTFT and
+    e2e: within-pair correlated); error bursts (entered with probability `burst_rate` per
+    pair, `burst_pairs` long on average, each arm failing alone with probability
+    `burst_failure` inside); timeouts on `timeout_rate` of each arm's requests; and on
+    `tie_rate` of the greedy pairs whose outputs agreed, a numeric-tie divergence (bf16
+    kernels picking the other of two nearly tied tokens: margin below half of
+    `quality.tie_margin_nats`). Sampled pairs are not modelled."""
+
+    diurnal: float = 0.4
+    queue_s: float = 0.05
+    burst_rate: float = 1.0 / 5_000
+    burst_pairs: float = 30.0
+    burst_failure: float = 0.3
+    timeout_rate: float = 0.002
+    tie_rate: float = 0.03
+    tie_margin_nats: float = 0.1
+
+
+class _Deployed:
+    """A `DeploymentNoise` applied pair by pair with its own seeded generator."""
+
+    def __init__(self, noise: DeploymentNoise, seed: int) -> None:
+        self.noise = noise
+        self.rng = random.Random(seed * 104_729 + 17)
+        self.burst_left = 0
+
+    def _fail(self, result: GenerationResult, kind: ErrorKind, e2e: float) -> GenerationResult:
+        return GenerationResult.failed(kind, "deployment noise", e2e, result.prompt_tokens)
+
+    def _delay(self, result: GenerationResult, delay: float) -> GenerationResult:
+        if not result.ok:
+            return result
+        ttft = None if result.ttft_s is None else result.ttft_s + delay
+        return replace(result, ttft_s=ttft, e2e_s=result.e2e_s + delay)
+
+    def apply(self, record: PairRecord) -> PairRecord:
+        noise, rng = self.noise, self.rng
+        seconds = (record.started_at - T0).total_seconds()
+        load = 1.0 + noise.diurnal * math.sin(2.0 * math.pi * seconds / 86_400.0)
+        delay = rng.expovariate(1.0 / (noise.queue_s * load))
+        arms = [self._delay(record.baseline, delay), self._delay(record.speculative, delay)]
+        if self.burst_left == 0 and rng.random() < noise.burst_rate:
+            self.burst_left = max(1, round(rng.expovariate(1.0 / noise.burst_pairs)))
+        in_burst = self.burst_left > 0
+        self.burst_left = max(0, self.burst_left - 1)
+        for i, arm in enumerate(arms):
+            if not arm.ok:
+                continue
+            if in_burst and rng.random() < noise.burst_failure:
+                arms[i] = self._fail(arm, ErrorKind.HTTP, arm.e2e_s)
+            elif rng.random() < noise.timeout_rate:
+                arms[i] = self._fail(arm, ErrorKind.TIMEOUT, 60.0)
+        scores = record.scores if all(a.ok for a in arms) else None
+        if (
+            scores is not None
+            and scores.exact_match
+            and record.temperature <= 0.0
+            and rng.random() < noise.tie_rate
+        ):
+            tokens = max(1, record.speculative.output_tokens)
+            scores = replace(
+                scores,
+                exact_match=False,
+                first_divergence=rng.randrange(tokens),
+                divergence_margin=rng.uniform(0.0, noise.tie_margin_nats / 2.0),
+            )
+        return replace(record, baseline=arms[0], speculative=arms[1], scores=scores)
+
+
+@dataclass(frozen=True)
 class NoiseModel:
     name: str
     baseline: FakeEngineConfig
     speculative: FakeEngineConfig
     params: PairParams = field(default_factory=PairParams)
+    deployment: DeploymentNoise | None = None
 
     def with_speculative(self, **update: Any) -> NoiseModel:
         return replace(self, speculative=self.speculative.model_copy(update=update))
@@ -206,6 +303,18 @@ def realistic() -> NoiseModel:
     arm = FakeEngineConfig(latency_sigma=0.5, tail_rate=0.02, tail_factor=5.0, error_rate=0.01)
     return NoiseModel(
         "realistic", arm, arm.model_copy(update={"speculative": True, "acceptance_sd": 0.15})
+    )
+
+
+def deployment_bf16() -> NoiseModel:
+    """The realistic arms on a bf16 GPU deployment (`DeploymentNoise`): correlated
+    queueing, diurnal load, error bursts and timeouts, numeric-tie divergence on 3 % of
+    greedy pairs."""
+    model = realistic()
+    return replace(
+        model,
+        name="deployment_bf16",
+        deployment=DeploymentNoise(tie_margin_nats=GatesConfig().quality.tie_margin_nats),
     )
 
 
@@ -256,12 +365,18 @@ class PairStream:
         self.sampler = StratifiedSampler(default_prompts(), weights=weights, seed=seed)
         self.spacing = timedelta(seconds=spacing_s)
         self.index = first
+        self.deployed = (
+            _Deployed(model.deployment, seed + first) if model.deployment is not None else None
+        )
 
     def take(self, n: int) -> list[PairRecord]:
         out = []
         for _ in range(n):
             record = self.runner.run_pair(self.sampler.next())
-            out.append(replace(record, started_at=T0 + self.index * self.spacing))
+            record = replace(record, started_at=T0 + self.index * self.spacing)
+            if self.deployed is not None:
+                record = self.deployed.apply(record)
+            out.append(record)
             self.index += 1
         return out
 
@@ -704,6 +819,7 @@ class Fault:
     name: str
     metric: str  # what the Kayenta judge and the oracle watch
     update: dict[str, Any]
+    base: str = "realistic"  # the noise model the fault is injected into
 
 
 def faults(drift_rate: float) -> list[Fault]:
@@ -717,6 +833,9 @@ def faults(drift_rate: float) -> list[Fault]:
         Fault("errors_5pct", "error", {"error_rate": 0.05}),
         Fault("corruption_3pct", "mismatch", {"corrupt_rate": 0.03}),
         Fault("mismatch_80pct", "mismatch", {"corrupt_rate": 0.8}),
+        # A real verify bug on a bf16 deployment whose greedy pairs already diverge on
+        # numeric ties (3 %): 30 % real divergences on top of them.
+        Fault("greedy_verify_bf16", "mismatch", {"corrupt_rate": 0.3}, base="deployment_bf16"),
     ]
 
 
@@ -755,8 +874,11 @@ def canaryd_pairs_to_trip(
     *,
     screen: int,
     every: int = 6,
-) -> tuple[int | None, str | None, int]:
-    """(pairs from the onset to the trip, the tripping gate, evaluations run)."""
+) -> tuple[int | None, str | None, int, int | None]:
+    """(pairs from the onset to the trip, the tripping gate, evaluations run, the first
+    screened evaluation at which an undecided enforce detector was past the schedule's
+    `speed_up_at`: where the daemon's adaptive pace would have sped pairs up — a
+    screened point, so never earlier than the daemon would)."""
     longest = _longest(config)
     screen = max(every, screen // every * every)
     state = SwitchState()
@@ -778,9 +900,13 @@ def canaryd_pairs_to_trip(
         decision = liveness_gate(window, config.liveness, now=window[-1].started_at)
         return decision.enforced and decision.state is GateState.FAIL
 
+    speed_up_at = ScheduleConfig().speed_up_at
+    faster: int | None = None
     end = screen
     while end <= stream.cap:
         screened = evaluate(end)
+        if faster is None and suspicion(screened.decisions) >= speed_up_at:
+            faster = end
         points = range(end - screen + every, end + 1, every)
         hot = bool(alarms(screened.decisions, SCREEN_MARGIN)) or any(live_failed(n) for n in points)
         for n in points if hot else [end]:
@@ -788,9 +914,9 @@ def canaryd_pairs_to_trip(
             history.append(evaluation)
             state = step(state, history[-20:], config.policy, now=evaluation.at).state
             if state.mode is SwitchMode.ROLLED_BACK:
-                return n, state.actor.removeprefix("gate:"), evaluations
+                return n, state.actor.removeprefix("gate:"), evaluations, faster
         end += screen
-    return None, None, evaluations
+    return None, None, evaluations, faster
 
 
 def _metric_values(fault: Fault, records: Sequence[PairRecord]) -> tuple[list[float], list[float]]:
@@ -817,6 +943,13 @@ def _metric_values(fault: Fault, records: Sequence[PairRecord]) -> tuple[list[fl
     return [float(not s.exact_match) for s in greedy], [0.0] * len(greedy)
 
 
+def _real_divergence(record: PairRecord) -> bool:
+    """A greedy divergence that is not a numeric tie (the quality gate's own rule)."""
+    scores = record.scores
+    margin = GatesConfig().quality.tie_margin_nats
+    return scores is not None and not scores.exact_match and not scores.tie(margin)
+
+
 def kayenta_phase(seed: int, width: int) -> int:
     """Where the fault falls in the judge's first window: the judge runs on its own clock
     and cannot know when a fault will start, so the onset is uniform within a window."""
@@ -831,10 +964,13 @@ def kayenta_pairs(
     width: int,
     alpha: float,
     phase: int,
+    tolerance: Callable[[list[float], list[float]], bool] | None = None,
 ) -> int | None:
     """End of the first fixed window of `width` pairs whose Mann–Whitney U test rejects at
     `alpha`, in pairs from the onset (None: not within the cap). The windows tile the run
-    with the onset `phase` pairs into the first one, which holds healthy pairs before it."""
+    with the onset `phase` pairs into the first one, which holds healthy pairs before it.
+    With `tolerance` (Kayenta's allowedIncrease / allowedDecrease on the effect size), a
+    window counts only when the effect is also past the tolerance."""
     before = list(prefix[len(prefix) - phase :]) if phase else []
     for end in range(width, stream.cap + phase + 1, width):
         window = [*before, *stream.upto(end - phase)][end - width : end]
@@ -845,9 +981,34 @@ def kayenta_pairs(
         if len(set(canary) | set(comparison)) == 1:
             continue  # identical samples: nothing to reject
         p = float(mannwhitneyu(canary, comparison, alternative="two-sided").pvalue)
-        if p < alpha:
+        if p < alpha and (tolerance is None or tolerance(canary, comparison)):
             return end - phase
     return None
+
+
+def kayenta_tolerance(
+    fault: Fault, config: GatesConfig
+) -> Callable[[list[float], list[float]], bool]:
+    """The effect a tolerant Kayenta-style judge needs besides significance, at canaryd's
+    own tolerance (Kayenta's MannWhitneyClassifier: the mean ratio past allowedIncrease
+    / allowedDecrease): acceptance below 1 − `max_relative_drop` of its healthy mean; e2e
+    above 1 + `max_regression` of it; a speculative error rate above the baseline's plus
+    `max_excess_rate`; a mismatch rate above `max_mismatch_rate`."""
+
+    def mean(values: list[float]) -> float:
+        return statistics.fmean(values) if values else 0.0
+
+    if fault.metric == "acceptance":
+        keep = 1.0 - config.drift.max_relative_drop
+        return lambda canary, comparison: mean(canary) < keep * mean(comparison)
+    if fault.metric == "e2e":
+        allowed = 1.0 + config.latency.max_regression
+        return lambda canary, comparison: mean(canary) > allowed * mean(comparison)
+    if fault.metric == "error":
+        excess = config.error.max_excess_rate
+        return lambda canary, comparison: mean(canary) > mean(comparison) + excess
+    limit = config.quality.max_mismatch_rate
+    return lambda canary, comparison: mean(canary) > limit
 
 
 @dataclass(frozen=True)
@@ -872,7 +1033,7 @@ def oracle_for(fault: Fault, healthy: HealthySample, drift_after: list[float]) -
         p1 = float(fault.update["corrupt_rate"])
         miss = math.log(1.0 - p1)
         return Oracle(
-            lambda r: 0.0 if r.scores is None else (math.inf if not r.scores.exact_match else miss),
+            lambda r: 0.0 if r.scores is None else (math.inf if _real_divergence(r) else miss),
             f"greedy mismatch 0 -> {p1:g}: exact likelihood ratio (a mismatch is impossible "
             "before the change, so the first one alarms; each match adds log(1 - p1))",
         )
@@ -933,7 +1094,7 @@ def edge_oracle_for(fault: Fault, healthy: HealthySample, config: GatesConfig) -
             lambda r: (
                 0.0
                 if r.scores is None or r.temperature > 0.0
-                else (hit if not r.scores.exact_match else miss)
+                else (hit if _real_divergence(r) else miss)
             ),
             f"Bernoulli greedy mismatch {p0:g} (the tolerance) -> {p1:g}",
         )
@@ -988,7 +1149,7 @@ def oracle_pairs(oracle: Oracle, stream: FaultStream, h: float) -> int | None:
     return None
 
 
-def _median(values: Sequence[int | None]) -> float | None:
+def _median(values: Sequence[int | float | None]) -> float | None:
     """Median with a censored run (None) counted as longer than any detection."""
     ordered = sorted(values, key=lambda v: math.inf if v is None else v)
     keyed = [math.inf if v is None else float(v) for v in ordered]
@@ -1021,36 +1182,57 @@ def fault_runs(
     chosen = [f for f in faults(drift_rate) if only is None or f.name in only]
     after: dict[str, HealthySample] = {f.name: HealthySample() for f in chosen}
     results: dict[str, dict[str, Any]] = {
-        f.name: {"canaryd": [], "tripped_by": [], "oracle": [], "edge_oracle": [], "evaluations": 0}
+        f.name: {
+            "canaryd": [],
+            "tripped_by": [],
+            "oracle": [],
+            "edge_oracle": [],
+            "minutes": [],
+            "evaluations": 0,
+        }
         | {f"kayenta_w{w}": [] for w in KAYENTA_WINDOWS}
+        | {f"kayenta_tolerant_w{w}": [] for w in KAYENTA_WINDOWS}
         for f in chosen
     }
+    bases = {"realistic": model, "deployment_bf16": deployment_bf16()}
     for seed in seeds:
-        prefix = PairStream(model, seed).take(prefix_pairs)
-        references = pin_reference(
-            prefix,
-            min_samples=config.drift.pin_min_samples,
-            max_samples=config.drift.pin_target_samples,
-        )
+        prefixes: dict[str, list[PairRecord]] = {}
+        pins: dict[str, dict[str, ReferenceStats]] = {}
         for fault in chosen:
+            base = bases[fault.base]
+            if fault.base not in prefixes:
+                prefixes[fault.base] = PairStream(base, seed).take(prefix_pairs)
+                pins[fault.base] = pin_reference(
+                    prefixes[fault.base],
+                    min_samples=config.drift.pin_min_samples,
+                    max_samples=config.drift.pin_target_samples,
+                )
+            prefix, references = prefixes[fault.base], pins[fault.base]
             stream = FaultStream(
-                PairStream(model.with_speculative(**fault.update), seed + 7919, first=prefix_pairs),
+                PairStream(base.with_speculative(**fault.update), seed + 7919, first=prefix_pairs),
                 cap,
             )
             started = time.perf_counter()
-            pairs, gate, evaluations = canaryd_pairs_to_trip(
+            pairs, gate, evaluations, faster = canaryd_pairs_to_trip(
                 prefix, stream, config, references, screen=screen
             )
             row = results[fault.name]
             row["canaryd"].append(pairs)
+            row["minutes"].append(minutes_on_schedule(pairs, faster))
             row["tripped_by"].append(gate)
             row["evaluations"] += evaluations
             # acceptance and e2e are judged against the speculative arm's healthy prefix
             reference = _metric_values(fault, prefix)[0] if fault.metric in SELF_REFERENCED else []
+            tolerant = kayenta_tolerance(fault, config)
             for width in KAYENTA_WINDOWS:
                 phase = kayenta_phase(seed, width)
                 row[f"kayenta_w{width}"].append(
                     kayenta_pairs(fault, prefix, stream, reference, width, width / arl0, phase)
+                )
+                row[f"kayenta_tolerant_w{width}"].append(
+                    kayenta_pairs(
+                        fault, prefix, stream, reference, width, width / arl0, phase, tolerant
+                    )
                 )
             for record in stream.records:
                 after[fault.name].add(record)
@@ -1073,8 +1255,24 @@ def fault_runs(
         finite = {w: m for w, m in kayenta.items() if m is not None}
         best = min(finite, key=lambda w: finite[w]) if finite else None
         gates_tripped = sorted({g for g in row["tripped_by"] if g is not None})
+        tolerant = {w: _median(row[f"kayenta_tolerant_w{w}"]) for w in KAYENTA_WINDOWS}
+        tolerant_finite = {w: m for w, m in tolerant.items() if m is not None}
+        tolerant_best = (
+            min(tolerant_finite, key=lambda w: tolerant_finite[w]) if tolerant_finite else None
+        )
+        ci, coverage = median_ci95(row["canaryd"])
+        edge = _median(row["edge_oracle"]) if row["edge_oracle"] else None
         entry: dict[str, Any] = {
             "canaryd_pairs_median": _median(row["canaryd"]),
+            "canaryd_pairs_ci95": ci,
+            "canaryd_pairs_ci_coverage": coverage,
+            "kayenta_tolerant_pairs_median": (
+                tolerant_finite.get(tolerant_best) if tolerant_best is not None else None
+            ),
+            "kayenta_tolerant_best_window": tolerant_best,
+            "oracle_at_tolerance_pairs": edge,
+            "canaryd_minutes_default_schedule": _median(row["minutes"]),
+            "canaryd_minutes_by_seed": row["minutes"],
             "kayenta_pairs_median": finite.get(best) if best is not None else None,
             "kayenta_best_window": best,
             "kayenta_alpha": best / arl0 if best is not None else None,
@@ -1106,6 +1304,38 @@ def fault_runs(
             entry["latency_tails_after"] = after[fault.name].latency_tails(config)
         out[fault.name] = entry
     return out
+
+
+def median_ci95(values: Sequence[int | None]) -> tuple[list[int | None], float]:
+    """A distribution-free interval for the median over seeds: [x(k), x(n−k+1)] with the
+    largest k whose coverage 1 − 2 P(Bin(n, ½) ≤ k − 1) is at least 95 %, else [min, max]
+    and its coverage (below 95 % with fewer than 6 seeds). Censored runs (None) sort
+    last and stay None."""
+    from scipy.stats import binom
+
+    n = len(values)
+    if n == 0:
+        return [None, None], 0.0
+    ordered = sorted(values, key=lambda v: math.inf if v is None else v)
+    k = 1
+    while k + 1 <= n // 2 and 1.0 - 2.0 * float(binom.cdf(k, n, 0.5)) >= 0.95:
+        k += 1
+    coverage = 1.0 - 2.0 * float(binom.cdf(k - 1, n, 0.5))
+    return [ordered[k - 1], ordered[n - k]], round(coverage, 4)
+
+
+def minutes_on_schedule(pairs: int | None, faster: int | None) -> float | None:
+    """Wall-clock minutes for `pairs` on the shipped schedule (`ScheduleConfig()`): one
+    pair every `pair_interval_s` until the adaptive pace sped up (pair `faster`), then
+    `max_pairs_per_minute`. None when the run did not trip within the cap."""
+    if pairs is None:
+        return None
+    schedule = ScheduleConfig()
+    slow = schedule.pair_interval_s
+    rate = schedule.max_pairs_per_minute
+    fast = min(60.0 / rate, slow) if rate else slow
+    before = pairs if faster is None else min(pairs, faster)
+    return round((before * slow + (pairs - before) * fast) / 60.0, 1)
 
 
 # --- the default schedule -------------------------------------------------------------
@@ -1302,6 +1532,25 @@ def _pin_stats(values: np.ndarray, logs: np.ndarray) -> tuple[np.ndarray, ...]:
     )
 
 
+def _growing_stats(
+    values: np.ndarray, logs: np.ndarray, sizes: np.ndarray
+) -> tuple[np.ndarray, ...]:
+    """The pin statistics of `_pin_stats` over the first t values for every t in
+    `sizes`, per row: (mean, sd, n, log mean, log sd), each of shape (rows, sizes)."""
+
+    def running(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        total = np.cumsum(data, axis=1)[:, sizes - 1]
+        squares = np.cumsum(data * data, axis=1)[:, sizes - 1]
+        mean = total / sizes
+        variance = np.maximum(squares - sizes * mean * mean, 0.0) / (sizes - 1)
+        return mean, np.sqrt(variance)
+
+    mean, sd = running(values)
+    log_mean, log_sd = running(logs)
+    n = np.broadcast_to(sizes.astype(float), mean.shape)
+    return mean, sd, n, log_mean, log_sd
+
+
 def _bank_increments(
     values: np.ndarray, logs: np.ndarray, params: tuple[tuple[np.ndarray, ...], ...]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -1361,11 +1610,14 @@ def drift_pins(
             logs = np.log(np.maximum(values, 1e-9))
             # growing: an alarm at any pair between the first pin and the target
             grew = np.zeros(size, dtype=bool)
-            for t in range(first, target + 1):
-                stats = _pin_stats(values[:, :t], logs[:, :t])
-                params = chart_parameters(
-                    stats[0], stats[1], t, stats[2], stats[3], drift, **design
-                )
+            sizes = np.arange(first, target + 1)
+            growing = chart_parameters(  # every pin size at once: shape (pins, sizes)
+                *_growing_stats(values[:, :target], logs[:, :target], sizes),
+                drift,
+                **design,
+            )
+            for column, t in enumerate(sizes):
+                params = tuple(tuple(x[:, column] for x in chart) for chart in growing)
                 linear, log = _bank_increments(values[:, :t], logs[:, :t], params)
                 grew |= (_lindley(linear)[:, -1] >= h) | (_lindley(log)[:, -1] >= h)
             stats = _pin_stats(values[:, :target], logs[:, :target])
@@ -1522,23 +1774,33 @@ def run(
     healthy: dict[str, Any] = {}
     samples: dict[str, HealthySample] = {}
     stress: dict[str, Any] = {}
-    for model in (realistic(), embedded_fit()):
+    for model in (realistic(), embedded_fit(), deployment_bf16()):
+        # the deployment model is judged at the production budget only: its question is
+        # whether ties, bursts and correlated queueing trip anything at all
+        stressed = stress_budgets if model.deployment is None else ()
         log(
-            f"healthy {model.name}: {healthy_pairs} pairs at most, the first {stress_pairs} "
-            f"also at budgets {', '.join(f'{b:g}' for b in stress_budgets)} per 30 days"
+            f"healthy {model.name}: {healthy_pairs} pairs at most"
+            + (
+                f", the first {stress_pairs} also at budgets "
+                f"{', '.join(f'{b:g}' for b in stressed)} per 30 days"
+                if stressed
+                else ""
+            )
         )
-        healthy[model.name], samples[model.name], stress[model.name] = healthy_run(
+        healthy[model.name], samples[model.name], model_stress = healthy_run(
             model,
             seed=seed,
             pairs=healthy_pairs,
             config=config,
             budget_s=healthy_budget_s,
-            stress_budgets=stress_budgets,
-            stress_pairs=stress_pairs,
+            stress_budgets=stressed,
+            stress_pairs=stress_pairs if stressed else 0,
         )
+        if stressed:
+            stress[model.name] = model_stress
         log(
             f"  {healthy[model.name]['trips']} trips, {healthy[model.name]['wall_s']}s; "
-            f"budget stress {stress[model.name].get('wall_s', 0.0)}s"
+            f"budget stress {stress.get(model.name, {}).get('wall_s', 0.0)}s"
         )
     log(f"faults: seeds {seeds}, cap {cap} pairs")
     fault_result = fault_runs(
@@ -1551,7 +1813,7 @@ def run(
         prefix_pairs=prefix_pairs,
         log=log,
     )
-    pins = pins_per_category or (500 if quick else 2_000)
+    pins = pins_per_category or (600 if quick else 5_000)
     log(f"drift pins: {pins} per category")
     pins_result = drift_pins(samples["realistic"], config, pins=pins, seed=seed)
     log(f"  {pins_result['pins_with_a_false_fail']} of {pins_result['pins']} with a false FAIL")
