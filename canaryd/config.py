@@ -377,6 +377,28 @@ class Settings(BaseSettings):
             ],
         )
 
+    @model_validator(mode="after")
+    def _control_arm_is_an_extra_arm(self) -> Settings:
+        name = self.gates.quality.control_arm
+        if name is None or (name in self.arms.speculative_arms and name != self.switch_arm):
+            return self
+        raise ValidationError.from_exception_data(
+            "Settings",
+            [
+                InitErrorDetails(
+                    type=PydanticCustomError(
+                        "control_arm",
+                        "names no extra arm; configure [arms.{name}] exactly like the "
+                        "baseline (no speculation) and set switch.arm to the speculative "
+                        "arm it is not",
+                        {"name": name},
+                    ),
+                    loc=("gates", "quality", "control_arm"),
+                    input=name,
+                )
+            ],
+        )
+
     @property
     def switch_arm(self) -> str:
         """The speculative arm whose rollback the switch controls (`switch.arm`, else the

@@ -337,6 +337,7 @@ class SwitchGates:
         # Evidence restarts at every switch transition: a restore rests only on pairs
         # measured after the trip, and a restored switch is not re-tripped by old ones.
         # A category's own move restarts the evidence of its per-category checks.
+        control = config.quality.control_arm
         decisions = evaluate_all(
             records,
             config,
@@ -344,6 +345,7 @@ class SwitchGates:
             references=references,
             since=state.since,
             category_since=state.category_since(),
+            control=self._window(store, control, now) if control else None,
         )
         store.save_evaluation(Evaluation(now, tuple(decisions)))
         if self.metrics is not None:

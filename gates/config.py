@@ -140,6 +140,14 @@ class QualityGateConfig(GateConfigBase):
         description="greedy: a divergence whose tokens the baseline model scores within "
         "this many nats is a numeric tie (bf16 kernels), not counted as a mismatch",
     )
+    control_arm: str | None = Field(
+        default=None,
+        description="an A/A control: the name of an extra arm configured exactly like the "
+        "baseline (no speculation). Its greedy divergence rate from the baseline is the "
+        "deployment's own floor (batching, kernels); the mismatch check's tolerance is the "
+        "larger of max_mismatch_rate and that rate's 95 % upper bound. For servers whose "
+        "divergences no teacher can judge (llama.cpp, SGLang)",
+    )
     distribution_margin: float = Field(
         default=0.1,
         gt=0,

@@ -25,6 +25,7 @@ def evaluate_all(
     references: Mapping[str, ReferenceStats] | None = None,
     since: datetime | None = None,
     category_since: Mapping[str, datetime] | None = None,
+    control: Sequence[PairRecord] | None = None,
 ) -> list[GateDecision]:
     """Liveness, error, latency, quality, speedup and drift decisions for `records` at `now`.
 
@@ -34,7 +35,8 @@ def evaluate_all(
     Under `policy.scope = "category"` speedup and quality judge each category on its own.
     The per-category checks (drift always; speedup and quality under that scope) also
     read a category's pairs only after `category_since[category]`, when that category
-    last moved on its own; the gates on all traffic read every pair.
+    last moved on its own; the gates on all traffic read every pair. `control`: the pairs
+    of the A/A control arm (`quality.control_arm`), if one is configured.
     """
     arl0 = detector_arl0(config)
     by_category = config.policy.scope == "category"
@@ -53,7 +55,13 @@ def evaluate_all(
             since=since,
         ),
         quality_gate(
-            split, config.quality, now=now, arl0=arl0, since=since, by_category=by_category
+            split,
+            config.quality,
+            now=now,
+            arl0=arl0,
+            since=since,
+            by_category=by_category,
+            control=control,
         ),
         speedup_gate(
             split, config.speedup, now=now, arl0=arl0, since=since, by_category=by_category

@@ -24,6 +24,11 @@ oldest first:
 A check with nothing to judge (no scored prompts, no greedy pairs, no scored sampled
 pairs) is left out.
 
+An A/A control (`control_arm`, the baseline against a copy of itself) measures the
+deployment's own greedy divergence floor where no teacher can tell ties from bugs: the
+mismatch check's tolerance becomes the larger of `max_mismatch_rate` and the control's
+divergence rate's 95 % upper bound over the same window.
+
 With `by_category` (the switch policy's `scope = "category"`) every check runs on each
 category's scored pairs alone: component `quality.<category>` holds that category's
 checks (`quality.<category>.mismatch`, …), needs `min_samples` scored pairs of its own,
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from gates.budget import DEFAULT_ARL0
@@ -78,10 +84,13 @@ def quality_gate(
     arl0: float = DEFAULT_ARL0,
     since: datetime | None = None,
     by_category: bool = False,
+    control: Sequence[PairRecord] | None = None,
 ) -> GateDecision:
     """The worst of the mismatch, score, loop and distribution checks decides (per
-    category, each on its own pairs, with `by_category`)."""
+    category, each on its own pairs, with `by_category`). `control`: the A/A control
+    arm's pairs (baseline against itself), read over the same window."""
     window = select(records, config, now, since)
+    floor = _control_floor(control, config, now)
     if by_category:
         by = group_by_category(window.records, _scored)
         if not by:
@@ -91,7 +100,7 @@ def quality_gate(
         for category, pairs in by.items():
             name = f"{NAME}.{category}"
             checks, notes = _checks(
-                name, config, window, now, pairs, category_arl0(counts, category, arl0)
+                name, config, window, now, pairs, category_arl0(counts, category, arl0), floor
             )
             decisions.append(
                 combined(
@@ -108,8 +117,31 @@ def quality_gate(
     scored = [pair for r in window.records if (pair := _scored(r)) is not None]
     if not scored:
         return nodata(NAME, config, window, now, 0)
-    components, notes = _checks(NAME, config, window, now, scored, arl0)
+    components, notes = _checks(NAME, config, window, now, scored, arl0, floor)
     return combined(NAME, config, window, now, components, notes)
+
+
+@dataclass(frozen=True, slots=True)
+class _Floor:
+    """The A/A control's greedy divergences over the window: count, pairs, upper bound."""
+
+    divergent: int
+    pairs: int
+    upper: float
+
+
+def _control_floor(
+    control: Sequence[PairRecord] | None, config: QualityGateConfig, now: datetime
+) -> _Floor | None:
+    if control is None:
+        return None
+    window = select(control, config, now, None)
+    greedy = [r.scores for r in window.records if r.scores is not None and r.temperature <= 0.0]
+    if not greedy:
+        return _Floor(0, 0, 0.0)
+    divergent = sum(1 for s in greedy if not s.exact_match)
+    _, upper = clopper_pearson(divergent, len(greedy), CALIBRATION_CONFIDENCE)
+    return _Floor(divergent, len(greedy), upper)
 
 
 def _scored(record: PairRecord) -> tuple[PairRecord, PairScores] | None:
@@ -123,6 +155,7 @@ def _checks(
     now: datetime,
     scored: list[tuple[PairRecord, PairScores]],
     arl0: float,
+    floor: _Floor | None = None,
 ) -> tuple[list[GateDecision], list[str]]:
     """The checks of `scored` (at least one pair), named `<prefix>.<check>`, each at the
     threshold of `arl0`; and a note per check with nothing to judge."""
@@ -132,7 +165,17 @@ def _checks(
 
     greedy = [s for r, s in scored if r.temperature <= 0.0]
     if greedy:
-        tolerance = max(config.max_mismatch_rate, _RATE_FLOOR)
+        edge = config.max_mismatch_rate
+        control_note = ""
+        if floor is not None:
+            edge = max(edge, floor.upper) if floor.pairs else edge
+            control_note = (
+                f"; A/A control: {floor.divergent}/{floor.pairs} greedy pairs diverged "
+                f"(upper bound {floor.upper:.4f}), tolerance {edge:.4f}"
+                if floor.pairs
+                else "; A/A control: no greedy pairs in the window yet"
+            )
+        tolerance = max(edge, _RATE_FLOOR)
         ties = sum(1 for s in greedy if s.tie(config.tie_margin_nats))
         unjudged = sum(1 for s in greedy if not s.exact_match and s.divergence_margin is None)
         components.append(
@@ -143,14 +186,14 @@ def _checks(
                 now,
                 # Numeric ties are not bugs; a divergence no teacher judged counts.
                 hits=[not s.exact_match and not s.tie(config.tie_margin_nats) for s in greedy],
-                tolerance=config.max_mismatch_rate,
+                tolerance=edge,
                 p0=tolerance,
                 p1=min(config.mismatch_alarm_factor * tolerance, 0.99),
                 h=h,
                 statistic="greedy mismatch rate",
                 note=f"; numeric ties {ties}/{len(greedy)} (within "
                 f"{config.tie_margin_nats:g} nats, not counted); divergences no teacher "
-                f"judged {unjudged} (counted)",
+                f"judged {unjudged} (counted){control_note}",
             )
         )
     else:

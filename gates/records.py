@@ -135,10 +135,11 @@ class PairRecord:
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
-    """A run: one `canaryd once`, one daemon lifetime, one bench, or one `canaryd judge`."""
+    """A run: one `canaryd once`, one daemon lifetime, one bench, one `canaryd judge` or
+    one `canaryd probe`."""
 
     run_id: str
-    kind: Literal["once", "daemon", "bench", "judge"]
+    kind: Literal["once", "daemon", "bench", "judge", "probe"]
     started_at: datetime
     config: dict[str, Any]
     config_hash: str

@@ -294,6 +294,28 @@ class TestArms:
                 f"medusa (got {name!r})"
             )
 
+    def test_control_arm_must_name_an_extra_arm(self, tmp_path: Path) -> None:
+        """`gates.quality.control_arm` (the A/A control) names an extra arm that is not
+        the switch's; an unknown one, or the switch arm itself, is refused under its key."""
+        good = load_settings(
+            write(
+                tmp_path,
+                THREE_ARMS + '[switch]\narm = "hydra"\n[gates.quality]\ncontrol_arm = "medusa"\n',
+            )
+        )
+        assert good.gates.quality.control_arm == "medusa"
+        for name in ("hydra", "twin"):
+            path = write(
+                tmp_path,
+                THREE_ARMS + f'[switch]\narm = "hydra"\n[gates.quality]\ncontrol_arm = "{name}"\n',
+            )
+            with pytest.raises(ConfigError) as info:
+                load_settings(path)
+            assert str(info.value).startswith(
+                f"{path}: gates.quality.control_arm: names no extra arm; configure "
+                f"[arms.{name}] exactly like the baseline"
+            ), str(info.value)
+
     def test_bad_arm_name_names_the_key(self, tmp_path: Path) -> None:
         """An arm name that is no lower-case identifier is refused under its own key."""
         path = write(tmp_path, '[arms."Hydra-2"]\nkind = "fake"\n')

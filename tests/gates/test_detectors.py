@@ -112,7 +112,7 @@ class TestSelectSince:
 class TestGrossFaults:
     def test_greedy_mismatch_storm_fails_quality_within_twenty_pairs(self) -> None:
         """80 % greedy mismatches add about 0.8 · log 4 per pair to the mismatch CUSUM
-        (0.5 % → 2 %), which crosses h = log(ARL0) ≈ 17.4 after 16 pairs: FAIL long
+        (0.5 % → 2 %), which crosses h = log(ARL0) ≈ 17.5 after 16 pairs: FAIL long
         before min_samples = 100 pairs."""
         records = [record(i, pair_scores=scores(exact=i % 5 == 4)) for i in range(40)]
         config = QualityGateConfig()
@@ -124,8 +124,8 @@ class TestGrossFaults:
     def test_dead_speculative_arm_fails_the_error_gate_within_6_pairs(self) -> None:
         """Every speculative request failing, the baseline fine: each pair adds log 32 to
         the ceiling bank's gross chart (2 % → 64 %), whose threshold is h + log 3 (three
-        charts), so it alarms at ⌈(17.41 + 1.10) / 3.47⌉ = 6 pairs — the single chart at
-        2 % → 4 % took ⌈17.41 / log 2⌉ = 26 — although min_samples is 100."""
+        charts), so it alarms at ⌈(17.48 + 1.10) / 3.47⌉ = 6 pairs — the single chart at
+        2 % → 4 % took ⌈17.48 / log 2⌉ = 26 — although min_samples is 100."""
         records = [record(i, speculative=result(ok=False)) for i in range(60)]
         config = ErrorGateConfig()
         n, decision = first_fail(records, error_gate, config)

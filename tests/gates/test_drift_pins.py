@@ -55,7 +55,7 @@ class TestMarginOnThePinnedMean:
         """m0 is the pinned mean less a margin on both scales; the margin shrinks as the pin
         grows, and a configured reference (n = 0) is taken as exact."""
         config = DriftGateConfig()
-        design = {"alpha": pin_alpha(0.1 / 14, 9), "h": 18.1, "horizon": 28_800.0}
+        design = {"alpha": pin_alpha(0.1 / 15, 9), "h": 18.17, "horizon": 28_800.0}
         margins = []
         for n in (30, 200, 2000):
             pinned = pin_reference(records(lengths(n, 1)))["code"]
