@@ -220,6 +220,12 @@ class ServerConfig(_Section):
         default="127.0.0.1:9466",
         description="host:port of /metrics, /healthz, /readyz (port 0: any free port)",
     )
+    auth_token: SecretStr | None = Field(
+        default=None,
+        description="when set, /v1/verdict and the Flagger webhooks need "
+        "`Authorization: Bearer <token>` (Flagger: `?token=` on the webhook URL); set it "
+        "from an EnvironmentFile as CANARYD_SERVER__AUTH_TOKEN, never in the TOML",
+    )
     max_cycle_age_s: float | None = Field(
         default=None,
         gt=0,

@@ -15,7 +15,9 @@ file's object (what production reads: `speculative_enabled`, `categories`, `gene
 `confirmed_at`, …) with an `ETag`, so a router on another host can poll it cheaply
 (`If-None-Match` → 304); 503 while no state file is written. `GET /v1/verdict` and
 `POST /v1/flagger/<hook>` hand the query, headers or body (at most `MAX_BODY_BYTES`) to
-the daemon's `Judge` (`canaryd.progressive`) and send its status and JSON object.
+the daemon's `Judge` (`canaryd.progressive`) and send its status and JSON object; with
+`server.auth_token` set they need it as a bearer token (401 otherwise), while the probes,
+`/metrics` and `/v1/switch` stay open.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import hashlib
+import hmac
 import json
 import socket
 import threading
@@ -141,6 +144,12 @@ class _DeadlineProtocol(H11Protocol):
             self.transport.close()
 
 
+_UNAUTHORIZED = (
+    b'{"status": "unauthorized", "reason": "this endpoint needs Authorization: Bearer '
+    b'<server.auth_token>"}'
+)
+
+
 def _json_body(data: dict[str, Any]) -> bytes:
     # allow_nan=False: a non-finite number is a bug to see, never invalid JSON to send.
     return json.dumps(data, sort_keys=True, allow_nan=False).encode()
@@ -155,11 +164,13 @@ class _App:
         probes: dict[str, Probe],
         switch: SwitchSource | None = None,
         judge: Judge | None = None,
+        token: str | None = None,
     ) -> None:
         self.metrics = metrics
         self.probes = probes
         self.switch = switch
         self.judge = judge
+        self.token = token.encode() if token else None
         self.pool = ThreadPoolExecutor(_PROBE_THREADS, thread_name_prefix="canaryd-probe")
         # Verdicts read and evaluate a window of pairs: on threads of their own, so that a
         # burst of rollout tools never keeps a probe waiting.
@@ -173,7 +184,11 @@ class _App:
         method = scope["method"]
         path = scope["path"]
         extra: list[tuple[bytes, bytes]] = []
-        if method == "POST" and path.startswith(FLAGGER_PREFIX):
+        guarded = path == VERDICT_PATH or path.startswith(FLAGGER_PREFIX)
+        if guarded and not self.authorized(scope):
+            status, content_type, body = 401, _JSON, _UNAUTHORIZED
+            extra = [(b"www-authenticate", b'Bearer realm="canaryd"')]
+        elif method == "POST" and path.startswith(FLAGGER_PREFIX):
             status, content_type, body = await self.flagger(path, receive)
         elif method not in ("GET", "HEAD"):
             status, content_type, body = 405, _JSON, b'{"status": "method not allowed"}'
@@ -196,6 +211,23 @@ class _App:
             }
         )
         await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
+
+    def authorized(self, scope: Scope) -> bool:
+        """With `server.auth_token` set, the verdict and the Flagger webhooks need
+        `Authorization: Bearer <token>` (or, for Flagger, whose webhooks send no headers,
+        `?token=` on the webhook URL); compared in constant time, never logged."""
+        if self.token is None:
+            return True
+        headers = dict(scope.get("headers") or [])
+        scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token):
+            return True
+        if scope["path"].startswith(FLAGGER_PREFIX):
+            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+            for value in query.get("token", []):
+                if hmac.compare_digest(value.encode(), self.token):
+                    return True
+        return False
 
     async def respond(self, path: str) -> tuple[int, str, bytes]:
         """Status, content type and body for a GET of `path`."""
@@ -335,12 +367,14 @@ class StatusServer:
         ready: Probe,
         switch: SwitchSource | None = None,
         judge: Judge | None = None,
+        token: str | None = None,
     ) -> None:
         self.listen = listen
         self.metrics = metrics
         self._probes: dict[str, Probe] = {"/healthz": health, "/readyz": ready}
         self._switch = switch
         self._judge = judge
+        self._token = token
         self._server: uvicorn.Server | None = None
         self._socket: socket.socket | None = None
         self._app: _App | None = None
@@ -365,7 +399,7 @@ class StatusServer:
             return
         host, port = _split_listen(self.listen)
         sock = _bind(host, port, self.listen)
-        app = _App(self.metrics, self._probes, self._switch, self._judge)
+        app = _App(self.metrics, self._probes, self._switch, self._judge, self._token)
         config = uvicorn.Config(
             app,
             http=_DeadlineProtocol,

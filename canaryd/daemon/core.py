@@ -252,6 +252,11 @@ class Daemon:
                 self.ready,
                 self.switch_file,
                 ProgressiveDelivery(verdicts),
+                token=(
+                    settings.server.auth_token.get_secret_value()
+                    if settings.server.auth_token is not None
+                    else None
+                ),
             )
             self._server.start()
             stack.callback(self._server.stop)
