@@ -102,7 +102,7 @@ def speculative_engines(engines: Mapping[str, Engine]) -> dict[str, Engine]:
 
 def new_run(
     settings: Settings,
-    kind: Literal["once", "daemon", "bench", "judge"],
+    kind: Literal["once", "daemon", "bench", "judge", "probe"],
     engines: Mapping[str, Engine],
     *,
     run_id: str | None = None,

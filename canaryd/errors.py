@@ -21,6 +21,7 @@ __all__ = [
     "EngineError",
     "MetricUnavailableError",
     "ModelNotFoundError",
+    "ProbeError",
     "PromptFileError",
     "ProvisioningError",
     "RecordRejectedError",
@@ -145,3 +146,12 @@ class CannotJudgeError(CanarydError, RuntimeError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"cannot judge: {reason}")
+
+
+class ProbeError(CanarydError, RuntimeError):
+    """The capability probe cannot run: an arm is not an OpenAI-compatible server, or it
+    does not answer the plain request every capability starts from."""
+
+    def __init__(self, arm: str, reason: str) -> None:
+        self.arm, self.reason = arm, reason
+        super().__init__(f"probe: arms.{arm}: {reason}")

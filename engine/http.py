@@ -153,6 +153,12 @@ class OpenAIEngine:
             raise EngineConfigError("tls", f"cannot load certificates: {exc}") from exc
         return context
 
+    def connection(self) -> tuple[dict[str, str], ssl.SSLContext | bool]:
+        """The headers (authorization) and the TLS verification every request to this
+        arm's server carries: for clients other than this engine's own (the probe)."""
+        key = self._api_key()
+        return ({"Authorization": f"Bearer {key}"} if key else {}), self._tls()
+
     def load(self) -> None:
         """Start the event loop thread and the HTTP client. Idempotent; sends nothing."""
         with self._lock:
@@ -161,17 +167,14 @@ class OpenAIEngine:
             if self._loop is not None:
                 return
             cfg = self.config
-            headers = {"Accept": "text/event-stream"}
-            key = self._api_key()
-            if key:
-                headers["Authorization"] = f"Bearer {key}"
+            auth, verify = self.connection()
+            headers = {"Accept": "text/event-stream", **auth}
             timeout = httpx.Timeout(
                 connect=cfg.timeouts.connect,
                 read=cfg.timeouts.read,
                 write=cfg.timeouts.read,
                 pool=cfg.timeouts.total,
             )
-            verify = self._tls()
             loop = asyncio.new_event_loop()
             ready = threading.Event()
 

@@ -12,6 +12,7 @@ from canaryd.cli import (
     judge,
     models,
     once,
+    probe,
     prompts,
     report,
     run,
@@ -38,6 +39,7 @@ app.add_typer(switch.app, name="switch")
 app.command("gates")(gates.gates)
 app.command("audit")(audit.audit)
 app.command("judge")(judge.judge)
+app.command("probe")(probe.probe)
 
 
 def main() -> None:

@@ -31,8 +31,15 @@ from canaryd.assembly import (
     speculative_engines,
 )
 from canaryd.cli.common import fail, handle_errors, load_arms, progress_bar
-from canaryd.cli.options import ConfigOption
-from canaryd.config import ArmsConfig, Settings, load_settings
+from canaryd.cli.options import (
+    BaselineOption,
+    CandidateOption,
+    ConfigOption,
+    ModelOption,
+    ServerKindOption,
+    settings_with_urls,
+)
+from canaryd.config import load_settings
 from canaryd.daemon.quarantine import storable
 from canaryd.logs import configure_logging
 from canaryd.runner import PairRunner
@@ -46,33 +53,6 @@ __all__ = ["EXIT_CODES", "judge"]
 
 EXIT_CODES: dict[Verdict, int] = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3, "NODATA": 3}
 DEFAULT_PAIRS = 200
-
-
-def _with_urls(
-    settings: Settings, baseline: str | None, candidate: str | None, model: str
-) -> Settings:
-    """`settings` whose arms are the two URLs serving `model` (both given), else the
-    configured arms."""
-    if baseline is None and candidate is None:
-        return settings
-    if baseline is None or candidate is None:
-        raise fail("give both --baseline and --candidate, or neither (arms from --config)")
-    for option, url in (("--baseline", baseline), ("--candidate", candidate)):
-        if not url.startswith(("http://", "https://")):
-            raise fail(f"{option} {url!r}: expected an http:// or https:// URL (no /v1)")
-    arms = ArmsConfig.model_validate(
-        {
-            "baseline": {"kind": "openai", "base_url": baseline.rstrip("/"), "model": model},
-            "speculative": {
-                "kind": "openai",
-                "base_url": candidate.rstrip("/"),
-                "model": model,
-                "speculative": True,
-            },
-        }
-    )
-    switch = settings.switch.model_copy(update={"arm": None})
-    return settings.model_copy(update={"arms": arms, "switch": switch})
 
 
 def _number(value: float | None) -> str:
@@ -99,17 +79,10 @@ def _table(decisions: list[GateDecision], run_id: str) -> Table:
 
 @handle_errors
 def judge(
-    baseline: Annotated[
-        str | None, typer.Option("--baseline", help="baseline server root (plain decoding)")
-    ] = None,
-    candidate: Annotated[
-        str | None,
-        typer.Option("--candidate", help="candidate server root (speculative decoding)"),
-    ] = None,
-    model: Annotated[
-        str,
-        typer.Option("--model", help="the `model` both servers are asked for (with the URLs)"),
-    ] = "default",
+    baseline: BaselineOption = None,
+    candidate: CandidateOption = None,
+    model: ModelOption = "default",
+    server_kind: ServerKindOption = "generic",
     pairs: Annotated[
         int | None,
         typer.Option(
@@ -136,7 +109,7 @@ def judge(
     if pairs is not None and max_minutes is not None:
         raise fail("give --pairs or --max-minutes, not both")
     configure_logging(level="WARNING")
-    settings = _with_urls(load_settings(config), baseline, candidate, model)
+    settings = settings_with_urls(load_settings(config), baseline, candidate, model, server_kind)
     budget = pairs if pairs is not None else (None if max_minutes is not None else DEFAULT_PAIRS)
     suites = configured_suites(settings)
     sampler = prompt_sampler(settings, resolve_prompts(settings, None, suites))

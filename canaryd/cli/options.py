@@ -1,25 +1,33 @@
 """The options several commands share, each defined once: `--config/-c`, `--url` and
 `--since`, with one help text and one reading (`settings_and_url`, `parse_since`), so
-that every command finds the same configuration and the same database."""
+that every command finds the same configuration and the same database; and the two
+servers a one-shot command may name instead of the configured arms (`--baseline`,
+`--candidate`, `--model`, `--server-kind`: `settings_with_urls`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
-from canaryd.config import DEFAULT_CONFIG_PATH, Settings, load_settings
+from canaryd.cli.common import fail
+from canaryd.config import DEFAULT_CONFIG_PATH, ArmsConfig, Settings, load_settings
 from canaryd.store import EXPECTED_URL_FORMS
 
 __all__ = [
     "CONFIG_HELP",
     "SINCE_HELP",
     "URL_HELP",
+    "BaselineOption",
+    "CandidateOption",
     "ConfigOption",
+    "ModelOption",
+    "ServerKindOption",
     "SinceOption",
     "UrlOption",
     "settings_and_url",
+    "settings_with_urls",
 ]
 
 CONFIG_HELP = (
@@ -55,3 +63,68 @@ def settings_and_url(config: Path | None, url: str | None) -> tuple[Settings, st
     database URL `--url` overrides."""
     settings = load_settings(config)
     return settings, settings.storage.resolved_url(url)
+
+
+# --- two servers named on the command line instead of the config's arms -------------
+
+BaselineOption = Annotated[
+    str | None, typer.Option("--baseline", help="baseline server root (plain decoding)")
+]
+CandidateOption = Annotated[
+    str | None,
+    typer.Option("--candidate", help="candidate server root (speculative decoding)"),
+]
+ModelOption = Annotated[
+    str,
+    typer.Option("--model", help="the `model` both servers are asked for (with the URLs)"),
+]
+ServerKind = Literal["vllm", "sglang", "tgi", "llamacpp", "generic"]
+ServerKindOption = Annotated[
+    ServerKind,
+    typer.Option(
+        "--server-kind",
+        help="what serves both URLs: how acceptance is read (vllm: per request, else "
+        "/metrics) and whether the baseline can score outputs (vllm)",
+    ),
+]
+
+
+def settings_with_urls(
+    settings: Settings,
+    baseline: str | None,
+    candidate: str | None,
+    model: str,
+    server_kind: ServerKind = "generic",
+) -> Settings:
+    """`settings` whose arms are the two URLs serving `model` (both given), else the
+    configured arms."""
+    if baseline is None and candidate is None:
+        return settings
+    if baseline is None or candidate is None:
+        raise fail("give both --baseline and --candidate, or neither (arms from --config)")
+    for option, url in (("--baseline", baseline), ("--candidate", candidate)):
+        if not url.startswith(("http://", "https://")):
+            raise fail(f"{option} {url!r}: expected an http:// or https:// URL (no /v1)")
+    candidate = candidate.rstrip("/")
+    speculative: dict[str, object] = {
+        "kind": "openai",
+        "base_url": candidate,
+        "model": model,
+        "speculative": True,
+        "server_kind": server_kind,
+    }
+    if server_kind in ("vllm", "tgi"):  # acceptance around a request when not per request
+        speculative["metrics_url"] = f"{candidate}/metrics"
+    arms = ArmsConfig.model_validate(
+        {
+            "baseline": {
+                "kind": "openai",
+                "base_url": baseline.rstrip("/"),
+                "model": model,
+                "server_kind": server_kind,
+            },
+            "speculative": speculative,
+        }
+    )
+    switch = settings.switch.model_copy(update={"arm": None})
+    return settings.model_copy(update={"arms": arms, "switch": switch})

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from canaryd.assembly import arm_pair_config, arms_key
 from canaryd.recommend import recommend_draft_lengths
@@ -30,6 +31,7 @@ from canaryd.report.figures import (
     by_category,
     consistency_figures,
     ladder_figures,
+    probe_section,
     run_arms,
 )
 from canaryd.report.html import Report
@@ -54,12 +56,15 @@ from canaryd.report.tables import (
     gates_table,
     ladder_table,
     latency_table,
+    probe_table,
     resources_table,
     speedup_table,
 )
 from canaryd.store import Store, StoredRun
 from canaryd.store.rollup import facts_from_record
 from gates.records import DEFAULT_ARM, PairRecord
+
+_RECENT_RUNS = 50  # a history report looks this far back for the latest probe run
 
 
 def build_report(
@@ -111,6 +116,9 @@ def build_report(
     compared = arm_figures(by_arm, arms[0]) if len(arms) > 1 else []
 
     tables = [category_table(summary)]
+    probe = _probe_run(store, run, since, until)
+    if probe is not None:
+        tables.insert(0, probe_table(probe[1], probe[0].info.run_id))
     if compared:
         tables += [arms_table(compared), arm_category_table(by_arm), arm_position_table(compared)]
     if ladder and compared:
@@ -200,6 +208,23 @@ def bench_markdown(run: StoredRun, pairs: Sequence[PairRecord]) -> str:
         resources_table(None if section is None else section.get("resources")),
     ]
     return "\n".join(table.markdown() for table in tables)
+
+
+def _probe_run(
+    store: Store, run: StoredRun | None, since: datetime | None, until: datetime | None
+) -> tuple[StoredRun, dict[str, Any]] | None:
+    """The probe run to draw: the run itself when it is one, else the latest probe run
+    started in [since, until) (among the recent runs)."""
+    candidates = [run] if run is not None else store.runs(limit=_RECENT_RUNS)
+    for candidate in candidates:
+        section = probe_section(candidate)
+        started = candidate.info.started_at
+        in_window = run is not None or (
+            (since is None or started >= since) and (until is None or started < until)
+        )
+        if section is not None and in_window:
+            return candidate, section
+    return None
 
 
 def _identity(identity: Mapping[str, str]) -> str:

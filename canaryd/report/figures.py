@@ -301,6 +301,15 @@ def bench_section(run: StoredRun) -> dict[str, Any] | None:
     return section
 
 
+def probe_section(run: StoredRun) -> dict[str, Any] | None:
+    """The `probe` part of a run's config snapshot (`canaryd probe`'s table); None for
+    runs that are not probes."""
+    section = run.info.config.get("probe")
+    if run.info.kind != "probe" or not isinstance(section, dict):
+        return None
+    return section
+
+
 def ladder_figures(section: Mapping[str, Any], pairs: Sequence[PairRecord]) -> list[LevelFigures]:
     """Each level's figures from the stored pairs it lists and its stored windows: one
     per level and speculative arm, levels in order, arms in their driven order."""

@@ -353,3 +353,35 @@ def resources_table(resources: Any) -> ReportTable:
     return ReportTable(
         title="Resources during the ladder", columns=("what", "value"), rows=tuple(rows)
     )
+
+
+def probe_table(section: Mapping[str, Any], run_id: str) -> ReportTable:
+    """A stored `canaryd probe`: each capability's state and reason on both arms."""
+    rows = []
+    for capability in section.get("capabilities", []):
+        baseline, speculative = capability["baseline"], capability["speculative"]
+        regressed = baseline["state"] == "pass" and speculative["state"] != "pass"
+        rows.append(
+            (
+                capability["name"],
+                f"{baseline['state']}: {baseline['reason']}",
+                f"{speculative['state']}: {speculative['reason']}",
+                "yes" if regressed else "",
+            )
+        )
+    regressions = section.get("regressions") or []
+    return ReportTable(
+        title=f"Capability parity (probe run {run_id})",
+        columns=(
+            "capability",
+            "baseline",
+            f"speculative ({section.get('arm', '?')})",
+            "regression",
+        ),
+        rows=tuple(rows),
+        note=(
+            f"regressions: {', '.join(regressions)}"
+            if regressions
+            else "parity: the speculative arm passes everything the baseline passes"
+        ),
+    )

@@ -19,7 +19,7 @@ SHARED = {
 }
 EXPECTED = {
     "config": {
-        "run", "once", "bench", "judge", "report", "status", "gates", "audit",
+        "run", "once", "bench", "judge", "probe", "report", "status", "gates", "audit",
         "switch status", "switch rollback", "switch restore", "switch auto",
         "db upgrade", "db current", "db repin",
     },

