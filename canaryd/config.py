@@ -206,6 +206,12 @@ class ScheduleConfig(_Section):
         description="the share of a detector's threshold (CUSUM / h) that speeds pairs up",
     )
     retention_interval_s: float = Field(default=3600.0, gt=0)
+    probe_interval_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="seconds between capability probes (`canaryd probe`) of the baseline "
+        "and the switch's arm, when both are OpenAI-compatible servers; 0: never",
+    )
     heartbeat_interval_s: float = Field(default=10.0, gt=0)
     shutdown_timeout_s: float = Field(
         default=30.0,

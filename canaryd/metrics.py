@@ -46,6 +46,7 @@ from canaryd.metric_labels import (
     MAX_POSITION_LABEL,
     OTHER,
     PAIR_OUTCOMES,
+    PROBE_STATES,
     QUALITY_DELTA_BUCKETS,
     SPEEDUP_BUCKETS,
     SWITCH_TARGETS,
@@ -403,7 +404,34 @@ class CanarydMetrics:
             ("actuator",),
             "sum by (actuator) (increase(canaryd_actuator_failures_total[15m])) > 0",
         )
+        self.probe_capability = self._gauge(
+            "canaryd_probe_capability_state",
+            "1 for each capability's state on each arm in the latest capability probe, 0 "
+            "for its other states (pass, fail, unsupported).",
+            ("capability", "arm", "state"),
+            'canaryd_probe_capability_state{state="pass"} == 0',
+        )
+        self.probe_regression = self._gauge(
+            "canaryd_probe_regression",
+            "1 when the latest capability probe found the speculative arm failing (or not "
+            "supporting) a capability the baseline passes, else 0.",
+            ("capability",),
+            "canaryd_probe_regression == 1",
+        )
+        self.probe_runs = self._counter(
+            "canaryd_probe_runs_total",
+            "Capability probes, by outcome (parity, regression, failed: could not run).",
+            ("outcome",),
+            'increase(canaryd_probe_runs_total{outcome="failed"}[6h]) > 0',
+        )
+        self.last_probe = self._gauge(
+            "canaryd_last_probe_timestamp_seconds",
+            "Unix time the latest capability probe finished (parity or regression).",
+            (),
+            "time() - canaryd_last_probe_timestamp_seconds > 2 * 3600",
+        )
         self._gate_name = BoundedLabel(16)
+        self._capability = BoundedLabel(16)
         self._check_name = BoundedLabel(64, pattern=CHECK_VALUE)  # drift: one per category
         build_doc = (
             "Versions of canaryd, Python, torch and transformers, and each arm's engine "
@@ -431,6 +459,8 @@ class CanarydMetrics:
                 self.switch_transitions.labels(target=target, actor_kind=actor_kind)
         for actuator in ACTUATORS:
             self.actuator_failures.labels(actuator=actuator)
+        for probe_outcome in ("parity", "regression", "failed"):
+            self.probe_runs.labels(outcome=probe_outcome)
         self.switch_rolled_back.set(0)
         self.switch_latched.set(0)
         self.leader.set(0)
@@ -557,6 +587,34 @@ class CanarydMetrics:
         self.gate_runs.labels(outcome="ok" if ok else "failed").inc()
         if ok:
             self.last_gate_run_success.set(timestamp)
+
+    def probe_finished(
+        self,
+        timestamp: float,
+        states: Iterable[tuple[str, str, str]],
+        regressions: Iterable[str],
+    ) -> None:
+        """A capability probe ended at `timestamp`: `(capability, arm, state)` for each
+        cell of its table, and the capabilities the speculative arm regressed on."""
+        regressed = set(regressions)
+        capabilities = set()
+        for capability, arm, state in states:
+            label = self._capability(capability)
+            capabilities.add(label)
+            for candidate in PROBE_STATES:
+                self.probe_capability.labels(
+                    capability=label, arm=self._arm(arm), state=candidate
+                ).set(1 if candidate == state else 0)
+        for capability in capabilities:
+            self.probe_regression.labels(capability=capability).set(
+                1 if capability in regressed else 0
+            )
+        self.probe_runs.labels(outcome="regression" if regressed else "parity").inc()
+        self.last_probe.set(timestamp)
+
+    def probe_failed(self) -> None:
+        """A capability probe could not run (an arm away, a baseline failing)."""
+        self.probe_runs.labels(outcome="failed").inc()
 
     def cycle_finished(self, timestamp: float, ok: bool) -> None:
         """A pair cycle ended at `timestamp` (Unix seconds)."""

@@ -420,6 +420,53 @@ def canary_dashboard() -> dash.Dashboard:
         ),
     ]
 
+    parity = [
+        statetimeline.Panel()
+        .title("Capability parity (latest probe)")
+        .description(
+            "Each capability of the hourly probe (canaryd probe) on each arm: PASS, FAIL or "
+            "UNSUPPORTED. A capability the baseline passes and the speculative arm does not "
+            "is a regression (CanarydCapabilityRegressed)."
+        )
+        .datasource(PROMETHEUS)
+        .with_target(
+            promql(
+                'max by (capability, arm) (2 * canaryd_probe_capability_state{state="pass"}'
+                ' + ignoring(state) canaryd_probe_capability_state{state="unsupported"})',
+                "{{capability}} {{arm}}",
+            )
+        )
+        .mappings(
+            [
+                model.ValueMap(
+                    options={
+                        "0": model.ValueMappingResult(text="FAIL", color="red"),
+                        "1": model.ValueMappingResult(text="UNSUPPORTED", color="orange"),
+                        "2": model.ValueMappingResult(text="PASS", color="green"),
+                    }
+                )
+            ]
+        )
+        .span(16)
+        .height(10),
+        series(
+            "Capability regressions and probes",
+            "Capabilities the speculative arm regressed on in the latest probe, and probes "
+            "per 6 h by outcome (parity, regression, failed: an arm away).",
+            [
+                promql("sum(canaryd_probe_regression)", "regressions", "A"),
+                promql(
+                    "sum by (outcome) (increase(canaryd_probe_runs_total[6h]))",
+                    "probes {{outcome}}",
+                    "B",
+                ),
+            ],
+            width=8,
+            height=10,
+            soft_min=0,
+        ),
+    ]
+
     board = (
         dash.Dashboard("Speculative decoding canary")
         .uid("canaryd-canary")
@@ -444,6 +491,7 @@ def canary_dashboard() -> dash.Dashboard:
         ("Latency", latency),
         ("Errors and store", errors),
         ("Consistency and quality", quality),
+        ("Capability parity", parity),
     ]
     for title, panels in rows:
         board = board.with_row(dash.Row(title))

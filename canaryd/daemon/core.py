@@ -36,6 +36,7 @@ from canaryd.assembly import (
 )
 from canaryd.config import Settings, load_settings
 from canaryd.daemon.buffer import PairWriter, PendingPairs
+from canaryd.daemon.parity import ParityJob
 from canaryd.daemon.probe import DatabaseProbe, health_report, max_stall_s, readiness_report
 from canaryd.daemon.scheduling import pace_cycles, reschedule, start_scheduler
 from canaryd.errors import CanarydError, DatabaseError, EngineError
@@ -165,6 +166,7 @@ class Daemon:
         self.last_heartbeat: float | None = None
         self.cycles = 0
         self.gate_failures = 0  # gate runs that raised in a row
+        self._parity = ParityJob(self.metrics)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -376,6 +378,7 @@ class Daemon:
             gates=self.evaluate_gates,
             retention=self.apply_retention,
             heartbeat=self.heartbeat,
+            probe=self.run_probe,
         )
 
     def _stop_scheduler(self) -> None:
@@ -533,6 +536,22 @@ class Daemon:
         self.metrics.pair_interval.set(interval)
         if self._scheduler is not None:
             pace_cycles(self._scheduler, schedule, interval)
+
+    def run_probe(self) -> None:
+        """The probe job (canaryd.daemon.parity): between cycles, so that its burst and
+        long prompts never weigh on a pair's latency; each capability counts as progress."""
+        with self._cycle_lock:
+            if self._stopping.is_set() or self._plan is None:
+                return
+            try:
+                self._parity.run(
+                    self._plan.settings, self._engines, self.store, on_progress=self._progressed
+                )
+            except Exception:
+                log.exception("probe.crashed")  # a bug in the probe must not stop the soak
+
+    def _progressed(self) -> None:
+        self._progress_at = time.monotonic()
 
     def apply_retention(self) -> None:
         """The retention job: roll up and remove old rows."""

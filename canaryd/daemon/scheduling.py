@@ -1,11 +1,12 @@
-"""The daemon's APScheduler wiring: the four job ids, their interval triggers, starting a
-scheduler that runs the pair cycle, gates, retention and heartbeat jobs, and moving those
-jobs onto a reloaded `schedule` section."""
+"""The daemon's APScheduler wiring: the job ids, their interval triggers, starting a
+scheduler that runs the pair cycle, gates, retention, heartbeat and capability probe
+jobs, and moving those jobs onto a reloaded `schedule` section (a probe interval of 0
+pauses the probe job)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
@@ -16,6 +17,7 @@ __all__ = [
     "CYCLE_JOB",
     "GATE_JOB",
     "HEARTBEAT_JOB",
+    "PROBE_JOB",
     "RETENTION_JOB",
     "pace_cycles",
     "reschedule",
@@ -26,7 +28,10 @@ CYCLE_JOB = "pair-cycle"
 GATE_JOB = "gates"
 RETENTION_JOB = "retention"
 HEARTBEAT_JOB = "heartbeat"
+PROBE_JOB = "probe"
 _JOBS = (CYCLE_JOB, GATE_JOB, RETENTION_JOB, HEARTBEAT_JOB)
+# The first probe waits this long after start: the first pairs come first.
+_FIRST_PROBE_DELAY_S = 60.0
 
 
 def _interval(seconds: float, jitter_s: float = 0.0) -> IntervalTrigger:
@@ -44,10 +49,12 @@ def start_scheduler(
     gates: Callable[[], None],
     retention: Callable[[], None],
     heartbeat: Callable[[], None],
+    probe: Callable[[], None] | None = None,
 ) -> BackgroundScheduler:
     """A started scheduler with one instance at most of each job, missed runs coalesced.
 
-    The cycle, retention and heartbeat jobs run at once; the gates wait one interval.
+    The cycle, retention and heartbeat jobs run at once; the gates wait one interval;
+    the probe (when given) a minute, then runs every `probe_interval_s` (paused at 0).
     """
     scheduler = BackgroundScheduler(
         timezone=UTC,
@@ -71,6 +78,18 @@ def start_scheduler(
     scheduler.add_job(
         heartbeat, _interval(schedule.heartbeat_interval_s), id=HEARTBEAT_JOB, next_run_time=now
     )
+    if probe is not None:
+        scheduler.add_job(
+            probe,
+            _interval(schedule.probe_interval_s or 3600.0),
+            id=PROBE_JOB,
+            # None: added paused (probe_interval_s = 0), for a reload to resume.
+            next_run_time=(
+                now + timedelta(seconds=_FIRST_PROBE_DELAY_S)
+                if schedule.probe_interval_s > 0
+                else None
+            ),
+        )
     scheduler.start()
     return scheduler
 
@@ -86,6 +105,12 @@ def reschedule(scheduler: BackgroundScheduler, schedule: ScheduleConfig) -> None
     grace = _misfire_grace(schedule)
     for job_id in _JOBS:
         scheduler.modify_job(job_id, misfire_grace_time=grace)
+    if scheduler.get_job(PROBE_JOB) is not None:
+        if schedule.probe_interval_s > 0:  # rescheduling resumes a paused job
+            scheduler.reschedule_job(PROBE_JOB, trigger=_interval(schedule.probe_interval_s))
+            scheduler.modify_job(PROBE_JOB, misfire_grace_time=grace)
+        else:
+            scheduler.pause_job(PROBE_JOB)
 
 
 def pace_cycles(
