@@ -302,7 +302,9 @@ def long_context(arm: ArmClient, ctx: Context) -> Outcome:
         return Outcome(state, f"{result.error.value}: {result.error_detail[:160]}")
     if not result.text.strip():
         return Outcome("fail", "empty answer")
-    size = f"{result.prompt_tokens} prompt tokens of {ctx.context_limit}"
+    size = f"{result.prompt_tokens} prompt tokens of {ctx.context_limit}" + (
+        "" if ctx.tokens_measured else " (the prompt sized by an estimate: no /tokenize)"
+    )
     if not engine.speculative:
         return Outcome("pass", size)
     length = result.acceptance_length

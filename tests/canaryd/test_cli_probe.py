@@ -8,6 +8,9 @@ bad input and unreachable servers are exit 2; the table is stored as a run of ki
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -198,3 +201,31 @@ class TestProbeErrors:
             f"canaryd: error: probe: arms.speculative: {url} does not answer: ConnectError"
         )
         assert not database.exists() or not SqlStore.open(f"sqlite:///{database}").runs()
+
+
+class TestProbeAsAUserRunsIt:
+    def test_a_subprocess_prints_the_json_and_exits_1_on_a_regression(self, tmp_path: Path) -> None:
+        """`python -m canaryd probe --json` in its own process, as a CI job runs it: the
+        JSON on stdout, nothing else there, exit 1 for a speculative arm ignoring seeds."""
+        env = {
+            **os.environ,
+            "CANARYD_DATA_DIR": str(tmp_path / "data"),
+            "CANARYD_CONFIG": "",
+            "CANARYD_STORAGE__URL": f"sqlite:///{tmp_path / 'probe.db'}",
+        }
+        env.pop("CANARYD_DATABASE_URL", None)
+        broken = ["seed_reproducible"]
+        with CapabilityServer() as baseline, CapabilityServer(broken=broken) as candidate:
+            result = subprocess.run(
+                [
+                    sys.executable, "-m", "canaryd", "probe", "--json",
+                    "--baseline", baseline.url, "--candidate", candidate.url,
+                    "--model", "probe-model",
+                ],
+                capture_output=True, text=True, env=env, timeout=120, check=False,
+            )  # fmt: skip
+        assert result.returncode == 1, result.stderr
+        rows = table(result.stdout)
+        assert json.loads(result.stdout)["regressions"] == ["seed_reproducible"]
+        # --server-kind generic: the baseline cannot score, n > 1 is judged on form.
+        assert "not teacher-scored" in rows["n_gt_1"]["speculative"]["reason"]
