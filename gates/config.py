@@ -98,7 +98,10 @@ class LatencyGateConfig(GateConfigBase):
         default=("e2e",), description="metrics with a regression check (each one detector)"
     )
     regression_pin_pairs: int = Field(
-        default=200, ge=10, description="pairs that pin the arm's healthy ratio"
+        default=500,
+        ge=10,
+        description="pairs that pin the arm's healthy ratio (the first of the evidence); "
+        "fewer make the pin margin, and so the time to detect, larger",
     )
 
     @model_validator(mode="after")

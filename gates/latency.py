@@ -258,15 +258,19 @@ def _regression(
     se = _MEDIAN_SE * sigma / math.sqrt(pin)
     shift = math.log(1.0 + config.max_regression)
     horizon = arl0_horizon(h, budget_30d)
-    margin = float(pin_margin(se, chi, shift, h + math.log(2.0), horizon, pin_alpha(budget_30d, 1)))
-    m0 = centre + margin
-    charts = []
+    alpha = pin_alpha(budget_30d, 1) / 2.0  # each of the bank's two charts spends half
+    charts, starts = [], []
     for size in (shift, 4.0 * shift):
+        # Each chart starts its own pin margin above the pin (a gross chart tolerates a
+        # larger pin error than the fine one before its run length suffers).
+        scale = max(sigma, size / GROSS_SEPARATION)
+        margin = float(pin_margin(se, chi, size, h + math.log(2.0), horizon, alpha))
+        m0 = centre + margin
+        starts.append(margin)
         # A chart's scale is at least its shift / GROSS_SEPARATION and values are clipped
         # one scale past its alternative, so one pair earns at most 7.5 nats: a stall on
         # the speculative arm, or two in a row, cannot decide alone (a steady arm has a
         # small scale, and the Gaussian model knows nothing of stalls).
-        scale = max(sigma, size / GROSS_SEPARATION)
         clipped = [min(max(x, m0 - 3.0 * scale), m0 + size + scale) for x in later]
         charts.append(gaussian_llr(clipped, m0, m0 + size, scale))
     cusum, chart, h = cusum_bank(charts, h)
@@ -300,8 +304,8 @@ def _regression(
         detail=f"{metric} regression: typical ratio {math.exp(middle):.3f} vs its pinned "
         f"{math.exp(centre):.3f} (first {pin} pairs), ×{math.exp(rise):.3f} "
         f"(upper {math.exp(upper):.3f}) vs max ×{1.0 + config.max_regression:g}; "
-        f"{cusum_note(cusum, h)} from ×{math.exp(margin):.3f} (pin margin) to "
-        f"×{math.exp(margin + (shift, 4.0 * shift)[chart]):.3f} of the pin "
+        f"{cusum_note(cusum, h)} from ×{math.exp(starts[chart]):.3f} (pin margin) to "
+        f"×{math.exp(starts[chart] + (shift, 4.0 * shift)[chart]):.3f} of the pin "
         f"(chart {chart + 1} of 2), log-ratio scale {sigma:.3f}",
         detector=reading(cusum, h),
     )

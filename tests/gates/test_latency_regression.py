@@ -42,38 +42,38 @@ def first_fail(records: list[PairRecord], start: int, every: int = 6) -> int | N
 
 class TestRegressionCheck:
     def test_a_fast_arm_that_turns_slow_fails_by_regression_not_by_max_ratio(self) -> None:
-        """200 pairs at 0.8 pin the arm; then ×1.5 (a typical ratio of 1.2, inside
+        """500 pairs at 0.8 pin the arm; then ×1.5 (a typical ratio of 1.2, inside
         max_ratio): the regression check FAILs within 100 pairs; the median check does not."""
-        records = pairs(300, 0.8, 1) + pairs(300, 1.2, 2, first=300)
-        after = first_fail(records, 300)
+        records = pairs(600, 0.8, 1) + pairs(300, 1.2, 2, first=600)
+        after = first_fail(records, 600)
         assert after is not None and after <= 100, after
-        decision, _ = check(records[: 300 + after])
+        decision, _ = check(records[: 600 + after])
         median = next(c for c in decision.components if c.name == "latency.e2e.median")
         assert median.state is not GateState.FAIL
 
     def test_a_steady_arm_never_fails_and_passes(self) -> None:
         """3,000 pairs at a steady 0.8: the regression check never FAILs, and PASSes."""
         records = pairs(3000, 0.8, 3)
-        assert first_fail(records, 210, every=300) is None
+        assert first_fail(records, 510, every=300) is None
         _, regression = check(records)
         assert regression is not None and regression.state is GateState.PASS
 
     def test_a_regression_within_the_tolerance_never_fails(self) -> None:
         """5 % slower than the pin (tolerance 10 %): never a FAIL over 3,000 pairs."""
-        records = pairs(200, 0.8, 4) + pairs(2800, 0.84, 5, first=200)
-        assert first_fail(records, 210, every=300) is None
+        records = pairs(500, 0.8, 4) + pairs(2500, 0.84, 5, first=500)
+        assert first_fail(records, 510, every=300) is None
 
     def test_not_judged_while_the_pin_fills(self) -> None:
-        """Fewer than 203 pairs: no regression component, a note instead."""
+        """Fewer than 503 pairs: no regression component, a note instead."""
         decision, regression = check(pairs(150, 0.8, 6))
         assert regression is None
-        assert "e2e regression: pinning the arm's own ratio (150 of 200 pairs)" in decision.detail
+        assert "e2e regression: pinning the arm's own ratio (150 of 500 pairs)" in decision.detail
 
     def test_two_stalls_in_a_row_do_not_decide(self) -> None:
-        """A steady arm (log-ratio scale 0.11) whose requests 300 and 301 stall ×5: one
+        """A steady arm (log-ratio scale 0.11) whose requests 600 and 601 stall ×5: one
         pair earns at most 7.5 nats, so the peak stays under h."""
-        records = pairs(310, 0.8, 7)
-        for k in (300, 301):
+        records = pairs(610, 0.8, 7)
+        for k in (600, 601):
             stalled = records[k]
             records[k] = record(
                 k,
