@@ -115,11 +115,10 @@ class LatencyGateConfig(GateConfigBase):
 
 class ErrorGateConfig(GateConfigBase):
     max_excess_rate: float = Field(
-        default=0.005,
+        default=0.01,
         ge=0,
         lt=1,
-        description="speculative-only minus baseline-only failure rate tolerated (a "
-        "mechanism that should add no failures at all)",
+        description="speculative-only minus baseline-only failure rate tolerated",
     )
     max_error_rate: float = Field(
         default=0.02, gt=0, lt=0.5, description="absolute ceiling on the speculative error rate"

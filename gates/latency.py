@@ -146,6 +146,11 @@ def latency_gate(
             regression = _regression(config, window, now, metric, paired, h, budget_30d)
             if isinstance(regression, str):
                 skipped.append(regression)
+            elif regression.state is GateState.NODATA:
+                # Too few pairs after the pin to PASS: a note, so that the pin's own wait
+                # (regression_pin_pairs + min_samples after every transition) never holds
+                # a restore back; its detector still FAILs (or WARNs) as soon as it alarms.
+                skipped.append(regression.detail)
             else:
                 components.append(regression)
     for slo in config.slos:

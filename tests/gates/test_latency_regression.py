@@ -63,17 +63,22 @@ class TestRegressionCheck:
         records = pairs(500, 0.8, 4) + pairs(2500, 0.84, 5, first=500)
         assert first_fail(records, 510, every=300) is None
 
-    def test_not_judged_while_the_pin_fills(self) -> None:
-        """Fewer than 503 pairs: no regression component, a note instead."""
+    def test_not_judged_while_the_pin_fills_or_too_few_pairs_follow(self) -> None:
+        """Fewer than 503 pairs: no regression component, a note instead; then, until
+        min_samples (300) pairs follow the pin, a note with the detector's reading — so
+        the pin's wait never holds a restore back."""
         decision, regression = check(pairs(150, 0.8, 6))
         assert regression is None
         assert "e2e regression: pinning the arm's own ratio (150 of 500 pairs)" in decision.detail
+        decision, regression = check(pairs(700, 0.8, 6))
+        assert regression is None
+        assert "e2e regression: typical ratio" in decision.detail
 
     def test_two_stalls_in_a_row_do_not_decide(self) -> None:
-        """A steady arm (log-ratio scale 0.11) whose requests 600 and 601 stall ×5: one
+        """A steady arm (log-ratio scale 0.11) whose requests 900 and 901 stall ×5: one
         pair earns at most 7.5 nats, so the peak stays under h."""
-        records = pairs(610, 0.8, 7)
-        for k in (600, 601):
+        records = pairs(910, 0.8, 7)
+        for k in (900, 901):
             stalled = records[k]
             records[k] = record(
                 k,
