@@ -455,9 +455,9 @@ class TestVLLMProbe:
             file=sys.stderr,
         )
         # Every capability holds on the plain server; on the n-gram arm only the sampled
-        # ones regress, and not on every run: over three runs the seed contract broke in
-        # two (answers differ at character 86) and n = 2 held a 24-28-nat token in two,
-        # and at least one broke in each. Sampled garbage comes and goes, so the test
+        # ones regress, and not on every run: over four runs the seed contract broke in
+        # three (answers differ at character 24-86) and n = 2 held a 24-28-nat token in
+        # three, and at least one broke in each. Sampled garbage comes and goes, so the test
         # asserts what holds every time: the baseline passes everything, greedy
         # capabilities never regress, and the exit code says whether anything did.
         for name, row in rows.items():
