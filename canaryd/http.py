@@ -48,9 +48,13 @@ __all__ = [
     "MAX_BODY_BYTES",
     "MAX_CONNECTIONS",
     "REQUEST_DEADLINE_S",
+    "DeadlineProtocol",
     "Judge",
     "Probe",
     "StatusServer",
+    "bind_listen",
+    "serve_in_thread",
+    "split_listen",
 ]
 
 log = structlog.get_logger(__name__)
@@ -94,14 +98,14 @@ class Judge(Protocol):
     def flagger(self, hook: str, body: bytes) -> tuple[int, dict[str, Any]]: ...
 
 
-def _split_listen(listen: str) -> tuple[str, int]:
+def split_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise StatusServerError(listen, "not a host:port address")
     return host.strip("[]"), int(port)
 
 
-class _DeadlineProtocol(H11Protocol):
+class DeadlineProtocol(H11Protocol):
     """uvicorn's HTTP/1.1 protocol with a deadline for each whole request: armed when the
     connection opens and after each answer, cancelled once a request has arrived.
     (uvicorn's keep-alive timer restarts on every byte received, so a client trickling
@@ -326,7 +330,7 @@ class _App:
             return body
 
 
-def _bind(host: str, port: int, listen: str) -> socket.socket:
+def bind_listen(host: str, port: int, listen: str) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -353,6 +357,52 @@ def _bind(host: str, port: int, listen: str) -> socket.socket:
         raise StatusServerError(listen, f"cannot resolve host {host!r}") from exc
     sock.setblocking(False)
     return sock
+
+
+def serve_in_thread(
+    app: Callable[[Scope, Receive, Send], Awaitable[None]],
+    sock: socket.socket,
+    thread_name: str,
+    *,
+    max_connections: int = MAX_CONNECTIONS,
+) -> tuple[uvicorn.Server, threading.Thread]:
+    """Serve the ASGI `app` on the bound `sock` with uvicorn, on its own event loop in a
+    daemon thread (every request whole within `REQUEST_DEADLINE_S`, at most
+    `max_connections` at once); returns once it listens. Stop it with
+    `server.should_exit = True`, then join the thread."""
+    config = uvicorn.Config(
+        app,
+        http=DeadlineProtocol,
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        log_level="warning",
+        limit_concurrency=max_connections,
+        timeout_keep_alive=int(REQUEST_DEADLINE_S),
+        timeout_graceful_shutdown=1,
+        server_header=False,
+        date_header=False,
+    )
+    server = uvicorn.Server(config)
+    started = threading.Event()
+
+    def serve() -> None:
+        async def main() -> None:
+            task = asyncio.create_task(server.serve(sockets=[sock]))
+            while not server.started and not task.done():
+                await asyncio.sleep(0.005)
+            started.set()
+            await task
+
+        try:
+            asyncio.run(main())
+        finally:
+            started.set()
+
+    thread = threading.Thread(target=serve, name=thread_name, daemon=True)
+    thread.start()
+    started.wait(10)
+    return server, thread
 
 
 class StatusServer:
@@ -397,41 +447,10 @@ class StatusServer:
         """Bind, then serve on a daemon thread; raise `StatusServerError` if binding fails."""
         if self._server is not None:
             return
-        host, port = _split_listen(self.listen)
-        sock = _bind(host, port, self.listen)
+        host, port = split_listen(self.listen)
+        sock = bind_listen(host, port, self.listen)
         app = _App(self.metrics, self._probes, self._switch, self._judge, self._token)
-        config = uvicorn.Config(
-            app,
-            http=_DeadlineProtocol,
-            lifespan="off",
-            access_log=False,
-            log_config=None,
-            log_level="warning",
-            limit_concurrency=MAX_CONNECTIONS,
-            timeout_keep_alive=int(REQUEST_DEADLINE_S),
-            timeout_graceful_shutdown=1,
-            server_header=False,
-            date_header=False,
-        )
-        server = uvicorn.Server(config)
-        started = threading.Event()
-
-        def serve() -> None:
-            async def main() -> None:
-                task = asyncio.create_task(server.serve(sockets=[sock]))
-                while not server.started and not task.done():
-                    await asyncio.sleep(0.005)
-                started.set()
-                await task
-
-            try:
-                asyncio.run(main())
-            finally:
-                started.set()
-
-        thread = threading.Thread(target=serve, name="canaryd-status-http", daemon=True)
-        thread.start()
-        started.wait(10)
+        server, thread = serve_in_thread(app, sock, "canaryd-status-http")
         self._server, self._socket, self._app, self._thread = server, sock, app, thread
         log.info("http.listening", address=self.address)
 
