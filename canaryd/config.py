@@ -248,6 +248,123 @@ class ServerConfig(_Section):
         return listen
 
 
+class TrafficConfig(_Section):
+    """The mirror sink: live production requests, copied by a gateway (nginx `mirror`,
+    Envoy `request_mirror_policies`, Istio `mirror`), replayed as live pairs beside the
+    suites. No `listen`: no sink, suites only."""
+
+    listen: str | None = Field(
+        default=None,
+        description="host:port of the mirror sink (POST /v1/chat/completions, "
+        "/v1/completions; port 0: any free port); unset: no sink",
+    )
+    category_header: str = Field(
+        default="X-Canaryd-Category",
+        pattern=r"^[A-Za-z0-9-]{1,64}$",
+        description="request header naming a live request's category; else its `model`, "
+        "else its route prefix (`/<route>/v1/...`), else `live`",
+    )
+    auth_token: SecretStr | None = Field(
+        default=None,
+        description="when set, the sink needs `Authorization: Bearer <token>` (401 "
+        "otherwise); unset: listen on an address only the gateway reaches. From an "
+        "EnvironmentFile as CANARYD_TRAFFIC__AUTH_TOKEN",
+    )
+    hash_key: SecretStr | None = Field(
+        default=None,
+        min_length=16,
+        description="HMAC-SHA256 key that names a live prompt in the store instead of "
+        "its text; required with `listen`. From an EnvironmentFile as "
+        "CANARYD_TRAFFIC__HASH_KEY (e.g. `openssl rand -hex 32`); a new key makes every "
+        "prompt new",
+    )
+    live_share: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="share of pairs drawn from live requests (the treatment) while any "
+        "are queued; the rest, and every pair while none is, from the suites (the control)",
+    )
+    max_prompts_per_minute: int = Field(
+        default=6, ge=1, le=10_000, description="live requests sampled per minute, in all"
+    )
+    max_per_category_per_minute: int = Field(
+        default=2, ge=1, le=10_000, description="live requests sampled per minute per category"
+    )
+    max_categories: int = Field(
+        default=32,
+        ge=1,
+        le=1000,
+        description="live categories per minute; requests of more are counted, not sampled",
+    )
+    queue_size: int = Field(
+        default=64, ge=1, le=100_000, description="sampled requests waiting for a pair"
+    )
+    dedup_window_s: float = Field(
+        default=3600.0, ge=0, description="a prompt seen again within this is not sampled"
+    )
+    max_prompt_chars: int = Field(
+        default=16_000, ge=1, description="longer prompts are counted, not sampled"
+    )
+    max_tokens: int = Field(
+        default=512, ge=1, le=8192, description="cap on a live request's own max_tokens"
+    )
+    max_body_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        le=64 * 1024 * 1024,
+        description="larger request bodies are answered 413 unread",
+    )
+    store_text: bool = Field(
+        default=False,
+        description="store live prompts' and outputs' text (kept retention.live_text_days); "
+        "false: a keyed hash, token counts and figures only",
+    )
+    redact_headers: list[str] = Field(
+        default_factory=lambda: ["authorization", "cookie", "proxy-authorization", "x-api-key"],
+        description="headers whose values the sink never shows (a rejected request's log "
+        "line names only the other headers' values)",
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, listen: str | None) -> str | None:
+        return None if listen is None else ServerConfig._host_port(listen)
+
+    @model_validator(mode="after")
+    def _keyed(self) -> TrafficConfig:
+        if self.listen is not None and self.hash_key is None:
+            raise ValidationError.from_exception_data(
+                "TrafficConfig",
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError(
+                            "hash_key",
+                            "required when traffic.listen is set: live prompts are stored as "
+                            "a keyed hash; set CANARYD_TRAFFIC__HASH_KEY in the EnvironmentFile "
+                            "(e.g. `openssl rand -hex 32`), never in the TOML",
+                        ),
+                        loc=("hash_key",),
+                        input=None,
+                    )
+                ],
+            )
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.listen is not None
+
+
+class RetentionConfig(_Section):
+    live_text_days: float = Field(
+        default=7.0,
+        gt=0,
+        description="with traffic.store_text, live prompts' and outputs' text is erased "
+        "after this many days (their figures stay, as storage.raw_retention_days says)",
+    )
+
+
 class LoggingConfig(_Section):
     level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
     format: str = Field(
@@ -364,6 +481,8 @@ class Settings(BaseSettings):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     gates: GatesConfig = Field(default_factory=GatesConfig)
     switch: SwitchConfig = Field(default_factory=SwitchConfig)
+    traffic: TrafficConfig = Field(default_factory=TrafficConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
 
     @model_validator(mode="after")
     def _switch_arm_is_speculative(self) -> Settings:

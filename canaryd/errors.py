@@ -28,6 +28,7 @@ __all__ = [
     "RunNotFoundError",
     "SinceError",
     "StatusServerError",
+    "TrafficSinkError",
     "UnknownCategoryError",
 ]
 
@@ -127,6 +128,17 @@ class StatusServerError(CanarydError, OSError):
         super().__init__(
             f"cannot serve /metrics on {listen!r}: {reason}: set server.listen "
             f"(or CANARYD_SERVER__LISTEN) to a free host:port"
+        )
+
+
+class TrafficSinkError(CanarydError, OSError):
+    """The mirror sink could not listen on its configured address."""
+
+    def __init__(self, listen: str, reason: str) -> None:
+        self.listen, self.reason = listen, reason
+        super().__init__(
+            f"cannot serve the mirror sink on {listen!r}: {reason}: set traffic.listen "
+            f"(or CANARYD_TRAFFIC__LISTEN) to a free host:port"
         )
 
 

@@ -1,0 +1,121 @@
+"""The mirror sink over real HTTP on loopback: a small 202 at once (never a stream),
+bearer-token auth, the body-size cap, unknown paths, and every request counted."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import structlog
+
+from canaryd.config import TrafficConfig
+from canaryd.errors import TrafficSinkError
+from canaryd.traffic import LiveSampler, SamplingBounds, TrafficSink
+
+KEY = "k" * 32
+TOKEN = "sink-token-for-tests"
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "secret prompt"}], "stream": True}
+
+
+def config(**changes: Any) -> TrafficConfig:
+    return TrafficConfig(listen="127.0.0.1:0", hash_key=KEY, **changes)
+
+
+@pytest.fixture
+def sink(request: pytest.FixtureRequest) -> Iterator[TrafficSink]:
+    changes = getattr(request, "param", {})
+    made = config(**changes)
+    sampler = LiveSampler(SamplingBounds.of(made), seed=0)
+    with TrafficSink(made, sampler) as started:
+        yield started
+
+
+def post(sink: TrafficSink, path: str, body: Any, **kwargs: Any) -> httpx.Response:
+    with httpx.Client(base_url=f"http://{sink.address}", timeout=5) as client:
+        return client.post(path, content=json.dumps(body).encode(), **kwargs)
+
+
+class TestAnswers:
+    def test_chat_and_completions_answer_202_and_are_offered(self, sink: TrafficSink) -> None:
+        """Both endpoints (and a route prefix) answer a small JSON 202, not a stream, and
+        the requests reach the sampler with their category."""
+        answers = [
+            post(sink, "/v1/chat/completions", CHAT),
+            post(sink, "/v1/completions", {"prompt": "p"}),
+            post(sink, "/code/v1/chat/completions", {"messages": CHAT["messages"][:1]}),
+        ]
+        assert [a.status_code for a in answers] == [202, 202, 202]
+        assert answers[0].json() == {"status": "accepted"}
+        assert answers[0].headers["content-type"] == "application/json"
+        sink.sampler.flush()
+        taken = [sink.sampler.take(), sink.sampler.take()]
+        assert sorted(item.category for item in taken if item is not None) == ["live", "m"]
+        # the third repeated the first one's messages: a duplicate
+        assert sink.counts["duplicate"] == 1
+        assert sink.counts["received"] == 3
+
+    def test_unusable_unknown_and_wrong_method_are_counted(self, sink: TrafficSink) -> None:
+        """A body a pair cannot replay is 400, another path or a GET 404; all counted."""
+        assert post(sink, "/v1/chat/completions", {"messages": "x"}).status_code == 400
+        assert post(sink, "/v1/embeddings", CHAT).status_code == 404
+        with httpx.Client(base_url=f"http://{sink.address}", timeout=5) as client:
+            assert client.get("/v1/chat/completions").status_code == 404
+        counts = sink.counts
+        assert (counts["unusable"], counts["not_found"], counts["received"]) == (1, 2, 3)
+
+    @pytest.mark.parametrize("sink", [{"max_body_bytes": 2048}], indirect=True)
+    def test_body_over_the_cap_is_413_unread(self, sink: TrafficSink) -> None:
+        """A body over max_body_bytes is answered 413 and counted too_large, whether its
+        length is declared or streamed in chunks."""
+        big = {"messages": [{"role": "user", "content": "x" * 4096}]}
+        assert post(sink, "/v1/chat/completions", big).status_code == 413
+
+        def chunks() -> Iterator[bytes]:
+            yield b'{"messages": [{"role": "user", "content": "'
+            for _ in range(8):
+                yield b"y" * 512
+            yield b'"}]}'
+
+        with httpx.Client(base_url=f"http://{sink.address}", timeout=5) as client:
+            assert client.post("/v1/chat/completions", content=chunks()).status_code == 413
+        assert sink.counts["too_large"] == 2
+
+
+class TestAuth:
+    @pytest.mark.parametrize("sink", [{"auth_token": TOKEN}], indirect=True)
+    def test_token_is_required_when_set(self, sink: TrafficSink) -> None:
+        """With traffic.auth_token, no or a wrong bearer token is 401; the right one 202."""
+        assert post(sink, "/v1/chat/completions", CHAT).status_code == 401
+        wrong = {"Authorization": "Bearer nope"}
+        assert post(sink, "/v1/chat/completions", CHAT, headers=wrong).status_code == 401
+        right = {"Authorization": f"Bearer {TOKEN}"}
+        assert post(sink, "/v1/chat/completions", CHAT, headers=right).status_code == 202
+        assert sink.counts["unauthorized"] == 2
+
+    @pytest.mark.parametrize("sink", [{"auth_token": TOKEN}], indirect=True)
+    def test_rejection_log_redacts_headers_and_never_shows_the_body(
+        self, sink: TrafficSink
+    ) -> None:
+        """A rejected request's log line masks the redacted headers and holds no body."""
+        with structlog.testing.capture_logs() as logs:
+            post(
+                sink,
+                "/v1/chat/completions",
+                CHAT,
+                headers={"Authorization": "Bearer nope", "X-Trace": "t1"},
+            )
+        (line,) = [entry for entry in logs if entry["event"] == "traffic.rejected"]
+        assert line["headers"]["authorization"] == "***"
+        assert line["headers"]["x-trace"] == "t1"
+        assert "secret prompt" not in repr(logs)
+
+
+class TestLifecycle:
+    def test_an_address_in_use_names_the_key(self, sink: TrafficSink) -> None:
+        """Binding a port already served fails naming traffic.listen."""
+        other = TrafficSink(TrafficConfig(listen=sink.address, hash_key=KEY), sink.sampler)
+        with pytest.raises(TrafficSinkError, match=r"set traffic\.listen"):
+            other.start()
