@@ -20,7 +20,7 @@ build the registry. The label sets and bucket bounds are `canaryd.metric_labels`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from prometheus_client import (
     CollectorRegistry,
@@ -430,6 +430,42 @@ class CanarydMetrics:
             (),
             "time() - canaryd_last_probe_timestamp_seconds > 2 * 3600",
         )
+        self.traffic_requests = self._counter(
+            "canaryd_traffic_requests_total",
+            "Requests the mirror sink received, by outcome: sampled (queued for a live "
+            "pair), rate_limited, duplicate, too_long, categories, queue_full, "
+            "unauthorized, too_large, unusable, not_found.",
+            ("outcome",),
+            'sum by (outcome) (rate(canaryd_traffic_requests_total{outcome!="sampled"}[5m]))',
+        )
+        self.traffic_queue = self._gauge(
+            "canaryd_traffic_queue_depth",
+            "Sampled live requests waiting for a pair.",
+            (),
+            "canaryd_traffic_queue_depth",
+        )
+        self.traffic_category_share = self._gauge(
+            "canaryd_traffic_category_share",
+            "Share of the mirrored requests of the last closed minute in each category "
+            "(the traffic mix; categories beyond the label cap are summed under other).",
+            ("category",),
+            "canaryd_traffic_category_share",
+        )
+        self.traffic_prompt_chars = self._gauge(
+            "canaryd_traffic_prompt_chars",
+            "Mean prompt length (characters) of the live requests sampled in the last "
+            "minute that sampled any.",
+            (),
+            "canaryd_traffic_prompt_chars",
+        )
+        self.traffic_repetition = self._gauge(
+            "canaryd_traffic_ngram_repetition",
+            "Mean share of repeated word 3-grams in the prompts of the live requests "
+            "sampled in the last minute that sampled any (the reuse prompt lookup feeds "
+            "on).",
+            (),
+            "canaryd_traffic_ngram_repetition",
+        )
         self._gate_name = BoundedLabel(16)
         self._capability = BoundedLabel(16)
         self._check_name = BoundedLabel(64, pattern=CHECK_VALUE)  # drift: one per category
@@ -634,6 +670,27 @@ class CanarydMetrics:
     def pair_sanitised(self) -> None:
         """A pair was stored with its text made storable."""
         self.pairs_sanitised.inc()
+
+    def traffic_request(self, outcome: str, n: int = 1) -> None:
+        """`n` mirrored requests ended as `outcome` (canaryd.traffic.sampling.OUTCOMES)."""
+        self.traffic_requests.labels(outcome=outcome).inc(n)
+
+    def traffic_mix(
+        self, shares: Mapping[str, float], prompt_chars: float | None, repetition: float | None
+    ) -> None:
+        """The traffic mix of the last closed minute (the figures None when it sampled
+        nothing keep their previous value)."""
+        folded: dict[str, float] = {}
+        for category, share in shares.items():
+            label = self._category(category)
+            folded[label] = folded.get(label, 0.0) + share
+        self.traffic_category_share.clear()
+        for label, share in folded.items():
+            self.traffic_category_share.labels(category=label).set(share)
+        if prompt_chars is not None:
+            self.traffic_prompt_chars.set(prompt_chars)
+        if repetition is not None:
+            self.traffic_repetition.set(repetition)
 
     def heartbeat(self, timestamp: float) -> None:
         self.heartbeat_timestamp.set(timestamp)
