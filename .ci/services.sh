@@ -39,6 +39,27 @@ if ! command -v chromium >/dev/null 2>&1; then
             "the report browser test will be skipped" >&2
     fi
 fi
+# Debian's nginx: the router recipe test (docs/switch.md) and the live-traffic mirror test
+# start their own nginx on loopback with their own prefix; nothing is started here (the
+# package's own server is kept from starting as above).
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        export DEBIAN_FRONTEND=noninteractive
+        own_policy=
+        if [ ! -e /usr/sbin/policy-rc.d ]; then
+            printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+            chmod 755 /usr/sbin/policy-rc.d
+            own_policy=1
+        fi
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends nginx >/dev/null
+        [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
+        echo "services: installed $(/usr/sbin/nginx -v 2>&1 | head -n1)"
+    else
+        echo "services: nginx not found and cannot apt-get install it (not root);" \
+            "the nginx router and mirror tests will be skipped" >&2
+    fi
+fi
 if ! command -v pg_ctlcluster >/dev/null 2>&1; then
     echo "services: pg_ctlcluster not found; PostgreSQL store tests will be skipped" >&2
     exit 0
