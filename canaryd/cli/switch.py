@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -38,7 +39,8 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from canaryd import paths
 from canaryd.cli.common import fail, handle_errors
 from canaryd.cli.options import ConfigOption, UrlOption, settings_and_url
-from canaryd.config import DEFAULT_CONFIG_PATH, Settings, config_path
+from canaryd.config import DEFAULT_CONFIG_PATH, Settings, config_path, load_settings
+from canaryd.durations import parse_duration
 from canaryd.errors import ActuatorError, DatabaseError
 from canaryd.logs import configure_logging
 from canaryd.store import SqlStore, mask_url
@@ -50,6 +52,7 @@ from canaryd.switch import (
     SwitchService,
     build_actuators,
     emergency_rollback,
+    nginx,
     read_state_file,
     shows,
     state_object,
@@ -454,3 +457,85 @@ def auto(
 ) -> None:
     """Hand control back to the gates (after a manual rollback); the mode stays as it is."""
     _command("auto", reason, config, url, category=category)
+
+
+@app.command("nginx-map")
+@handle_errors
+def nginx_map(
+    out: Annotated[
+        Path, typer.Option("--out", help="The map file nginx includes (replaced atomically).")
+    ],
+    reload_command: Annotated[
+        str | None,
+        typer.Option(
+            "--reload-command",
+            help="Run when the routes changed, e.g. 'nginx -s reload' (no shell).",
+            show_default=False,
+        ),
+    ] = None,
+    state_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-file",
+            help="Read this state file (default: the config's; as a command hook, the "
+            "state canaryd hands over in CANARYD_SWITCH_JSON).",
+            show_default=False,
+        ),
+    ] = None,
+    max_age: Annotated[
+        str, typer.Option("--max-age", help="A state file confirmed longer ago is stale.")
+    ] = "5m",
+    header: Annotated[
+        str, typer.Option("--header", help="The request header naming the category.")
+    ] = "X-Canaryd-Category",
+    variable: Annotated[
+        str, typer.Option("--variable", help="The nginx variable set to the upstream.")
+    ] = "canaryd_upstream",
+    speculative_upstream: Annotated[
+        str, typer.Option("--speculative-upstream", help="The speculative upstream's name.")
+    ] = nginx.SPECULATIVE,
+    baseline_upstream: Annotated[
+        str, typer.Option("--baseline-upstream", help="The baseline upstream's name.")
+    ] = nginx.BASELINE,
+    config: ConfigOption = None,
+) -> None:
+    """Render the switch as an nginx map (category header → upstream) and reload nginx
+    when the routes changed: as a `[switch.command]` hook on each generation and from a
+    timer, which turns speculation off when the state file goes stale."""
+    delivered_json = os.environ.get("CANARYD_SWITCH_JSON") if state_file is None else None
+    if delivered_json is not None:
+        try:
+            delivered = json.loads(delivered_json)
+        except ValueError as exc:
+            raise fail(
+                f"CANARYD_SWITCH_JSON is not JSON ({exc}); is this a canaryd hook?"
+            ) from None
+        state = delivered if isinstance(delivered, dict) else None
+        source = "the state canaryd handed over (CANARYD_SWITCH_JSON)"
+    else:
+        path = state_file or load_settings(config_path(config)).switch.resolved_state_file()
+        state = read_state_file(path)
+        source = str(path)
+    found = nginx.routes(
+        state,
+        now=datetime.now(UTC),
+        max_age=parse_duration(max_age),
+        delivered=delivered_json is not None,
+    )
+    try:
+        text = nginx.render_map(
+            found,
+            header=header,
+            variable=variable,
+            speculative_upstream=speculative_upstream,
+            baseline_upstream=baseline_upstream,
+        )
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    try:
+        done = nginx.write_map(out, text, found, reload_command)
+    except OSError as exc:
+        raise fail(f"cannot write {out}: {exc}") from None
+    except RuntimeError as exc:
+        raise fail(str(exc), 1) from None
+    typer.echo(f"{done.message} [from {source}]")

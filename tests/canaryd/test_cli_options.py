@@ -21,7 +21,7 @@ EXPECTED = {
     "config": {
         "run", "once", "bench", "judge", "probe", "report", "status", "gates", "audit",
         "switch status", "switch rollback", "switch restore", "switch auto",
-        "db upgrade", "db current", "db repin",
+        "switch nginx-map", "db upgrade", "db current", "db repin",
     },
     "url": {
         "report", "status", "gates", "audit",
