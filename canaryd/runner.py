@@ -26,9 +26,9 @@ from canaryd.scoring import score_pair
 from engine.base import Engine
 from engine.types import ErrorKind, GenerationRequest, GenerationResult, SamplingParams
 from engine.validation import checked_result
-from gates.records import BASELINE_ARM, DEFAULT_ARM, Arm, PairRecord, Prompt
+from gates.records import BASELINE_ARM, DEFAULT_ARM, Arm, PairRecord, PairSource, Prompt
 
-__all__ = ["PairGroup", "PairParams", "PairRunner"]
+__all__ = ["OwnSampling", "PairGroup", "PairParams", "PairRunner"]
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +41,17 @@ class PairParams:
     top_p: float = 1.0
     max_tokens: int | None = None
     timeout_s: float | None = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class OwnSampling:
+    """A prompt's own sampling, instead of the run's: a live pair replays the mirrored
+    request's (its `max_tokens` already capped)."""
+
+    temperature: float
+    top_p: float
+    max_tokens: int
+    stop: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,18 +105,25 @@ class PairRunner:
         self.run_id = run_id
         self.params = params or PairParams()
         self._rng = random.Random(seed)  # noqa: S311  (arm order and seeds, not security)
-        # Sampled pairs are scored for likelihood by the baseline (target) model; greedy
-        # pairs that diverge have their first divergent token judged by it (a tie or not).
-        self._teacher = baseline if self.params.temperature > 0 else None
-        self._tie_judge = baseline if self.params.temperature <= 0 else None
 
-    def _request(self, prompt: Prompt, group_id: str, seed: int) -> GenerationRequest:
-        sampling = SamplingParams(
-            max_tokens=self.params.max_tokens or prompt.max_tokens,
-            temperature=self.params.temperature,
-            top_p=self.params.top_p,
-            seed=seed,
-        )
+    def _request(
+        self, prompt: Prompt, group_id: str, seed: int, own: OwnSampling | None
+    ) -> GenerationRequest:
+        if own is None:
+            sampling = SamplingParams(
+                max_tokens=self.params.max_tokens or prompt.max_tokens,
+                temperature=self.params.temperature,
+                top_p=self.params.top_p,
+                seed=seed,
+            )
+        else:
+            sampling = SamplingParams(
+                max_tokens=own.max_tokens,
+                temperature=own.temperature,
+                top_p=own.top_p,
+                seed=seed,
+                stop=own.stop,
+            )
         return GenerationRequest(
             messages=prompt.messages,
             sampling=sampling,
@@ -140,12 +158,24 @@ class PairRunner:
         self._rng.shuffle(names)
         return tuple(names)
 
-    def run_group(self, prompt: Prompt) -> PairGroup:
-        """Send `prompt` to every arm (one request, one seed, a random order)."""
+    def run_group(
+        self,
+        prompt: Prompt,
+        *,
+        sampling: OwnSampling | None = None,
+        source: PairSource = "control",
+    ) -> PairGroup:
+        """Send `prompt` to every arm (one request, one seed, a random order), with the
+        run's sampling or the prompt's `sampling`; its records say where it came from."""
         group_id = uuid.uuid4().hex
         seed = self._rng.randrange(2**31)
         order = self._order()
-        request = self._request(prompt, group_id, seed)
+        request = self._request(prompt, group_id, seed, sampling)
+        # Sampled pairs are scored for likelihood by the baseline (target) model; greedy
+        # pairs that diverge have their first divergent token judged by it (a tie or not).
+        greedy = request.sampling.greedy
+        teacher = None if greedy else self.baseline
+        tie_judge = self.baseline if greedy else None
         started_at = datetime.now(UTC)
         results = {name: self._call(name, request) for name in order}
         baseline = results[BASELINE_ARM]
@@ -167,12 +197,13 @@ class PairRunner:
                 baseline=baseline,
                 speculative=speculative,
                 scores=score_pair(
-                    prompt, baseline, speculative, teacher=self._teacher, tie_judge=self._tie_judge
+                    prompt, baseline, speculative, teacher=teacher, tie_judge=tie_judge
                 ),
                 sampling_seed=seed,
-                temperature=self.params.temperature,
+                temperature=request.sampling.temperature,
                 arm=name,
                 group_id=group_id,
+                source=source,
             )
             records.append(record)
             log.info(

@@ -335,6 +335,8 @@ class OpenAIEngine:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
         if cfg.api == "chat":
             body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]
         else:

@@ -52,6 +52,9 @@ class SamplingParams:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
+    # Strings that end the output (OpenAI `stop`), sent to OpenAI-compatible servers; the
+    # in-process engines ignore them, on both arms alike.
+    stop: tuple[str, ...] = ()
 
     @property
     def greedy(self) -> bool:

@@ -26,6 +26,9 @@ ARMS: tuple[Arm, Arm] = ("baseline", "speculative")
 BASELINE_ARM = "baseline"  # the baseline arm's name; every other arm is speculative
 # The name of the speculative arm of a configuration that names only one.
 DEFAULT_ARM = "speculative"
+# Where a pair's prompt came from: a suite (`control`: a fixed set only an engine change
+# can move) or a mirrored production request (`live`: the treatment, canaryd.traffic).
+PairSource = Literal["control", "live"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +119,7 @@ class PairRecord:
     # The records of one prompt sent to several speculative arms share it (and their
     # baseline result); empty: the record is its own group, `group_id` is its `pair_id`.
     group_id: str = ""
+    source: PairSource = "control"
 
     def __post_init__(self) -> None:
         if not self.group_id:

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -44,22 +44,27 @@ from canaryd.http import StatusServer
 from canaryd.logs import configure_logging
 from canaryd.metrics import CanarydMetrics
 from canaryd.progressive import ProgressiveDelivery
-from canaryd.runner import PairRunner
+from canaryd.runner import OwnSampling, PairRunner
 from canaryd.sampling import StratifiedSampler
 from canaryd.scoring import load_metrics
 from canaryd.store import SqlStore, Store
 from canaryd.switch.statefile import read_state_file
+from canaryd.traffic import LiveSampler, SamplingBounds, TrafficSink
+from canaryd.traffic.live import SourceMix, live_prompt, own_sampling, stored_record
+from canaryd.traffic.mix import WindowMix
 from canaryd.verdict import VerdictService
 from engine.base import Engine
 from engine.registry import build_engine
-from gates.records import BASELINE_ARM, RunInfo
+from gates.records import BASELINE_ARM, PairSource, Prompt, RunInfo
 
 __all__ = ["RESTART_ONLY", "Daemon", "GateHook", "NoGates"]
 
 log = structlog.get_logger(__name__)
 
-# Settings a running daemon cannot change: they are bound at start (socket, store).
-RESTART_ONLY = ("storage.url", "server.listen")
+# Settings a running daemon cannot change: they are bound at start (socket, store). The
+# mirror sink's other settings (bounds, token, key) also apply at the next start;
+# traffic.live_share and traffic.store_text apply at once.
+RESTART_ONLY = ("storage.url", "server.listen", "traffic.listen")
 
 
 FINISH_WAIT_S = 2.0  # how long shutdown waits to store the buffer and the run's end
@@ -167,6 +172,9 @@ class Daemon:
         self.cycles = 0
         self.gate_failures = 0  # gate runs that raised in a row
         self._parity = ParityJob(self.metrics)
+        self._traffic: LiveSampler | None = None  # with [traffic] listen: the live queue
+        self._sink: TrafficSink | None = None
+        self._mix = SourceMix()
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -190,6 +198,18 @@ class Daemon:
         if self._server is None:
             raise RuntimeError("the daemon is not started")
         return self._server.address
+
+    @property
+    def traffic(self) -> LiveSampler | None:
+        """The sampled live requests waiting for a pair (None without a mirror sink)."""
+        return self._traffic
+
+    @property
+    def traffic_address(self) -> str:
+        """Where the mirror sink listens (`host:port`)."""
+        if self._sink is None:
+            raise RuntimeError("the daemon serves no mirror sink (no [traffic] listen)")
+        return self._sink.address
 
     @property
     def scheduler(self) -> BackgroundScheduler:
@@ -262,6 +282,9 @@ class Daemon:
             )
             self._server.start()
             stack.callback(self._server.stop)
+            if settings.traffic.enabled:
+                self._start_sink(settings)
+                stack.callback(self._stop_sink)
 
             self._engines = self._load_engines(settings, {})
             stack.callback(self._close_engines)
@@ -300,6 +323,25 @@ class Daemon:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+    def _start_sink(self, settings: Settings) -> None:
+        """The mirror sink and its sampler; what it receives waits for the pair cycles."""
+        self._traffic = LiveSampler(
+            SamplingBounds.of(settings.traffic),
+            seed=settings.prompts.seed,
+            observe=self.metrics.traffic_request,
+            on_window=self._traffic_mix,
+        )
+        self._sink = TrafficSink(settings.traffic, self._traffic)
+        self._sink.start()
+
+    def _stop_sink(self) -> None:
+        sink, self._sink = self._sink, None
+        if sink is not None:
+            sink.stop()
+
+    def _traffic_mix(self, mix: WindowMix) -> None:
+        self.metrics.traffic_mix(mix.shares, mix.prompt_chars, mix.repetition)
 
     def _load_engines(self, settings: Settings, reuse: dict[str, Engine]) -> dict[str, Engine]:
         """Engines for every arm: those in `reuse` as they are, the others built, loaded
@@ -455,22 +497,39 @@ class Daemon:
                     "back, fewer than configured",
                 )
 
+    def _next_pair(self, plan: _Plan) -> tuple[Prompt, OwnSampling | None, PairSource]:
+        """The next prompt, its own sampling (live requests') and its source: a live
+        request for `traffic.live_share` of the pairs while any wait, else a suite's."""
+        live = self._traffic
+        share = plan.settings.traffic.live_share
+        if live is not None and self._mix.next_is_live(share, live.waiting() > 0):
+            request = live.take()
+            self.metrics.traffic_queue.set(len(live))
+            if request is not None:
+                return live_prompt(request), own_sampling(request), "live"
+        return plan.sampler.next(), None, "control"
+
     def _cycle(self, plan: _Plan) -> bool:
         db_away = not self._pairs.flush()
         ok = not db_away
         include_text = plan.settings.logging.include_text
-        for prompt in plan.sampler.take(plan.settings.schedule.pairs_per_cycle):
+        store_text = plan.settings.traffic.store_text
+        for _ in range(plan.settings.schedule.pairs_per_cycle):
             if self._stopping.is_set():
                 break  # stop scheduling new pairs; the one that finished is stored
-            group = plan.runner.run_group(prompt)
+            prompt, sampling, source = self._next_pair(plan)
+            group = plan.runner.run_group(prompt, sampling=sampling, source=source)
             self._progress_at = time.monotonic()
             try:
                 self.metrics.observe_group(group.records)
             except Exception:
                 # Nothing an engine sends may cost the pair: it is stored all the same.
                 log.exception("pair.metrics_failed", group_id=group.group_id)
-            for record in group.records:
-                if include_text:
+            for measured in group.records:
+                # A live pair keeps no text unless traffic.store_text says so; its
+                # scores were computed on the whole pair already.
+                record = stored_record(measured, store_text=store_text)
+                if include_text and source == "control":  # a live pair's text: never
                     log.info(
                         "pair.text",
                         pair_id=record.pair_id,
@@ -554,17 +613,23 @@ class Daemon:
         self._progress_at = time.monotonic()
 
     def apply_retention(self) -> None:
-        """The retention job: roll up and remove old rows."""
-        storage = self.settings.storage
+        """The retention job: roll up and remove old rows; erase live text older than
+        `retention.live_text_days` (kept only with `traffic.store_text`)."""
+        settings = self.settings
+        storage = settings.storage
+        now = datetime.now(UTC)
         try:
             report = self.store.apply_retention(
-                datetime.now(UTC), storage.raw_retention_days, storage.rollup_retention_days
+                now, storage.raw_retention_days, storage.rollup_retention_days
+            )
+            erased = self.store.erase_live_text(
+                now - timedelta(days=settings.retention.live_text_days)
             )
         except DatabaseError as exc:
             self.metrics.store_error("retention")
             log.error("retention.failed", reason=str(exc))
             return
-        log.info("retention.done", report=repr(report))
+        log.info("retention.done", report=repr(report), live_generations_erased=erased)
 
     def heartbeat(self) -> None:
         """The heartbeat job: proves the scheduler is alive to metrics and, while cycles
@@ -720,6 +785,8 @@ class Daemon:
             changed.append("storage.url")
         if new.server.listen != old.server.listen:
             changed.append("server.listen")
+        if new.traffic.listen != old.traffic.listen:
+            changed.append("traffic.listen")
         if changed:
             log.warning(
                 "config.restart_required",
@@ -730,6 +797,7 @@ class Daemon:
             update={
                 "storage": new.storage.model_copy(update={"url": old.storage.url}),
                 "server": new.server.model_copy(update={"listen": old.server.listen}),
+                "traffic": new.traffic.model_copy(update={"listen": old.traffic.listen}),
             }
         )
 

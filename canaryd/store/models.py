@@ -141,6 +141,7 @@ class PairRow(Base):
         Index(None, "category", "started_at"),
         Index(None, "run_id", "started_at"),
         Index(None, "arm", "started_at"),
+        Index(None, "source", "started_at"),
     )
 
     pair_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -154,6 +155,8 @@ class PairRow(Base):
     complete: Mapped[bool] = mapped_column(Boolean)
     arm: Mapped[str] = mapped_column(String(32), server_default="speculative")
     group_id: Mapped[str] = mapped_column(String(64), server_default="")
+    # `control` (a suite prompt) or `live` (a mirrored production request).
+    source: Mapped[str] = mapped_column(String(16), server_default="control")
 
     prompt: Mapped[PromptRow] = relationship(lazy="joined", innerjoin=True)
     generations: Mapped[list[GenerationRow]] = relationship(

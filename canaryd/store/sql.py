@@ -336,6 +336,38 @@ class SqlStore:
             deleted_audit_rows=self._prune("old switch audit rows", self._old_audit(rollup_cutoff)),
         )
 
+    def erase_live_text(self, before: datetime) -> int:
+        """Erase the text that `traffic.store_text` kept of live pairs started before
+        `before`: both outputs, their token ids and error details, and the messages of
+        live prompts that no newer pair refers to; hashes, figures and scores stay. How
+        many generations lost text."""
+        aware(before, "erase live text before")
+        old_live = select(PairRow.pair_id).where(
+            PairRow.source == "live", PairRow.started_at < before
+        )
+        with self._transaction("erasing old live text") as session:
+            result = session.execute(
+                update(GenerationRow)
+                .where(
+                    GenerationRow.pair_id.in_(old_live),
+                    (GenerationRow.text != "") | (GenerationRow.error_detail != ""),
+                )
+                .values(text="", token_ids=[], error_detail="")
+            )
+            session.execute(
+                update(PromptRow)
+                .where(
+                    PromptRow.id.in_(
+                        select(PairRow.prompt_ref).where(PairRow.pair_id.in_(old_live))
+                    ),
+                    ~exists().where(
+                        PairRow.prompt_ref == PromptRow.id, PairRow.started_at >= before
+                    ),
+                )
+                .values(messages=[])
+            )
+            return int(getattr(result, "rowcount", 0))
+
     def _prune(self, what: str, statement: Delete) -> int:
         """Run one retention deletion in its own transaction; how many rows went. A pair
         saved meanwhile that refers to a row being deleted (PostgreSQL: a prompt picked

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from canaryd.config import TrafficConfig
+from canaryd.traffic.mix import WindowMix, window_mix
 from canaryd.traffic.requests import LiveRequest
 
 __all__ = ["DEDUP_CAPACITY", "OUTCOMES", "LiveSampler", "SamplingBounds"]
@@ -89,8 +90,9 @@ class _Reservoir:
 class LiveSampler:
     """Bounded, fair sampling of mirrored requests into a queue (see the module).
 
-    `observe(outcome, n)` is called with every count (the daemon's metrics); `clock` is
-    monotonic seconds, windows are `window_s` long."""
+    `observe(outcome, n)` is called with every count and `on_window` with each closed
+    window's traffic mix (the daemon's metrics); `clock` is monotonic seconds, windows
+    are `window_s` long."""
 
     def __init__(
         self,
@@ -100,12 +102,14 @@ class LiveSampler:
         clock: Callable[[], float] = time.monotonic,
         window_s: float = WINDOW_S,
         observe: Callable[[str, int], None] | None = None,
+        on_window: Callable[[WindowMix], None] | None = None,
     ) -> None:
         self.bounds = bounds
         self._rng = random.Random(seed)  # noqa: S311  (sampling, not security)
         self._clock = clock
         self._window_s = window_s
         self._observe = observe
+        self._on_window = on_window
         self._lock = threading.Lock()
         self._window = self._window_of(clock())
         self._reservoirs: dict[str, _Reservoir] = {}
@@ -182,6 +186,7 @@ class LiveSampler:
 
     def _close(self) -> None:
         """Draw the window's reservoirs into the queue, round-robin over the categories."""
+        seen = {category: r.seen for category, r in self._reservoirs.items()}
         reservoirs = [r.kept for r in self._reservoirs.values() if r.kept]
         self._reservoirs = {}
         for kept in reservoirs:
@@ -201,6 +206,8 @@ class LiveSampler:
         self._queue.extend(chosen[:room])
         self._count("sampled", min(room, len(chosen)))
         self._count("queue_full", len(chosen) - room)
+        if self._on_window is not None and seen:
+            self._on_window(window_mix(seen, chosen))
 
     def flush(self) -> None:
         """End the current window now (its reservoirs go to the queue)."""
@@ -213,6 +220,12 @@ class LiveSampler:
         with self._lock:
             self._roll(self._clock())
             return self._queue.popleft() if self._queue else None
+
+    def waiting(self) -> int:
+        """Requests queued for a live pair, closing a window that has ended."""
+        with self._lock:
+            self._roll(self._clock())
+            return len(self._queue)
 
     def __len__(self) -> int:
         """Requests queued for a live pair."""
