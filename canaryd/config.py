@@ -40,7 +40,7 @@ from canaryd.redact import redact_value
 from canaryd.store.database import mask_url
 from engine.bounds import check_bounds
 from engine.config import EngineConfig, SpeculativeConfig, TransformersEngineConfig
-from gates import GatesConfig
+from gates import GateMode, GatesConfig
 from gates.records import BASELINE_ARM, DEFAULT_ARM
 
 CONFIG_ENV = "CANARYD_CONFIG"
@@ -526,6 +526,37 @@ class Settings(BaseSettings):
                     ),
                     loc=("gates", "quality", "control_arm"),
                     input=name,
+                )
+            ],
+        )
+
+    @model_validator(mode="after")
+    def _enforced_parity_is_probed(self) -> Settings:
+        if self.gates.parity.mode is not GateMode.ENFORCE:
+            return self
+        servers = [
+            name for name in (BASELINE_ARM, self.switch_arm) if self.arms.arm(name).kind != "openai"
+        ]
+        if self.schedule.probe_interval_s > 0 and not servers:
+            return self
+        why = (
+            f"arms {', '.join(servers)} are not OpenAI-compatible servers"
+            if servers
+            else "schedule.probe_interval_s = 0 turns the probe off"
+        )
+        raise ValidationError.from_exception_data(
+            "Settings",
+            [
+                InitErrorDetails(
+                    type=PydanticCustomError(
+                        "parity_unprobed",
+                        "enforce needs the daemon's capability probe, but {why}: the gate "
+                        "would stay NODATA and hold every restore back; set mode = "
+                        '"warn", or probe servers (kind = "openai", probe_interval_s > 0)',
+                        {"why": why},
+                    ),
+                    loc=("gates", "parity", "mode"),
+                    input=self.gates.parity.mode.value,
                 )
             ],
         )

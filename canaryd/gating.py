@@ -8,11 +8,15 @@ only while speculative decoding is on), runs `gates.evaluate_all`, stores the de
 under the switch's row lock and apply the outcome. Every comparison arm is gated the
 same way on its own pairs and references, with every gate in `warn` mode, and its
 evaluation is stored under its name, where the switch never reads it: comparison arms
-are judged and reported, never switch. `start()` (the daemon calls it before loading
-engines) or else the first run re-applies the last stored state, so a restarted daemon
-rewrites the state file from the database even when its engines then fail to load, and
-re-runs hooks whose last attempt failed; only a run that completed refreshes the file's
-`confirmed_at` (and stores its time, which the followers carry forward).
+are judged and reported, never switch. The parity gate judges the latest stored
+capability probe of the switch's arm (canaryd.probe.stored) beside the pair gates, and
+that probe's regressions a router can match per request become the state file's
+`route_to_baseline`, on the leader and the followers alike. `start()` (the daemon calls
+it before loading engines) or else the first run re-applies the last stored state, so a
+restarted daemon rewrites the state file from the database even when its engines then
+fail to load, and re-runs hooks whose last attempt failed; only a run that completed
+refreshes the file's `confirmed_at` (and stores its time, which the followers carry
+forward).
 At start and on every run, an emergency rollback the CLI wrote to the state file while
 the database was down (`pending_sync`) is adopted into the database, never reverted. Of
 several daemons on one database only the leader (`canaryd.leader`, taken or re-checked
@@ -26,6 +30,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 import structlog
 
@@ -33,6 +38,8 @@ from canaryd.assembly import arm_pair_config, arms_key
 from canaryd.config import Settings
 from canaryd.leader import Leadership, leadership_for
 from canaryd.metrics import CanarydMetrics
+from canaryd.probe.routing import route_object
+from canaryd.probe.stored import latest_probe
 from canaryd.store import HistoryStore, SqlStore, Store
 from canaryd.switch import SwitchChange, SwitchService
 from gates import (
@@ -48,6 +55,7 @@ from gates import (
     grow_references,
 )
 from gates.core import checks
+from gates.parity import ProbeEvidence, parity_gate
 from gates.records import PairRecord
 
 __all__ = ["PRUNE_EVERY", "SwitchGates", "under_current_arms", "window_bounds"]
@@ -135,6 +143,11 @@ def under_current_arms(
     return kept
 
 
+def _routes(probe: ProbeEvidence | None) -> dict[str, Any] | None:
+    """The state file's `route_to_baseline` from the latest probe (None: no probe)."""
+    return None if probe is None else route_object(probe)
+
+
 class SwitchGates:
     """The `GateHook` that gates and flips the rollback switch.
 
@@ -181,6 +194,7 @@ class SwitchGates:
             service = SwitchService(
                 self._store, settings.switch, settings.gates.policy, metrics=self.metrics
             )
+            service.set_routes(_routes(latest_probe(self._store, settings)))
             leading = self._leading if self._leading is not None else self._lead()
             report = service.start(lead=leading)
             record = service.record()
@@ -231,7 +245,10 @@ class SwitchGates:
                 self._evaluate(now)
             else:
                 self.suspicion = None
-                self.service.follow()
+                service = self.service
+                assert self._store is not None  # opened by `self.service`
+                service.set_routes(_routes(latest_probe(self._store, self.settings)))
+                service.follow()
 
     @property
     def leadership(self) -> Leadership:
@@ -347,6 +364,17 @@ class SwitchGates:
             category_since=state.category_since(),
             control=self._window(store, control, now) if control else None,
         )
+        probe = latest_probe(store, self.settings)
+        decisions.append(
+            parity_gate(
+                probe,
+                config.parity,
+                now=now,
+                since=state.since,
+                probe_interval_s=self.settings.schedule.probe_interval_s,
+            )
+        )
+        service.set_routes(_routes(probe))
         store.save_evaluation(Evaluation(now, tuple(decisions)))
         if self.metrics is not None:
             self.metrics.observe_gates((d.name, d.state.value) for d in decisions)

@@ -229,6 +229,26 @@ class LivenessGateConfig(GateConfigBase):
     max_failure_rate: float = Field(default=0.5, gt=0, le=1)
 
 
+class ParityGateConfig(_Strict):
+    """The parity gate reads the latest capability probe, not a window of pairs: no
+    sample size, no window, no confidence; only how it acts and how old a probe may be."""
+
+    mode: GateMode = Field(
+        default=GateMode.WARN,
+        description="warn: a capability regression alerts; enforce: it rolls the switch "
+        "back as any enforce gate's FAIL does (then it needs the daemon's probe: "
+        "schedule.probe_interval_s > 0 and both arms OpenAI-compatible servers)",
+    )
+    critical: bool = False
+    max_probe_age_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="a probe older than this is no evidence (NODATA); null: twice "
+        "schedule.probe_interval_s plus 10 minutes (2 h 10 min when the daemon does not "
+        "probe and `canaryd probe --config` stores the probes)",
+    )
+
+
 class SwitchPolicyConfig(_Strict):
     """The switch's hysteresis, cooldown, latch and restore rules (gates/switch.py)."""
 
@@ -260,4 +280,5 @@ class GatesConfig(_Strict):
     quality: QualityGateConfig = QualityGateConfig()
     speedup: SpeedupGateConfig = SpeedupGateConfig()
     drift: DriftGateConfig = DriftGateConfig()
+    parity: ParityGateConfig = ParityGateConfig()
     policy: SwitchPolicyConfig = SwitchPolicyConfig()

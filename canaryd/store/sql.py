@@ -257,9 +257,11 @@ class SqlStore:
             rows = session.scalars(query).unique().all()
             return [pair_from_row(row) for row in reversed(rows)]
 
-    def runs(self, limit: int | None = 20) -> list[StoredRun]:
-        """The most recent runs, newest first."""
+    def runs(self, limit: int | None = 20, *, kind: str | None = None) -> list[StoredRun]:
+        """The most recent runs, newest first; with `kind`, only runs of that kind."""
         query = select(RunRow).order_by(RunRow.started_at.desc(), RunRow.run_id.desc())
+        if kind is not None:
+            query = query.where(RunRow.kind == kind)
         if limit is not None:
             query = query.limit(limit)
         with self._translating("reading runs"), self._sessions() as session:

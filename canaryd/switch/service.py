@@ -15,7 +15,7 @@ through it; a daemon that does not lead the gates only adopts and mirrors (`foll
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -30,6 +30,7 @@ from canaryd.switch.delivery import deliver, newest
 from canaryd.switch.emergency import pending_adoption
 from canaryd.switch.statefile import (
     CONFIRMED_AT,
+    ROUTE_TO_BASELINE,
     STATE_FILE_ACTUATOR,
     file_generation,
     file_object,
@@ -112,6 +113,10 @@ class SwitchService:
         self.state_file = config.resolved_state_file()
         # Why the last write of the state file failed; None after one succeeded.
         self.state_file_problem: str | None = None
+        # The state file's `route_to_baseline` (None: none); until `set_routes`, each
+        # write keeps the file's own (a CLI command knows no probe).
+        self._routes: dict[str, Any] | None = None
+        self._routes_set = False
         self.actuators = (
             list(actuators) if actuators is not None else build_actuators(config, clock)
         )
@@ -123,6 +128,12 @@ class SwitchService:
 
     def record(self) -> SwitchRecord:
         return self.store.switch()
+
+    def set_routes(self, routes: Mapping[str, Any] | None) -> None:
+        """What the state file's `route_to_baseline` says from the next write on (None:
+        the file has none): the daemon's gate job sets it from the latest probe."""
+        self._routes = dict(routes) if routes is not None else None
+        self._routes_set = True
 
     def _change(
         self,
@@ -308,7 +319,11 @@ class SwitchService:
     def _write_file(self, state: SwitchState, confirmed_at: datetime | None) -> bool:
         """Write `state` to the state file, confirmed at `confirmed_at`; False when a
         newer (or the operator's pending) file was left in place. Raises OSError."""
-        written = write_state_file(self.state_file, file_object(state, confirmed_at))
+        written = write_state_file(
+            self.state_file,
+            file_object(state, confirmed_at, self._routes),
+            keep_routes=not self._routes_set,
+        )
         self.state_file_problem = None
         return written
 
@@ -379,13 +394,24 @@ class SwitchService:
         self, record: SwitchRecord, on_disk: dict[str, Any] | None = None
     ) -> None:
         """Rewrite the file with the stored last completed gate run as its `confirmed_at`
-        when that is newer than the file's own (nothing else changes)."""
+        when that is newer than the file's own, or when its `route_to_baseline` is not
+        the one set (nothing else changes)."""
         completed = record.gates_completed_at
         if completed is None:
             return
         on_disk = on_disk if on_disk is not None else read_state_file(self.state_file)
         current = self._parsed(on_disk.get(CONFIRMED_AT)) if on_disk else None
-        if current is None or current < completed or not shows(on_disk, record.state):
+        stale_routes = (
+            self._routes_set
+            and on_disk is not None
+            and on_disk.get(ROUTE_TO_BASELINE) != self._routes
+        )
+        if (
+            current is None
+            or current < completed
+            or not shows(on_disk, record.state)
+            or stale_routes
+        ):
             self._confirm(record.state, completed)
 
     def _confirm(self, state: SwitchState, at: datetime) -> None:

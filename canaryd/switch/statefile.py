@@ -6,7 +6,10 @@ fsync it, rename it over the file and fsync the directory. A file never goes bac
 lower generation, and a `pending_sync` file (the kill switch written while the database
 was down) is only replaced by its adoption or a higher generation. `confirmed_at` says
 when canaryd last checked the file against the database; refreshing it rewrites the file
-at the same generation, and comparisons of the state leave it out.
+at the same generation, and comparisons of the state leave it out. So do they
+`route_to_baseline`: what the latest capability probe says a router should send to the
+baseline one request at a time (canaryd.probe.routing). It changes with each probe, not
+with a transition, and a writer that does not know it keeps the file's own.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,7 @@ from gates import SwitchState
 __all__ = [
     "CONFIRMED_AT",
     "PENDING_SYNC",
+    "ROUTE_TO_BASELINE",
     "STATE_FILE_ACTUATOR",
     "file_generation",
     "file_lock",
@@ -48,6 +52,8 @@ __all__ = [
 STATE_FILE_ACTUATOR = "state_file"  # its name among the actuators' failures
 PENDING_SYNC = "pending_sync"  # state-file field: written while the database was down
 CONFIRMED_AT = "confirmed_at"  # state-file field: when canaryd last confirmed it
+ROUTE_TO_BASELINE = "route_to_baseline"  # state-file field: requests a router sends to the baseline
+_ANNOTATIONS = (CONFIRMED_AT, ROUTE_TO_BASELINE)  # in the file, not in the state
 
 
 def state_object(state: SwitchState) -> dict[str, Any]:
@@ -77,17 +83,26 @@ def state_object(state: SwitchState) -> dict[str, Any]:
     }
 
 
-def file_object(state: SwitchState, confirmed_at: datetime | None) -> dict[str, Any]:
-    """What the state file holds: the state object and when it was confirmed against the
-    database (hooks get the state object alone); no `confirmed_at` when nothing has
-    confirmed it yet (no gate run completed): a router then reads speculation off."""
-    if confirmed_at is None:
-        return state_object(state)
-    return {**state_object(state), CONFIRMED_AT: confirmed_at.isoformat()}
+def file_object(
+    state: SwitchState,
+    confirmed_at: datetime | None,
+    routes: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What the state file holds: the state object, when it was confirmed against the
+    database, and the requests to route to the baseline (hooks get the state object
+    alone); no `confirmed_at` when nothing has confirmed it yet (no gate run completed):
+    a router then reads speculation off; no `route_to_baseline` without `routes`."""
+    obj = state_object(state)
+    if routes is not None:
+        obj[ROUTE_TO_BASELINE] = dict(routes)
+    if confirmed_at is not None:
+        obj[CONFIRMED_AT] = confirmed_at.isoformat()
+    return obj
 
 
 def without_freshness(data: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in data.items() if key != CONFIRMED_AT}
+    """The state object of a file: without `confirmed_at` and `route_to_baseline`."""
+    return {key: value for key, value in data.items() if key not in _ANNOTATIONS}
 
 
 def shows(data: dict[str, Any] | None, state: SwitchState) -> bool:
@@ -192,16 +207,21 @@ def replace_file(path: Path, state: dict[str, Any]) -> None:
         os.close(directory)
 
 
-def write_state_file(path: Path, state: dict[str, Any]) -> bool:
+def write_state_file(path: Path, state: dict[str, Any], *, keep_routes: bool = False) -> bool:
     """Atomically replace `path` with `state` as JSON: a temp file in the same directory,
     fsync, rename, fsync of the directory. Writers serialise on a lock file beside it and
     never replace a higher generation (a slow writer cannot move production backwards),
     nor a `pending_sync` emergency file with anything but a higher generation or the same
-    state without the mark (its adoption); returns False when it skipped for that reason."""
+    state without the mark (its adoption); returns False when it skipped for that reason.
+    `keep_routes`: a `state` without `route_to_baseline` takes the file's own."""
     path.parent.mkdir(parents=True, exist_ok=True)
     generation = int(state["generation"])
     with file_lock(path):
         on_disk = read_state_file(path)
+        if keep_routes and on_disk is not None and ROUTE_TO_BASELINE not in state:
+            routes = on_disk.get(ROUTE_TO_BASELINE)
+            if isinstance(routes, dict):
+                state = {**state, ROUTE_TO_BASELINE: routes}
         if generation_of(on_disk) > generation:
             return False
         if (
