@@ -332,7 +332,9 @@ class _App:
 
 def bind_listen(host: str, port: int, listen: str) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say
+    # so, else every answer written in two parts waits for a delayed ACK (40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         # SO_REUSEADDR lets a restarted daemon rebind while old connections sit in
         # TIME_WAIT; on Linux it still refuses a port another process listens on.

@@ -4,6 +4,7 @@ bearer-token auth, the body-size cap, unknown paths, and every request counted."
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import structlog
 
 from canaryd.config import TrafficConfig
 from canaryd.errors import TrafficSinkError
+from canaryd.http import bind_listen
 from canaryd.traffic import LiveSampler, SamplingBounds, TrafficSink
 
 KEY = "k" * 32
@@ -119,3 +121,12 @@ class TestLifecycle:
         other = TrafficSink(TrafficConfig(listen=sink.address, hash_key=KEY), sink.sampler)
         with pytest.raises(TrafficSinkError, match=r"set traffic\.listen"):
             other.start()
+
+    def test_the_listening_socket_is_tcp_so_answers_are_not_delayed(self) -> None:
+        """bind_listen names IPPROTO_TCP: asyncio then turns Nagle off on every accepted
+        connection (a two-part answer would otherwise wait for a delayed ACK, 40 ms)."""
+        sock = bind_listen("127.0.0.1", 0, "127.0.0.1:0")
+        try:
+            assert sock.proto == socket.IPPROTO_TCP
+        finally:
+            sock.close()
