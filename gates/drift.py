@@ -27,13 +27,18 @@ References are pinned per category from a healthy period (`pin_reference`, at le
 exact: no margin). A category with pairs in the window but no reference is
 unmonitored: it is named, and it keeps the gate INCONCLUSIVE (never a silent PASS)
 until it is pinned.
+
+With live traffic beside the suites, a FAIL or WARN names its cause in the evidence
+(gates/attribution.py): an engine change when a control (suite) category dropped too; a
+traffic change when the controls held and the live mix moved, in which case the live
+categories only WARN (the speedup gate judges whether speculation still pays).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import numpy as np
@@ -42,6 +47,7 @@ from scipy.special import log_ndtr
 from scipy.stats import chi2, norm
 from scipy.stats import t as t_dist
 
+from gates.attribution import attribute_drift
 from gates.budget import DEFAULT_ARL0, DEFAULT_DETECTOR_BUDGET
 from gates.config import DriftGateConfig
 from gates.core import GateDecision, GateState
@@ -358,16 +364,34 @@ def drift_gate(
         return _nodata(config, window, now, "no measured acceptance lengths in the window")
     components.sort(key=lambda item: -item[0])  # largest drop first: it is the evidence shown
     decisions = [d for _, d in components]
-    result = combined(NAME, config, window, now, decisions)
+    notes: list[str] = []
+    dropped = {
+        d.category
+        for d in decisions
+        if d.category is not None and d.state in (GateState.FAIL, GateState.WARN)
+    }
+    attribution = attribute_drift(window.records, dropped, monitored)
+    if attribution is not None:
+        notes.append(attribution.reason)
+        if attribution.cause == "traffic":
+            # A traffic change is not the arm's fault: its live categories WARN, and the
+            # speedup gate judges whether speculation still pays on the new traffic.
+            decisions = [
+                replace(d, state=GateState.WARN)
+                if d.state is GateState.FAIL and d.category in attribution.live
+                else d
+                for d in decisions
+            ]
+    result = combined(NAME, config, window, now, decisions, notes)
     unmonitored = [d.categories[0] for d in decisions if d.state is GateState.NODATA]
     flagged = tuple(
         sorted(d.categories[0] for d in decisions if d.state is result.state and d.categories)
     )
     if result.state in (GateState.FAIL, GateState.WARN):
-        result = combined(NAME, config, window, now, decisions, categories=flagged)
+        result = combined(NAME, config, window, now, decisions, notes, categories=flagged)
     elif unmonitored:
         note = f"unmonitored categories (no reference yet): {', '.join(sorted(unmonitored))}"
-        result = combined(NAME, config, window, now, decisions, [note])
+        result = combined(NAME, config, window, now, decisions, [*notes, note])
     return result
 
 
