@@ -467,6 +467,53 @@ def canary_dashboard() -> dash.Dashboard:
         ),
     ]
 
+    traffic = [
+        series(
+            "Mirrored requests by outcome",
+            "What the mirror sink did with the requests a gateway mirrored (per second): "
+            "sampled for a live pair, or counted and dropped (rate_limited, duplicate, "
+            "too_long, categories, queue_full, unauthorized, too_large, unusable); and the "
+            "sampled requests waiting for a pair.",
+            [
+                promql(
+                    "sum by (outcome) (rate(canaryd_traffic_requests_total[5m]))",
+                    "{{outcome}}",
+                    "A",
+                ),
+                promql("canaryd_traffic_queue_depth", "queued", "B"),
+            ],
+            width=6,
+            soft_min=0,
+        ),
+        series(
+            "Live traffic mix: categories",
+            "Each category's share of the mirrored requests of the last closed minute: a "
+            "live acceptance drop with the suites steady and this mix moved is a traffic "
+            "change, not the engine's (docs/live-traffic.md).",
+            [promql("canaryd_traffic_category_share", "{{category}}")],
+            "percentunit",
+            width=6,
+            soft_min=0,
+        ),
+        series(
+            "Live prompt length",
+            "Mean prompt length (characters) of the live requests sampled in the last "
+            "minute that sampled any.",
+            [promql("canaryd_traffic_prompt_chars", "prompt chars")],
+            width=6,
+            soft_min=0,
+        ),
+        series(
+            "Live prompt repetition",
+            "Mean share of repeated word 3-grams in the sampled live prompts: the reuse "
+            "prompt lookup drafts from; a fall lowers acceptance without any engine change.",
+            [promql("canaryd_traffic_ngram_repetition", "repeated 3-grams")],
+            "percentunit",
+            width=6,
+            soft_min=0,
+        ),
+    ]
+
     board = (
         dash.Dashboard("Speculative decoding canary")
         .uid("canaryd-canary")
@@ -492,6 +539,7 @@ def canary_dashboard() -> dash.Dashboard:
         ("Errors and store", errors),
         ("Consistency and quality", quality),
         ("Capability parity", parity),
+        ("Live traffic", traffic),
     ]
     for title, panels in rows:
         board = board.with_row(dash.Row(title))
