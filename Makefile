@@ -14,7 +14,7 @@ CONSTRAINTS := $(if $(LOCK),--constraint $(LOCK),)
 PYTEST_ARGS ?=
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: venv model demo test lint typecheck unit services llamacpp vllm clean lock
+.PHONY: venv model demo test lint typecheck unit services llamacpp vllm clean lock gpu-bundle
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -77,3 +77,32 @@ unit: venv
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache
+
+# The wheels `benchmarks/gpu_proof.py` needs on a GPU machine whose python3 (3.12) already
+# has torch, transformers, accelerate, numpy, scipy, pandas, pyarrow, matplotlib, httpx,
+# rich, typer, sacrebleu and prometheus-client but not the rest of canaryd's dependencies:
+# those, at requirements.lock's versions, for CPython 3.12 on manylinux x86-64, under
+# 64 MiB (docs/gpu-proof.md). PostgreSQL's driver stays behind: the proof uses SQLite.
+# rouge-score ships only as a source archive: it is built here (pure Python).
+GPU_BUNDLE := .gpu-bundle
+GPU_BUNDLE_WHEELS := alembic annotated-types apscheduler datasets defusedxml dill evaluate \
+	gguf jsonschema jsonschema-specifications mako multiprocess nltk pydantic pydantic-core \
+	pydantic-settings python-dotenv rapidfuzz referencing rpds-py sqlalchemy structlog \
+	typing-extensions typing-inspection tzlocal uvicorn
+GPU_BUNDLE_SDISTS := rouge-score
+GPU_PLATFORMS := $(foreach n,manylinux_2_28 manylinux_2_27 manylinux_2_17 manylinux2014 manylinux1,--platform $(n)_x86_64)
+
+gpu-bundle: $(STAMP)
+	rm -rf $(GPU_BUNDLE) && mkdir -p $(GPU_BUNDLE)
+	wheels=; sdists=; \
+	for name in $(GPU_BUNDLE_WHEELS) $(GPU_BUNDLE_SDISTS); do \
+	  pin=$$(grep -i -E "^$$(echo $$name | sed 's/[-_]/[-_]/g')==" requirements.lock) \
+	    || { echo "gpu-bundle: $$name is not in requirements.lock" >&2; exit 1; }; \
+	  case " $(GPU_BUNDLE_SDISTS) " in *" $$name "*) sdists="$$sdists $$pin";; *) wheels="$$wheels $$pin";; esac; \
+	done; \
+	$(BIN)/python -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+	  --python-version 3.12 --implementation cp $(GPU_PLATFORMS) -d $(GPU_BUNDLE) $$wheels \
+	&& $(BIN)/python -m pip wheel --quiet --disable-pip-version-check --no-deps -w $(GPU_BUNDLE) $$sdists
+	@bytes=$$(cat $(GPU_BUNDLE)/*.whl | wc -c); \
+	echo "$(GPU_BUNDLE): $$(ls $(GPU_BUNDLE) | wc -l) wheels, $$((bytes / 1048576)) MiB"; \
+	test $$bytes -lt 67108864 || { echo "gpu-bundle: over 64 MiB, more than one call can carry" >&2; exit 1; }

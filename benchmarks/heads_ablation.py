@@ -68,9 +68,11 @@ def arm_configs(tree: SpeculativeConfig) -> dict[str, SpeculativeConfig | None]:
     return arms
 
 
-def held_out(prompts: list[Prompt]) -> list[Prompt]:
-    """The shipped prompts the trained heads held out, split as training split them."""
-    directory, _identity = trained_heads_location("embedded", paths.models_dir(), "causal")
+def held_out(prompts: list[Prompt], models_dir: Path | None = None) -> list[Prompt]:
+    """The shipped prompts the trained heads held out, split as training split them
+    (the embedded model's heads in `models_dir`, default canaryd's models directory)."""
+    location = paths.models_dir() if models_dir is None else models_dir
+    directory, _identity = trained_heads_location("embedded", location, "causal")
     metadata = read_metadata(directory)
     if metadata is None:
         sys.exit("heads_ablation: no trained heads: run `canaryd models train-heads` first")

@@ -4,6 +4,8 @@
 with a byte-level BPE tokenizer trained on a built-in corpus and a ChatML chat
 template. It is a real transformers model: generate, assisted generation and prompt
 lookup run through exactly the code paths the embedded model uses, in milliseconds.
+`chaotic_llama()` is the same model with large random weights, whose next token depends
+on the whole context.
 """
 
 from __future__ import annotations
@@ -81,4 +83,19 @@ def tiny_llama(
         pad_token_id=tokenizer.pad_token_id,
     )
     model.eval()
+    return model, tokenizer
+
+
+def chaotic_llama(seed: int = 0) -> tuple[Any, Any]:
+    """The tiny Llama with large random weights: unlike the default initialisation
+    (whose greedy output repeats one token forever) its next token depends on the
+    whole context, so a KV cache holding the wrong entries changes the output."""
+    import torch
+
+    model, tokenizer = tiny_llama(seed=seed)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 2:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.3)
     return model, tokenizer

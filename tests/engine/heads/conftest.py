@@ -7,22 +7,7 @@ from typing import Any
 
 import pytest
 
-from engine.testing import tiny_llama
-
-
-def chaotic_llama(seed: int = 0) -> tuple[Any, Any]:
-    """The tiny Llama with large random weights: unlike the default initialisation
-    (whose greedy output repeats one token forever) its next token depends on the
-    whole context, so a KV cache holding the wrong entries changes the output."""
-    import torch
-
-    model, tokenizer = tiny_llama(seed=seed)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.3)
-    return model, tokenizer
+from engine.testing import chaotic_llama
 
 
 @pytest.fixture(scope="session")
