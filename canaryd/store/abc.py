@@ -66,8 +66,8 @@ class RetentionReport:
     """What one `apply_retention` did: pairs rolled up (each then deleted with its
     generations and scores), roll-up rows deleted for being past their own cut-off, and
     the rows that only raw pairs or that history kept: prompts no pair uses any more,
-    finished runs without pairs that ended before the roll-up cut-off, and switch audit
-    rows older than it."""
+    finished runs without pairs that ended before the roll-up cut-off, switch audit rows
+    older than it, and verdict revisions whose window ended before it."""
 
     rolled_up_pairs: int
     deleted_pairs: int
@@ -75,6 +75,7 @@ class RetentionReport:
     deleted_prompts: int = 0
     deleted_runs: int = 0
     deleted_audit_rows: int = 0
+    deleted_revisions: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from sqlalchemy.exc import (
     InterfaceError,
     OperationalError,
 )
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from canaryd.errors import DatabaseError, RecordRejectedError
 from canaryd.store.abc import RETENTION_BATCH_PAIRS, History, RetentionReport, StoredRun
@@ -336,6 +336,7 @@ class SqlStore:
             deleted_prompts=self._prune("unused prompts", self._unused_prompts()),
             deleted_runs=self._prune("old runs", self._old_runs(rollup_cutoff)),
             deleted_audit_rows=self._prune("old switch audit rows", self._old_audit(rollup_cutoff)),
+            deleted_revisions=self._prune("old revisions", self._old_revisions(rollup_cutoff)),
         )
 
     def erase_live_text(self, before: datetime) -> int:
@@ -405,6 +406,20 @@ class SqlStore:
         )
         return delete(SwitchAuditRow).where(
             SwitchAuditRow.at < cutoff, SwitchAuditRow.id != func.coalesce(newest_transition, 0)
+        )
+
+    @staticmethod
+    def _old_revisions(cutoff: datetime) -> Delete:
+        # A revision whose window ended (its arm's next one started) before the cut-off
+        # has no pairs left to judge it by; an arm's latest revision is always kept. A
+        # pruned name that comes back starts a new window, as a new revision does.
+        later = aliased(RevisionRow)
+        return delete(RevisionRow).where(
+            exists().where(
+                later.arm == RevisionRow.arm,
+                later.started_at > RevisionRow.started_at,
+                later.started_at < cutoff,
+            )
         )
 
     def _roll_up_batch(self, cutoff: datetime, batch_pairs: int) -> int:

@@ -308,6 +308,28 @@ class TestRetentionOfHistoryRows:
         again = store.apply_retention(NOW, raw_retention_days=7, rollup_retention_days=90)
         assert again.deleted_audit_rows == 0
 
+    def test_revisions_whose_window_ended_before_the_cutoff_are_pruned(
+        self, store: SqlStore
+    ) -> None:
+        """A revision followed by another before the roll-up cut-off goes; the one that
+        ended after it and each arm's latest stay; a pruned name starts a new window."""
+        store.start_revision("spec", "v1", NOW - timedelta(days=200))
+        store.start_revision("spec", "v2", NOW - timedelta(days=150))
+        store.start_revision("spec", "v3", NOW - timedelta(days=10))
+        store.start_revision("other", "only", NOW - timedelta(days=300))
+
+        report = store.apply_retention(NOW, raw_retention_days=7, rollup_retention_days=90)
+
+        assert report.deleted_revisions == 1
+        assert store.revision_window("spec", "v1") is None
+        v2 = store.revision_window("spec", "v2")
+        assert v2 is not None and v2.ended_at == NOW - timedelta(days=10)
+        assert store.revision_window("other", "only") is not None
+        back = store.start_revision("spec", "v1", NOW)
+        assert (back.started_at, back.ended_at) == (NOW, None)
+        again = store.apply_retention(NOW, raw_retention_days=7, rollup_retention_days=90)
+        assert again.deleted_revisions == 0
+
 
 class TestRollupArithmetic:
     def test_merge_refuses_different_hours(self) -> None:
