@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from canaryd.metrics import CanarydMetrics
 from canaryd.runner import PairRunner
+from canaryd.traffic import LiveSampler, SamplingBounds
 from canaryd.traffic.live import SourceMix, live_prompt, own_sampling, stored_record
 from canaryd.traffic.mix import ngram_repetition, window_mix
 from canaryd.traffic.requests import LiveRequest, prompt_hash
@@ -120,3 +122,34 @@ class TestTrafficMix:
         assert mix.prompt_chars == (11 + 2) / 2
         assert mix.repetition == 0.125
         assert window_mix({}, []).prompt_chars is None
+
+
+class TestTrafficMetrics:
+    def test_a_closed_window_sets_the_mix_gauges(self) -> None:
+        """The sampler hands each closed window's mix to the metrics: category shares
+        (replaced each window), prompt length and repetition."""
+        metrics = CanarydMetrics()
+        sampler = LiveSampler(
+            SamplingBounds(6, 2, 10, 0.0, 1000, 8),
+            seed=0,
+            observe=metrics.traffic_request,
+            on_window=lambda mix: metrics.traffic_mix(mix.shares, mix.prompt_chars, mix.repetition),
+        )
+        for i in range(3):
+            sampler.offer(request(f"a b c a b c {i}", category="code"))
+        sampler.offer(request("plain words here", category="chat"))
+        sampler.flush()
+
+        def value(name: str, **labels: str) -> float | None:
+            return metrics.registry.get_sample_value(name, labels)
+
+        assert value("canaryd_traffic_category_share", category="code") == 0.75
+        assert value("canaryd_traffic_category_share", category="chat") == 0.25
+        assert value("canaryd_traffic_prompt_chars") is not None
+        assert value("canaryd_traffic_ngram_repetition") is not None
+        assert value("canaryd_traffic_requests_total", outcome="sampled") == 3.0
+        assert value("canaryd_traffic_requests_total", outcome="rate_limited") == 1.0
+        sampler.offer(request("only chat now", category="chat"))
+        sampler.flush()
+        assert value("canaryd_traffic_category_share", category="code") is None
+        assert value("canaryd_traffic_category_share", category="chat") == 1.0
