@@ -48,7 +48,10 @@ JSON_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 JSON_TOKENS = 48
-LONG_TOKENS = 16
+LONG_TOKENS = 8  # an answer and, on the speculative arm, a verify step or two
+# Odd input and the burst judge whether answers come, not what they say: a few tokens do.
+ODD_TOKENS = 4
+BURST_TOKENS = 8
 ODD_INPUTS = {
     "empty": "",
     "whitespace": " \n\t  \n",
@@ -335,7 +338,7 @@ def over_limit_4xx(arm: ArmClient, ctx: Context) -> Outcome:
 def odd_input(arm: ArmClient, ctx: Context) -> Outcome:
     seen = []
     for label, content in ODD_INPUTS.items():
-        answer = arm.complete(arm.body(content, max_tokens=16, temperature=0.0, seed=0))
+        answer = arm.complete(arm.body(content, max_tokens=ODD_TOKENS, temperature=0.0, seed=0))
         clean_refusal = answer.status is not None and 400 <= answer.status < 500 and answer.error
         if label == "mixed-script" and not answer.ok:
             return Outcome("fail", f"{label}: {answer.describe()}")
@@ -346,7 +349,7 @@ def odd_input(arm: ArmClient, ctx: Context) -> Outcome:
 
 
 def burst_16(arm: ArmClient, ctx: Context) -> Outcome:
-    body = arm.body(GREEDY_PROMPT, max_tokens=16, temperature=0.0, seed=0)
+    body = arm.body(GREEDY_PROMPT, max_tokens=BURST_TOKENS, temperature=0.0, seed=0)
     started = time.monotonic()
     with ThreadPoolExecutor(BURST) as pool:
         answers = list(pool.map(lambda _: arm.stream(body), range(BURST)))

@@ -29,7 +29,6 @@ from gates import GateState, SwitchMode
 from gates.records import RunInfo
 from tests.support.capability_server import CapabilityServer
 
-NOW = datetime.now(UTC).replace(microsecond=0)
 REPO = Path(__file__).resolve().parents[2]
 ROUTER = REPO / "docs" / "examples" / "router" / "route.py"
 
@@ -87,6 +86,12 @@ def parity(store: SqlStore) -> tuple[str, str]:
 
 
 @pytest.fixture
+def now() -> datetime:
+    """The real clock at the test's start: the CLI stamps its transitions with it."""
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+@pytest.fixture
 def store(database_url: str) -> Iterator[SqlStore]:
     with SqlStore.open(database_url, create=True) as opened:
         yield opened
@@ -94,15 +99,15 @@ def store(database_url: str) -> Iterator[SqlStore]:
 
 class TestParityGate:
     def test_warn_regression_names_routes_and_leaves_the_switch_on(
-        self, store: SqlStore, database_url: str, tmp_path: Path
+        self, store: SqlStore, database_url: str, tmp_path: Path, now: datetime
     ) -> None:
         """A regression in warn mode: parity FAILs in the stored evaluation, the switch
         stays on, and the state file routes seeded and n > 1 requests to the baseline
         (the burst has no request field: not routable) while still showing the state."""
         config = settings(database_url, tmp_path)
         failing = ("seed_reproducible", "n_gt_1", "burst_16")
-        run_id = store_probe(store, config, NOW - timedelta(minutes=5), failing)
-        SwitchGates(config, store=store).evaluate(NOW)
+        run_id = store_probe(store, config, now - timedelta(minutes=5), failing)
+        SwitchGates(config, store=store).evaluate(now)
         state, detail = parity(store)
         assert state == "FAIL" and "seed_reproducible: fail (seed_reproducible broke)" in detail
         assert store.switch().state.mode is SwitchMode.AUTO
@@ -111,7 +116,7 @@ class TestParityGate:
         assert on_disk["route_to_baseline"] == {
             "arm": "speculative",
             "probe_run_id": run_id,
-            "probed_at": (NOW - timedelta(minutes=5)).isoformat(timespec="seconds"),
+            "probed_at": (now - timedelta(minutes=5)).isoformat(timespec="seconds"),
             "capabilities": {
                 "n_gt_1": {"fields": {"n": "gt_1"}, "reason": "n_gt_1 broke"},
                 "seed_reproducible": {
@@ -124,27 +129,27 @@ class TestParityGate:
         assert shows(on_disk, store.switch().state)
 
     def test_a_probe_of_other_arms_is_no_evidence(
-        self, store: SqlStore, database_url: str, tmp_path: Path
+        self, store: SqlStore, database_url: str, tmp_path: Path, now: datetime
     ) -> None:
         """A probe stored under another arms configuration (another model) is not read:
         NODATA, and the state file routes nothing."""
         store_probe(
-            store, settings(database_url, tmp_path, model="old"), NOW, ("seed_reproducible",)
+            store, settings(database_url, tmp_path, model="old"), now, ("seed_reproducible",)
         )
-        SwitchGates(settings(database_url, tmp_path), store=store).evaluate(NOW)
+        SwitchGates(settings(database_url, tmp_path), store=store).evaluate(now)
         assert parity(store)[0] == GateState.NODATA.value
         on_disk = read_state_file(tmp_path / "state" / "switch.json")
         assert on_disk is not None and "route_to_baseline" not in on_disk
 
     def test_a_cli_transition_keeps_the_routes(
-        self, store: SqlStore, database_url: str, tmp_path: Path
+        self, store: SqlStore, database_url: str, tmp_path: Path, now: datetime
     ) -> None:
         """`canaryd switch rollback` knows no probe: the file it writes keeps the routes
         the gate job wrote, and the next gate run drops them once a probe passes."""
         config = settings(database_url, tmp_path)
-        store_probe(store, config, NOW - timedelta(minutes=5), ("seed_reproducible",))
+        store_probe(store, config, now - timedelta(minutes=5), ("seed_reproducible",))
         hook = SwitchGates(config, store=store)
-        hook.evaluate(NOW)
+        hook.evaluate(now)
         env = {"CANARYD_SWITCH__STATE_FILE": str(tmp_path / "state" / "switch.json")}
         result = CliRunner().invoke(
             app, ["switch", "rollback", "--reason", "drill", "--url", database_url], env=env
@@ -153,27 +158,27 @@ class TestParityGate:
         on_disk = read_state_file(tmp_path / "state" / "switch.json")
         assert on_disk is not None and on_disk["speculative_enabled"] is False
         assert list(on_disk["route_to_baseline"]["capabilities"]) == ["seed_reproducible"]
-        store_probe(store, config, NOW + timedelta(seconds=30))
-        hook.evaluate(NOW + timedelta(minutes=1))
+        store_probe(store, config, now + timedelta(seconds=30))
+        hook.evaluate(now + timedelta(minutes=1))
         on_disk = read_state_file(tmp_path / "state" / "switch.json")
         assert on_disk is not None and on_disk["route_to_baseline"]["capabilities"] == {}
 
     def test_a_follower_writes_the_routes_of_a_new_probe(
-        self, store: SqlStore, database_url: str, tmp_path: Path
+        self, store: SqlStore, database_url: str, tmp_path: Path, now: datetime
     ) -> None:
         """A daemon that does not lead rewrites its own state file as soon as it reads a
         new probe, without waiting for the leader's next gate run."""
         leader = SwitchGates(settings(database_url, tmp_path), store=store)
-        leader.evaluate(NOW)
+        leader.evaluate(now)
         follower_config = settings(database_url, tmp_path / "follower")
         follower = SwitchGates(follower_config, store=store)
-        follower.evaluate(NOW)
+        follower.evaluate(now)
         assert follower.role() == "follower"
         path = tmp_path / "follower" / "state" / "switch.json"
         on_disk = read_state_file(path)
         assert on_disk is not None and "route_to_baseline" not in on_disk
-        store_probe(store, follower_config, NOW, ("n_gt_1",))
-        follower.evaluate(NOW + timedelta(seconds=1))
+        store_probe(store, follower_config, now, ("n_gt_1",))
+        follower.evaluate(now + timedelta(seconds=1))
         on_disk = read_state_file(path)
         assert on_disk is not None and list(on_disk["route_to_baseline"]["capabilities"]) == [
             "n_gt_1"
@@ -182,13 +187,13 @@ class TestParityGate:
         leader.close()
 
     def test_stale_probe_is_nodata(
-        self, store: SqlStore, database_url: str, tmp_path: Path
+        self, store: SqlStore, database_url: str, tmp_path: Path, now: datetime
     ) -> None:
         """A regression older than two probe intervals and ten minutes is NODATA, even
         enforced: the switch stays on (the routes still name it: the safe side)."""
         config = settings(database_url, tmp_path, mode="enforce")
-        store_probe(store, config, NOW - timedelta(hours=3), ("seed_reproducible",))
-        SwitchGates(config, store=store).evaluate(NOW)
+        store_probe(store, config, now - timedelta(hours=3), ("seed_reproducible",))
+        SwitchGates(config, store=store).evaluate(now)
         state, detail = parity(store)
         assert state == "NODATA" and "max_probe_age_seconds" in detail
         assert store.switch().state.mode is SwitchMode.AUTO
@@ -261,7 +266,9 @@ def router() -> ModuleType:
 
 
 class TestRouterExample:
-    def test_the_documented_router_routes_what_the_daemon_names(self, tmp_path: Path) -> None:
+    def test_the_documented_router_routes_what_the_daemon_names(
+        self, tmp_path: Path, now: datetime
+    ) -> None:
         """The router of docs/switch.md, on the file the daemon wrote: seeded (a seed of
         0 too) and n > 1 requests go to the baseline, n = 1 and plain ones speculate; a
         file without `route_to_baseline` routes nothing; the doc shows the tested code."""
@@ -269,10 +276,10 @@ class TestRouterExample:
         config = settings(url, tmp_path)
         with SqlStore.open(url, create=True) as store:
             hook = SwitchGates(config, store=store)
-            hook.evaluate(NOW)
+            hook.evaluate(now)
             before = read_state_file(tmp_path / "state" / "switch.json")
-            store_probe(store, config, NOW, ("seed_reproducible", "n_gt_1"))
-            hook.evaluate(NOW + timedelta(seconds=1))
+            store_probe(store, config, now, ("seed_reproducible", "n_gt_1"))
+            hook.evaluate(now + timedelta(seconds=1))
             hook.close()
         state = read_state_file(tmp_path / "state" / "switch.json")
         assert before is not None and state is not None
