@@ -12,7 +12,8 @@ import pytest
 import structlog
 
 from benchmarks import gate_power
-from gates import GatesConfig, pin_reference
+from gates import GatesConfig, SwitchMode, pin_reference
+from gates.liveness import liveness_gate
 from gates.sequential import lorden_threshold
 
 pytestmark = pytest.mark.slow
@@ -45,15 +46,15 @@ class TestGatePower:
             healthy_pairs=1200,
             fault_seeds=1,
             cap=240,
-            prefix_pairs=600,
+            prefix_pairs=300,
             schedule_cap_hours=0.5,
             stress_budgets=(1e6, 10.0),
-            pins_per_category=3,
+            pins_per_category=2,
             log=lambda _: None,
         )
         json.dumps(result)
         pins = result["drift_pins"]
-        assert pins["pins"] == 3 * len(pins["by_category"]) and pins["pin_target_samples"] == 200
+        assert pins["pins"] == 2 * len(pins["by_category"]) and pins["pin_target_samples"] == 200
         assert 0 <= pins["pins_with_a_false_fail"] <= pins["pins"]
         assert pins["false_fail_per_category_30d_upper95"] > pins["false_fail_per_category_30d"]
         assert set(result["healthy"]) == {"realistic", "embedded_fit", "deployment_bf16"}
@@ -79,8 +80,6 @@ class TestGatePower:
                 )
             for kind in ("false_trips", "all_trips"):
                 assert rows["extrapolation"][kind]["to_budget"] == pytest.approx(0.1)
-        # h ≈ 1.2 at a million false rollbacks per 30 days: the counter must see trips
-        assert result["budget_stress"]["realistic"]["1e+06"]["trips"] > 0
         assert set(result["faults"]) == set(FAULTS)
         for row in result["faults"].values():
             for key in (
@@ -103,6 +102,8 @@ class TestGatePower:
             if single is not None:  # at most every pair at 30 s, at least every pair at 10 s
                 minutes = row["canaryd_minutes_default_schedule"]
                 assert single * 10 / 60 - 0.1 <= minutes <= single * 30 / 60 + 0.1
+        # h ≈ 1.2 at a million false rollbacks per 30 days: the counter must see trips
+        assert result["budget_stress"]["realistic"]["1e+06"]["trips"] > 0
         for name in ("errors_5pct", "corruption_3pct", "mismatch_80pct"):
             assert result["faults"][name]["optimal_within_tolerance_statistic"] is not None
         assert (
@@ -116,6 +117,24 @@ class TestGatePower:
         )
         assert config["h"] == pytest.approx(lorden_threshold(config["detector_arl0"]))
         assert result["elapsed_s"] > 0
+
+    def test_the_trip_counter_counts_a_trip_and_restarts_the_evidence(self) -> None:
+        """A gross fault (80 % greedy mismatch) trips the counted switch, which a human
+        then restores: the trip is logged with its gate and the evidence starts again."""
+        config = GatesConfig()
+        model = gate_power.realistic().with_speculative(corrupt_rate=0.8)
+        records = gate_power.PairStream(model, 0).take(120)
+        counter = gate_power.TripCounter(config, every=6, live=10_000)
+        for done in range(6, len(records) + 1, 6):
+            window = records[:done]
+            liveness = liveness_gate(window, config.liveness, now=window[-1].started_at)
+            counter.observe(window, done, liveness, categories=3)
+        assert counter.trips, counter.history[-1:]
+        assert any("quality" in name for name in counter.trips[0]["by"])
+        assert counter.state.reason == "restored" or counter.state.mode is SwitchMode.ROLLED_BACK
+        summary = counter.summary(len(records))
+        assert summary["trips"] == len(counter.trips) >= 1
+        assert summary["trips_per_30_days_upper95"] > summary["trips_per_30_days"] > 0
 
     def test_kayenta_windows_start_on_their_own_clock(self) -> None:
         """The judge cannot know when a fault starts: the onset falls anywhere in a window,

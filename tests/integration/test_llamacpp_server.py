@@ -1,7 +1,8 @@
 """canaryd against a real llama.cpp server on loopback: llama-cpp-python's
 OpenAI-compatible server, started twice on the embedded GGUF — plain, and with
 `--draft_model prompt-lookup-decoding` — paired by the PairRunner through two
-OpenAIEngine arms.
+OpenAIEngine arms; and `canaryd judge` on them: undecided after three healthy pairs, and
+FAIL by the quality gate on a third deployment served with the wrong chat template.
 
 The server lives in its own venv, built by `make llamacpp` (.ci/llamacpp.sh); without
 it these tests skip with that instruction, except under CI=true, where they fail.
@@ -9,6 +10,7 @@ it these tests skip with that instruction, except under CI=true, where they fail
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -19,7 +21,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
+from canaryd.cli.app import app
 from canaryd.paths import models_dir
 from canaryd.runner import PairParams, PairRunner
 from canaryd.suites import load_default_suites
@@ -191,3 +195,69 @@ class TestLlamaCppPair:
         finally:
             engine.close()
         assert (result.error, result.http_status) == (ErrorKind.HTTP, 404)
+
+
+@pytest.fixture(scope="module")
+def wrong_template_server(
+    llamacpp_python: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The prompt-lookup deployment with the wrong chat template (alpaca instead of the
+    model's own): it answers fluently, fast, and wrong for every prompt."""
+    log = tmp_path_factory.mktemp("llamacpp") / "wrong.log"
+    yield from _start(
+        llamacpp_python, _gguf(), log, "--chat_format", "alpaca",
+        "--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens", "8",
+    )  # fmt: skip
+
+
+JUDGE_CONFIG = """
+[prompts]
+max_tokens = 16
+[gates.latency]
+mode = "warn"  # CPU timings under CI load say nothing of these arms
+[gates.speedup]
+mode = "warn"
+"""
+
+
+class TestJudgeOnTheRealPair:
+    """`canaryd judge` on the real llama.cpp deployments: exit 3 while undecided, exit 1
+    by a quality check on a candidate that answers wrong."""
+
+    @staticmethod
+    def judge(tmp_path: Path, baseline: str, candidate: str, pairs: int) -> tuple[int, dict]:
+        config = tmp_path / "canaryd.toml"
+        config.write_text(
+            JUDGE_CONFIG + f'[storage]\nurl = "sqlite:///{tmp_path / "judge.db"}"\n',
+            encoding="utf-8",
+        )
+        args = [
+            "judge", "--config", str(config), "--baseline", baseline,
+            "--candidate", candidate, "--model", GGUF_NAME, "--server-kind", "llamacpp",
+            "--pairs", str(pairs), "--json",
+        ]  # fmt: skip
+        result = CliRunner().invoke(
+            app, args, env={"CANARYD_CONFIG": "", "CANARYD_DATA_DIR": str(tmp_path / "data")}
+        )
+        return result.exit_code, json.loads(result.stdout)
+
+    def test_a_healthy_pair_is_undecided_after_three_pairs(
+        self, plain_server: str, lookup_server: str, tmp_path: Path
+    ) -> None:
+        """Three pairs decide nothing: exit 3 with the pairs stored."""
+        code, body = self.judge(tmp_path, plain_server, lookup_server, 3)
+        assert (code, body["pairs"]) == (3, 3), body["reason"]
+        assert body["verdict"] in ("INCONCLUSIVE", "NODATA")
+
+    def test_a_candidate_with_the_wrong_chat_template_fails_by_quality(
+        self, plain_server: str, wrong_template_server: str, tmp_path: Path
+    ) -> None:
+        """Every answer differs from the baseline's: FAIL by the quality gate, early."""
+        code, body = self.judge(tmp_path, plain_server, wrong_template_server, 40)
+        assert (code, body["verdict"]) == (1, "FAIL"), body["reason"]
+        failed = {g["name"] for g in body["gates"] if g["state"] == "FAIL"}
+        assert any(name.startswith("quality") for name in failed), failed
+        print(  # shown with -s: the time to a decision on the real pair
+            f"\njudge: FAIL after {body['pairs']} pairs, {body['decided_after_s']} s; {failed}",
+            file=sys.stderr,
+        )
