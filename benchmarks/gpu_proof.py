@@ -69,9 +69,9 @@ HEADS_DEPTH = 4
 
 # docs/engines.md, "Measured on this 2-core CPU": the heads ablation after the full
 # training (float32, one thread, 27 held-out prompts, 96 tokens) and the adaptive
-# prompt-lookup comparison (median speedup per category, k = 8). A verify step's cost
-# there is the ablation's verify time per step against the autoregressive step: 4
-# drafts plus the root (5 tokens) 1.7x, a 12-node tree plus the root (13 tokens) 2.5x.
+# prompt-lookup comparison (median speedup per category, k = 8). docs/gpu-proof.md: the
+# verify-step cost of this script's `verify_cost` on the embedded model there (the mean
+# of two runs).
 CPU_REFERENCE: dict[str, Any] = {
     "source": "docs/engines.md (2-core CPU, float32, one thread)",
     "arms": {
@@ -93,7 +93,7 @@ CPU_REFERENCE: dict[str, Any] = {
             "qa": {"speedup": 1.01},
         },
     },
-    "verify_cost_relative": {"5": 1.7, "13": 2.5},
+    "verify_cost_relative": {"1": 1.0, "4": 1.8, "16": 2.3, "64": 4.5},
 }
 
 
@@ -282,7 +282,7 @@ def fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def print_arms(title: str, result: dict[str, Any]) -> None:
+def print_arms(title: str, result: dict[str, Any], cpu_verify: dict[str, float] | None) -> None:
     print(f"\n{title}: {result['prompts']} prompts, {result['max_tokens']} tokens, "
           f"on {result['engine_device']}, {result['seconds']} s")  # fmt: skip
     print(f"{'arm':<19}{'lossless':>9}{'accept len':>11}{'tok/s':>9}{'speedup':>9}"
@@ -297,7 +297,11 @@ def print_arms(title: str, result: dict[str, Any]) -> None:
             f"{fmt(arm.get('verify_s_per_step'), '.4f'):>14}"
         )
     verify = result["verify_cost"]["relative"]
-    widths = "  ".join(f"{w} tok {r:.2f}x" for w, r in verify.items())
+    widths = "  ".join(
+        f"{w} tok {r:.2f}x"
+        + (f" (CPU {cpu_verify[w]:g}x)" if cpu_verify and w in cpu_verify else "")
+        for w, r in verify.items()
+    )
     print(f"verify step vs one token ({result['verify_cost']['context_tokens']} cached): {widths}")
     print(f"GPU: {result['resources']['gpu_status']}")
 
@@ -305,7 +309,8 @@ def print_arms(title: str, result: dict[str, Any]) -> None:
 def print_categories(result: dict[str, Any]) -> None:
     """Per category and draft-head arm: speedup / acceptance length / draft share,
     with the CPU figure from docs beside it where docs give one."""
-    print("\nper category (GPU | CPU from docs): speedup, acceptance length, draft %")
+    here = result["engine_device"]
+    print(f"\nper category ({here} | CPU from docs): speedup, acceptance length, draft %")
     reference = CPU_REFERENCE["by_category"]
     for name, arm in result["arms"].items():
         if name == AUTOREGRESSIVE:
@@ -320,7 +325,6 @@ def print_categories(result: dict[str, Any]) -> None:
                 f" | {fmt(cpu.get('acceptance_length'), '.2f'):>5}"
                 f"{fmt(share and 100 * share, '.0f'):>6}"
             )
-    print(f"CPU verify cost (docs): {CPU_REFERENCE['verify_cost_relative']} (tokens: relative)")
 
 
 def parse_args() -> argparse.Namespace:
@@ -402,7 +406,7 @@ def run_tiny_and_daemon(
             report["tiny"] = part_tiny(tiny, args.device, args.dtype, sizes)
             report["checks"] |= arm_checks("tiny", report["tiny"], args.device)
             save()
-            print_arms("part 1, tiny random model", report["tiny"])
+            print_arms("part 1, tiny random model", report["tiny"], None)
         if daemon is not None:
             if not args.quick:
                 daemon.start()
@@ -423,7 +427,7 @@ def run_embedded(args: argparse.Namespace, sizes: Sizes, report: dict[str, Any])
         print(f"\npart 2 skipped: {embedded['skipped']}")
         return
     report["checks"] |= arm_checks("embedded", embedded, args.device)
-    print_arms("part 2, embedded model", embedded)
+    print_arms("part 2, embedded model", embedded, CPU_REFERENCE["verify_cost_relative"])
     print_categories(embedded)
 
 

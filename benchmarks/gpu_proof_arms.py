@@ -55,10 +55,13 @@ def per_category(arm: ArmFigures, baseline: ArmFigures | None) -> dict[str, dict
 @dataclass
 class Outcome:
     """What the arms produced on the same prompts: figures, and per arm how many
-    outputs differed from the autoregressive one and how many generations failed."""
+    outputs differed from the autoregressive one, the baseline model's log-probability
+    margin at each first divergent token (small: a numeric tie), and how many
+    generations failed."""
 
     figures: dict[str, ArmFigures]
     differing: dict[str, int]
+    margins: dict[str, list[float | None]]
     failed: dict[str, int]
     seconds: float
 
@@ -81,6 +84,7 @@ def compare_arms(
     outcome = Outcome(
         figures={name: ArmFigures() for name in engines},
         differing=dict.fromkeys(engines, 0),
+        margins={name: [] for name in engines},
         failed=dict.fromkeys(engines, 0),
         seconds=0.0,
     )
@@ -92,9 +96,11 @@ def compare_arms(
         for record in group.records:
             outcome.figures[record.arm].add(prompt.category, record.speculative)
             outcome.failed[record.arm] += not record.speculative.ok
-            outcome.differing[record.arm] += (
-                record.speculative.token_ids != group.baseline.token_ids
-            )
+            if record.speculative.token_ids != group.baseline.token_ids:
+                outcome.differing[record.arm] += 1
+                scores = record.scores
+                margin = scores.divergence_margin if scores is not None else None
+                outcome.margins[record.arm].append(margin)
     outcome.seconds = time.perf_counter() - started
     return outcome
 
@@ -126,6 +132,7 @@ def run_arms(
             arms[name] = outcome.figures[name].summary(reference) | {
                 "lossless": outcome.lossless(name),
                 "outputs_differing": outcome.differing[name],
+                "divergence_margins": outcome.margins[name],
                 "failed": outcome.failed[name],
                 "by_category": per_category(outcome.figures[name], reference),
             }
@@ -167,17 +174,25 @@ def verify_cost(model: Any, widths: tuple[int, ...], repeats: int) -> dict[str, 
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    def forward(ids: torch.Tensor, cache: Any) -> torch.Tensor:
+        """The heads loop's target pass, with logits at every position as assisted
+        generation computes them."""
+        kwargs = {cache_arg: cache, "use_cache": True}
+        hidden = model.base_model(ids, **kwargs).last_hidden_state
+        logits: torch.Tensor = model.get_output_embeddings()(hidden)
+        return logits
+
     seconds: dict[str, float] = {}
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
-        model(prefix, **{cache_arg: cache, "use_cache": True})
+        forward(prefix, cache)
         for width in widths:
             ids = torch.randint(vocab, (1, width), generator=generator).to(device)
             timings = []
             for attempt in range(repeats + 2):
                 synchronise()
                 began = time.perf_counter()
-                model(ids, **{cache_arg: cache, "use_cache": True})
+                forward(ids, cache)
                 synchronise()
                 if attempt >= 2:
                     timings.append(time.perf_counter() - began)
