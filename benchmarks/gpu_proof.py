@@ -199,6 +199,7 @@ def prepare_tiny(device: str, sizes: Sizes, work: Path) -> TinyModel:
 
 
 def part_tiny(tiny: TinyModel, device: str, dtype: str, sizes: Sizes) -> dict[str, Any]:
+    """Part 1: the six arms on the tiny model, with the device's resources."""
     with ResourceMonitor() as monitor:
         result = run_arms(
             str(tiny.model_dir),
@@ -241,6 +242,7 @@ def embedded_heads(models_dir: Path, device: str, train: bool) -> dict[str, Any]
 def part_embedded(
     device: str, dtype: str, sizes: Sizes, models_dir: Path, train: bool
 ) -> dict[str, Any]:
+    """Part 2: the six arms on the embedded model's held-out prompts, or why not."""
     try:
         require_embedded_model(models_dir)
     except ModelNotFoundError as exc:

@@ -176,7 +176,9 @@ class DaemonRun:
                     time.sleep(0.2)
                 if process.poll() is None:
                     process.send_signal(signal.SIGTERM)
-                code = process.wait(90)
+                code: int | None = process.wait(90)
+            except subprocess.TimeoutExpired:
+                code = None  # it did not stop within 90 s of SIGTERM: killed below
             finally:
                 if process.poll() is None:
                     process.kill()
