@@ -42,7 +42,7 @@ def chromium() -> str:
 
 class TestBenchAndReportOnEmbeddedModel:
     def test_bench_report_and_browser(self, tmp_path: Path) -> None:
-        """A 1,2 ladder of 8 requests completes and is stored; its report's plots decode
+        """A 1,2 ladder of 4 requests completes and is stored; its report's plots decode
         in headless Chromium."""
         require_embedded_model(paths.models_dir())
         url = f"sqlite:///{tmp_path / 'canaryd.db'}"
@@ -50,7 +50,7 @@ class TestBenchAndReportOnEmbeddedModel:
         config.write_text(f'[prompts]\nmax_tokens = 32\n[storage]\nurl = "{url}"\n')
         result = CliRunner().invoke(
             app,
-            ["bench", "-c", str(config), "--concurrency", "1,2", "--requests", "8",
+            ["bench", "-c", str(config), "--concurrency", "1,2", "--requests", "4",
              "--warmup", "1", "--out", str(tmp_path / "out"), "--json"],
         )  # fmt: skip
         assert result.exit_code == 0, result.output
@@ -63,7 +63,7 @@ class TestBenchAndReportOnEmbeddedModel:
         finally:
             store.close()
         assert run.info.kind == "bench" and run.finished_at is not None
-        assert len(pairs) == 16
+        assert len(pairs) == 8
         assert all(p.complete for p in pairs), [p.baseline.error_detail for p in pairs]
         for level in results["ladder"]:
             assert level["baseline"]["aggregate_tokens_per_s"] > 0
