@@ -5,55 +5,50 @@ set -euo pipefail
 mkdir -p .venv
 rm -f .venv/pg_url
 
-# Prometheus (Debian package): promtool checks the alert rules, and integration tests start
-# their own `prometheus` on loopback. Nothing is started here; a systemd unit the package
-# may try to start does not exist without systemd, which is fine.
+# Debian packages a test needs, installed when missing (as root with apt-get; else the
+# tests that need them skip, and say so). Nothing is started: without systemd a package's
+# init script would start its own server (Prometheus on :9090, nginx on :80); a
+# policy-rc.d that answers 101 ("action forbidden") stops that, as in Docker images.
+can_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }
+apt_install() {
+    export DEBIAN_FRONTEND=noninteractive
+    local own_policy=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod 755 /usr/sbin/policy-rc.d
+        own_policy=1
+    fi
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+    [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
+}
+
+# Prometheus: promtool checks the alert rules, and integration tests start their own
+# `prometheus` on loopback.
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
-    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-        export DEBIAN_FRONTEND=noninteractive
-        # Without systemd the package's init script would start a server on :9090; a
-        # policy-rc.d that answers 101 ("action forbidden") stops that, as in Docker images.
-        own_policy=
-        if [ ! -e /usr/sbin/policy-rc.d ]; then
-            printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-            chmod 755 /usr/sbin/policy-rc.d
-            own_policy=1
-        fi
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-        [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
+    if can_apt; then
+        apt_install prometheus
         echo "services: installed prometheus ($(prometheus --version 2>&1 | head -n1))"
     else
         echo "services: promtool/prometheus not found and cannot apt-get install them" \
             "(not root); Prometheus integration tests will be skipped" >&2
     fi
 fi
-# Debian's Chromium: the report test opens canaryd's HTML report headless.
+# Chromium: the report test opens canaryd's HTML report headless.
 if ! command -v chromium >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends chromium >/dev/null
+    if can_apt; then
+        apt_install chromium
         echo "services: installed $(chromium --version 2>/dev/null | head -n1)"
     else
         echo "services: chromium not found and cannot apt-get install it (not root);" \
             "the report browser test will be skipped" >&2
     fi
 fi
-# Debian's nginx: the router recipe test (docs/switch.md) and the live-traffic mirror test
-# start their own nginx on loopback with their own prefix; nothing is started here (the
-# package's own server is kept from starting as above).
+# nginx: the router recipe test (docs/switch.md) and the live-traffic mirror test start
+# their own on loopback with their own prefix.
 if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        export DEBIAN_FRONTEND=noninteractive
-        own_policy=
-        if [ ! -e /usr/sbin/policy-rc.d ]; then
-            printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-            chmod 755 /usr/sbin/policy-rc.d
-            own_policy=1
-        fi
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends nginx >/dev/null
-        [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
+    if can_apt; then
+        apt_install nginx
         echo "services: installed $(/usr/sbin/nginx -v 2>&1 | head -n1)"
     else
         echo "services: nginx not found and cannot apt-get install it (not root);" \

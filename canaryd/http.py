@@ -53,6 +53,7 @@ __all__ = [
     "Probe",
     "StatusServer",
     "bind_listen",
+    "bound_address",
     "serve_in_thread",
     "split_listen",
 ]
@@ -330,6 +331,14 @@ class _App:
             return body
 
 
+def bound_address(sock: socket.socket) -> str:
+    """A listening socket's `host:port` (the real port when it was bound to port 0;
+    an IPv6 host in brackets)."""
+    host, port = sock.getsockname()[:2]
+    host = str(host)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def bind_listen(host: str, port: int, listen: str) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP named: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say
@@ -437,9 +446,7 @@ class StatusServer:
         """The bound `host:port` (the real port when `listen` asked for port 0)."""
         if self._socket is None:
             raise RuntimeError("StatusServer is not started")
-        host, port = self._socket.getsockname()[:2]
-        host = str(host)
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return bound_address(self._socket)
 
     @property
     def running(self) -> bool:

@@ -28,7 +28,13 @@ import uvicorn
 
 from canaryd.config import TrafficConfig
 from canaryd.errors import StatusServerError, TrafficSinkError
-from canaryd.http import MAX_CONNECTIONS, bind_listen, serve_in_thread, split_listen
+from canaryd.http import (
+    MAX_CONNECTIONS,
+    bind_listen,
+    bound_address,
+    serve_in_thread,
+    split_listen,
+)
 from canaryd.redact import MASK
 from canaryd.traffic.requests import UnusableRequestError, parse_request, split_route
 from canaryd.traffic.sampling import LiveSampler
@@ -182,9 +188,7 @@ class TrafficSink:
         """The bound `host:port` (the real port when `listen` asked for port 0)."""
         if self._socket is None:
             raise RuntimeError("TrafficSink is not started")
-        host, port = self._socket.getsockname()[:2]
-        host = str(host)
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return bound_address(self._socket)
 
     @property
     def counts(self) -> dict[str, int]:
