@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,10 +129,9 @@ class Nginx:
             self.process.stderr.close()
 
 
-def wait_for(check: object, timeout_s: float = 10.0) -> None:
+def wait_for(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
     """Call `check()` until it returns true or `timeout_s` passes (nginx's reload swaps
     its workers asynchronously: a request right after the signal may meet an old one)."""
-    assert callable(check)
     deadline = time.monotonic() + timeout_s
     while not check():
         if time.monotonic() > deadline:
