@@ -94,11 +94,18 @@ Reported (JSON with `--out`, a table on stdout):
     means and sds of large healthy and faulty samples of the category.
 - per fault, besides the above: `canaryd_pairs_ci95` (a distribution-free interval for
   the median over seeds, with its coverage: 95 % needs 6 seeds), `oracle_at_tolerance_pairs`
-  (= `optimal_within_tolerance_pairs`), `kayenta_tolerant_pairs_median` (the same
-  Kayenta-style judge that also needs the effect past canaryd's own tolerance, as
-  Kayenta's allowedIncrease / allowedDecrease: acceptance below 1 − `max_relative_drop`,
-  e2e above 1 + `max_regression`, errors above the baseline's + `max_excess_rate`,
-  mismatches above `max_mismatch_rate`; best W), and `canaryd_minutes_default_schedule`
+  (= `optimal_within_tolerance_pairs`), `kayenta_tolerant_pairs_median` (a Kayenta-style
+  judge given canaryd's tolerance and calibrated where canaryd's detectors are, at the
+  edge of the tolerance: one-sided tests whose null hypothesis is the edge, at alpha =
+  W / ARL0 — Mann–Whitney on acceptance scaled by 1 / (1 − `max_relative_drop`) and on
+  e2e scaled by 1 / (1 + `max_regression`), an exact binomial test on the discordant
+  error pairs against an excess of `max_excess_rate`, and on real divergences against
+  `max_mismatch_rate`; best W; `kayenta_edge_test`), `kayenta_tolerant_healthy_alpha_
+  pairs_median` (Kayenta's own rule: the two-sided test at a healthy arm's alpha and the
+  effect past the same tolerance, as allowedIncrease / allowedDecrease; an arm at the
+  edge passes both in about half the windows long enough to be significant, so its
+  false-alarm rate there is far above the budget: not a fair comparison), and
+  `canaryd_minutes_default_schedule`
   (the median over seeds of the wall-clock minutes on the shipped schedule: 30 s a pair
   until the first screened evaluation at which an undecided enforce detector is past
   `speed_up_at`, then `max_pairs_per_minute` — the adaptive pace).
@@ -140,7 +147,9 @@ from typing import Any
 
 import numpy as np
 import structlog
-from scipy.stats import chi2, gaussian_kde, mannwhitneyu
+from scipy.optimize import minimize_scalar
+from scipy.special import ndtr, xlogy
+from scipy.stats import binomtest, chi2, gaussian_kde, mannwhitneyu
 
 from canaryd.config import ScheduleConfig
 from canaryd.gating import suspicion, window_bounds
@@ -180,6 +189,10 @@ SCREEN_MARGIN = 0.9  # replay the 60 s cadence once a CUSUM peak reaches this sh
 DRIFT_CATEGORY = "code"
 DRIFT_DROP = 0.30
 SELF_REFERENCED = ("acceptance", "e2e")
+# The daemon's own cadence (every gate every 60 s) over the first pairs of each healthy
+# run: a full evaluation of a 5,000-pair window costs about 0.5 s on 2 cores.
+QUICK_CADENCE_PAIRS = 2_400
+FULL_CADENCE_PAIRS = 20_004
 FULL_HEALTHY_MINUTES = 18.0  # per model: with 10 fault seeds the full run takes about an hour
 STRESS_BUDGETS = (100_000.0, 10_000.0, 1_000.0, 100.0, 10.0)  # false rollbacks per 30 days
 # Above this share of evaluations with a trip, two alarms between evaluations are likely
@@ -584,8 +597,9 @@ class TripCounter:
     caller: it does not depend on the budget); after a trip a human restores and the
     evidence restarts."""
 
-    def __init__(self, config: GatesConfig, *, every: int, live: int) -> None:
+    def __init__(self, config: GatesConfig, *, every: int, live: int, peaks: bool = True) -> None:
         self.config = config
+        self.peaks = peaks  # False: the daemon's own rule, a trip only when the switch moves
         self.longest = _longest(config)
         self.every = every
         self.live = live
@@ -594,6 +608,7 @@ class TripCounter:
         self.history: list[Evaluation] = []
         self.trips: list[dict[str, Any]] = []
         self.evaluations = 0
+        self.failed_evaluations = 0  # evaluations with an enforce gate at FAIL
         self.live_quiet = 0
 
     def observe(
@@ -617,7 +632,11 @@ class TripCounter:
             self.evaluations += 1
             self.history.append(Evaluation(now, tuple(decisions)))
             self.state = step(self.state, self.history[-20:], self.config.policy, now=now).state
-            tripped_by = sorted({*tripped_by, *alarms(decisions)})
+            if self.peaks:
+                tripped_by = sorted({*tripped_by, *alarms(decisions)})
+            self.failed_evaluations += any(
+                d.enforced and d.state is GateState.FAIL for d in decisions
+            )
             if self.state.mode is SwitchMode.ROLLED_BACK:
                 tripped_by = sorted({*tripped_by, self.state.actor})
         if tripped_by:
@@ -635,6 +654,7 @@ class TripCounter:
         return {
             "simulated_pairs": done,
             "evaluations": self.evaluations,
+            "evaluations_with_a_fail": self.failed_evaluations,
             "evaluate_every_pairs": self.every,
             "trips": len(self.trips),
             "trips_per_30_days": len(self.trips) * scale,
@@ -653,10 +673,13 @@ def healthy_run(
     chunk: int = 6,
     stress_budgets: Sequence[float] = (),
     stress_pairs: int = 0,
+    cadence_pairs: int = 0,
 ) -> tuple[dict[str, Any], HealthySample, dict[str, Any]]:
     """Healthy pairs through the production gates and policy; trips counted as above.
     The first `stress_pairs` pairs are also judged under each of `stress_budgets` (the
-    time spent on them does not count against `budget_s`)."""
+    time spent on them does not count against `budget_s`). The first `cadence_pairs`
+    are also judged exactly as the daemon judges them: every gate every 6 pairs (60 s),
+    a trip only when the switch rolls back (or the liveness rule fails) — `cadence`."""
     longest = _longest(config)
     sections = (config.error, config.latency, config.quality, config.speedup, config.drift)
     shortest = min(s.window_pairs for s in sections if s.window_pairs is not None)
@@ -670,12 +693,14 @@ def healthy_run(
     stress = {
         b: TripCounter(with_budget(config, b), every=every, live=live) for b in stress_budgets
     }
+    cadence = TripCounter(config, every=6, live=live, peaks=False)
     liveness_checks = 0
     started = time.perf_counter()
     stress_s = 0.0
+    cadence_s = 0.0
     done = 0
     while done < pairs:
-        if budget_s is not None and time.perf_counter() - started - stress_s > budget_s:
+        if budget_s is not None and time.perf_counter() - started - stress_s - cadence_s > budget_s:
             break
         for record in stream.take(chunk):
             records.append(record)
@@ -686,6 +711,10 @@ def healthy_run(
         liveness = liveness_gate(records[-live:], config.liveness, now=records[-1].started_at)
         liveness_checks += 1
         counter.observe(records, done, liveness, categories)
+        if done <= cadence_pairs:
+            cadence_started = time.perf_counter()
+            cadence.observe(records, done, liveness, categories)
+            cadence_s += time.perf_counter() - cadence_started
         if done <= stress_pairs:
             stress_started = time.perf_counter()
             for stressed_counter in stress.values():
@@ -696,7 +725,18 @@ def healthy_run(
         "liveness_checks": liveness_checks,
         "trip_log": counter.trips[:20],
         "reference_pin_min_samples": config.drift.pin_min_samples,
-        "wall_s": round(time.perf_counter() - started - stress_s, 1),
+        "wall_s": round(time.perf_counter() - started - stress_s - cadence_s, 1),
+        "cadence": (
+            {
+                **cadence.summary(min(done, cadence_pairs)),
+                "trip_log": cadence.trips[:20],
+                "wall_s": round(cadence_s, 1),
+                "rule": "every gate every 6 pairs (60 s), a trip only when the switch rolls "
+                "back or the liveness rule fails: the daemon's own",
+            }
+            if cadence_pairs
+            else None
+        ),
         **sample.summary(config),
     }
     stressed_pairs = min(done, stress_pairs)
@@ -919,10 +959,13 @@ def canaryd_pairs_to_trip(
     return None, None, evaluations, faster
 
 
-def _metric_values(fault: Fault, records: Sequence[PairRecord]) -> tuple[list[float], list[float]]:
+def _metric_values(
+    fault: Fault, records: Sequence[PairRecord], *, ties: bool = True
+) -> tuple[list[float], list[float]]:
     """(speculative, comparison) values of the fault's metric over `records`; for
     acceptance and e2e the comparison is the speculative arm's healthy reference, filled
-    in by the caller (the arms differ by design: speculation is faster)."""
+    in by the caller (the arms differ by design: speculation is faster). With `ties`
+    False a greedy mismatch is a real divergence only (the quality gate's tie rule)."""
     if fault.metric == "acceptance":
         values = [
             length
@@ -939,8 +982,10 @@ def _metric_values(fault: Fault, records: Sequence[PairRecord]) -> tuple[list[fl
             [float(not r.speculative.ok) for r in records],
             [float(not r.baseline.ok) for r in records],
         )
-    greedy = [r.scores for r in records if r.scores is not None and r.temperature <= 0.0]
-    return [float(not s.exact_match) for s in greedy], [0.0] * len(greedy)
+    greedy = [r for r in records if r.scores is not None and r.temperature <= 0.0]
+    if not ties:
+        return [float(_real_divergence(r)) for r in greedy], [0.0] * len(greedy)
+    return [float(not r.scores.exact_match) for r in greedy if r.scores], [0.0] * len(greedy)
 
 
 def _real_divergence(record: PairRecord) -> bool:
@@ -965,18 +1010,25 @@ def kayenta_pairs(
     alpha: float,
     phase: int,
     tolerance: Callable[[list[float], list[float]], bool] | None = None,
+    edge: Callable[[list[float], list[float]], float] | None = None,
 ) -> int | None:
     """End of the first fixed window of `width` pairs whose Mann–Whitney U test rejects at
     `alpha`, in pairs from the onset (None: not within the cap). The windows tile the run
     with the onset `phase` pairs into the first one, which holds healthy pairs before it.
     With `tolerance` (Kayenta's allowedIncrease / allowedDecrease on the effect size), a
-    window counts only when the effect is also past the tolerance."""
+    window counts only when the effect is also past the tolerance. With `edge` (a
+    one-sided p-value against the edge of the tolerance, `kayenta_edge_test`), that test
+    replaces both, and greedy mismatches count real divergences only."""
     before = list(prefix[len(prefix) - phase :]) if phase else []
     for end in range(width, stream.cap + phase + 1, width):
         window = [*before, *stream.upto(end - phase)][end - width : end]
-        canary, comparison = _metric_values(fault, window)
+        canary, comparison = _metric_values(fault, window, ties=edge is None)
         comparison = comparison or reference
         if not canary or not comparison:
+            continue
+        if edge is not None:
+            if edge(canary, comparison) < alpha:
+                return end - phase
             continue
         if len(set(canary) | set(comparison)) == 1:
             continue  # identical samples: nothing to reject
@@ -1009,6 +1061,84 @@ def kayenta_tolerance(
         return lambda canary, comparison: mean(canary) > mean(comparison) + excess
     limit = config.quality.max_mismatch_rate
     return lambda canary, comparison: mean(canary) > limit
+
+
+def excess_score_pvalue(failed: int, n: int, base_failed: int, base_n: int, excess: float) -> float:
+    """One-sided p-value of H0: p − p_base ≤ `excess` for two binomial samples, the
+    Farrington–Manning score test: the variance at the rates that maximise the likelihood
+    under p = p_base + excess (found numerically), a normal tail."""
+    if not n or not base_n:
+        return 1.0
+    rate, base = failed / n, base_failed / base_n
+
+    def negative_log_likelihood(p_base: float) -> float:
+        p = p_base + excess
+        return -(
+            xlogy(failed, p)
+            + xlogy(n - failed, 1.0 - p)
+            + xlogy(base_failed, p_base)
+            + xlogy(base_n - base_failed, 1.0 - p_base)
+        )
+
+    tiny = 1e-12
+    restricted = minimize_scalar(
+        negative_log_likelihood, bounds=(tiny, 1.0 - excess - tiny), method="bounded"
+    ).x
+    p = restricted + excess
+    variance = p * (1.0 - p) / n + restricted * (1.0 - restricted) / base_n
+    if variance <= 0.0:
+        return 1.0
+    return float(ndtr(-(rate - base - excess) / math.sqrt(variance)))
+
+
+def kayenta_edge_test(
+    fault: Fault, config: GatesConfig
+) -> Callable[[list[float], list[float]], float]:
+    """A Kayenta-style judge calibrated where canaryd's detectors are: at the edge of the
+    tolerance. Kayenta's classifier needs a significant Mann–Whitney test *and* an
+    effect past allowedIncrease / allowedDecrease; with alpha set for a healthy arm, an
+    arm sitting exactly at the tolerance passes both in about half the windows once they
+    are long enough to be significant, far above the false-alarm budget that canaryd keeps
+    at the edge. Here the null hypothesis is the edge itself, one-sided, so `alpha` is
+    the false-alarm rate of an arm at the tolerance, as canaryd's is:
+    - acceptance: the category's lengths scaled up by 1 / (1 − `max_relative_drop`)
+      against the healthy reference, Mann–Whitney "less";
+    - e2e: the speculative e2e scaled down by 1 + `max_regression` against its healthy
+      prefix, Mann–Whitney "greater";
+    - errors: the Farrington–Manning score test of the speculative error rate against
+      the baseline's plus `max_excess_rate` (`excess_score_pvalue`);
+    - mismatches: an exact binomial test of real divergences (ties excluded, the quality
+      gate's rule) against `max_mismatch_rate`."""
+
+    def scaled(factor: float, alternative: str) -> Callable[[list[float], list[float]], float]:
+        def test(canary: list[float], comparison: list[float]) -> float:
+            shifted = [value * factor for value in canary]
+            if len(set(shifted) | set(comparison)) == 1:
+                return 1.0
+            return float(mannwhitneyu(shifted, comparison, alternative=alternative).pvalue)
+
+        return test
+
+    if fault.metric == "acceptance":
+        return scaled(1.0 / (1.0 - config.drift.max_relative_drop), "less")
+    if fault.metric == "e2e":
+        return scaled(1.0 / (1.0 + config.latency.max_regression), "greater")
+    if fault.metric == "error":
+        excess = config.error.max_excess_rate
+
+        def errors(canary: list[float], comparison: list[float]) -> float:
+            return excess_score_pvalue(
+                int(sum(canary)), len(canary), int(sum(comparison)), len(comparison), excess
+            )
+
+        return errors
+    limit = config.quality.max_mismatch_rate
+
+    def mismatches(canary: list[float], comparison: list[float]) -> float:
+        del comparison
+        return float(binomtest(int(sum(canary)), len(canary), limit, "greater").pvalue)
+
+    return mismatches
 
 
 @dataclass(frozen=True)
@@ -1192,6 +1322,7 @@ def fault_runs(
         }
         | {f"kayenta_w{w}": [] for w in KAYENTA_WINDOWS}
         | {f"kayenta_tolerant_w{w}": [] for w in KAYENTA_WINDOWS}
+        | {f"kayenta_edge_w{w}": [] for w in KAYENTA_WINDOWS}
         for f in chosen
     }
     bases = {"realistic": model, "deployment_bf16": deployment_bf16()}
@@ -1224,6 +1355,7 @@ def fault_runs(
             # acceptance and e2e are judged against the speculative arm's healthy prefix
             reference = _metric_values(fault, prefix)[0] if fault.metric in SELF_REFERENCED else []
             tolerant = kayenta_tolerance(fault, config)
+            at_edge = kayenta_edge_test(fault, config)
             for width in KAYENTA_WINDOWS:
                 phase = kayenta_phase(seed, width)
                 row[f"kayenta_w{width}"].append(
@@ -1232,6 +1364,11 @@ def fault_runs(
                 row[f"kayenta_tolerant_w{width}"].append(
                     kayenta_pairs(
                         fault, prefix, stream, reference, width, width / arl0, phase, tolerant
+                    )
+                )
+                row[f"kayenta_edge_w{width}"].append(
+                    kayenta_pairs(
+                        fault, prefix, stream, reference, width, width / arl0, phase, edge=at_edge
                     )
                 )
             for record in stream.records:
@@ -1255,21 +1392,26 @@ def fault_runs(
         finite = {w: m for w, m in kayenta.items() if m is not None}
         best = min(finite, key=lambda w: finite[w]) if finite else None
         gates_tripped = sorted({g for g in row["tripped_by"] if g is not None})
-        tolerant = {w: _median(row[f"kayenta_tolerant_w{w}"]) for w in KAYENTA_WINDOWS}
-        tolerant_finite = {w: m for w, m in tolerant.items() if m is not None}
-        tolerant_best = (
-            min(tolerant_finite, key=lambda w: tolerant_finite[w]) if tolerant_finite else None
-        )
+        tolerant, tolerant_best = _best_window(row, "kayenta_tolerant")
+        at_edge, edge_best = _best_window(row, "kayenta_edge")
         ci, coverage = median_ci95(row["canaryd"])
         edge = _median(row["edge_oracle"]) if row["edge_oracle"] else None
         entry: dict[str, Any] = {
             "canaryd_pairs_median": _median(row["canaryd"]),
             "canaryd_pairs_ci95": ci,
             "canaryd_pairs_ci_coverage": coverage,
-            "kayenta_tolerant_pairs_median": (
-                tolerant_finite.get(tolerant_best) if tolerant_best is not None else None
-            ),
-            "kayenta_tolerant_best_window": tolerant_best,
+            # The fair comparison (issue #23): the same tolerance, and its false-alarm
+            # rate set at the tolerance's edge as canaryd's detectors' are.
+            "kayenta_tolerant_pairs_median": at_edge,
+            "kayenta_tolerant_best_window": edge_best,
+            "kayenta_tolerant_calibration": "at the edge of the tolerance (kayenta_edge_test)",
+            "kayenta_tolerant_by_window": {
+                str(w): _median(row[f"kayenta_edge_w{w}"]) for w in KAYENTA_WINDOWS
+            },
+            # Kayenta's own rule (significance at a healthy arm's alpha and the effect past
+            # the tolerance): its false-alarm rate at the edge is far above the budget.
+            "kayenta_tolerant_healthy_alpha_pairs_median": tolerant,
+            "kayenta_tolerant_healthy_alpha_best_window": tolerant_best,
             "oracle_at_tolerance_pairs": edge,
             "canaryd_minutes_default_schedule": _median(row["minutes"]),
             "canaryd_minutes_by_seed": row["minutes"],
@@ -1304,6 +1446,16 @@ def fault_runs(
             entry["latency_tails_after"] = after[fault.name].latency_tails(config)
         out[fault.name] = entry
     return out
+
+
+def _best_window(row: dict[str, Any], judge: str) -> tuple[float | None, int | None]:
+    """(the smallest median over seeds among the judge's windows, that window)."""
+    medians = {w: _median(row[f"{judge}_w{w}"]) for w in KAYENTA_WINDOWS}
+    finite = {w: m for w, m in medians.items() if m is not None}
+    if not finite:
+        return None, None
+    best = min(finite, key=lambda w: finite[w])
+    return finite[best], best
 
 
 def median_ci95(values: Sequence[int | None]) -> tuple[list[int | None], float]:
@@ -1700,23 +1852,29 @@ def table(result: dict[str, Any]) -> str:
     lines = ["healthy traffic (trips of the switch):"]
     lines.append(
         f"  {'model':<14}{'pairs':>10}{'evals':>8}{'trips':>7}{'/30d':>9}{'/30d up95':>11}"
+        f"  {'at 60 s: pairs':>14}{'evals':>7}{'trips':>7}"
     )
     for name, row in result["healthy"].items():
+        cadence = row.get("cadence") or {}
         lines.append(
             f"  {name:<14}{row['simulated_pairs']:>10}{row['evaluations']:>8}{row['trips']:>7}"
             f"{_fmt(row['trips_per_30_days']):>9}{_fmt(row['trips_per_30_days_upper95']):>11}"
+            f"  {_fmt(cadence.get('simulated_pairs')):>14}{_fmt(cadence.get('evaluations')):>7}"
+            f"{_fmt(cadence.get('trips')):>7}"
         )
     if result.get("budget_stress"):
         lines.extend(stress_table(result["budget_stress"]))
     lines.append("faults (median pairs from the onset to detection):")
     lines.append(
-        f"  {'fault':<26}{'canaryd':>9}{'kayenta':>9}{'(W)':>6}{'oracle':>8}{'at tol.':>9}"
-        "  tripped by"
+        f"  {'fault':<26}{'canaryd':>9}{'kayenta':>9}{'(W)':>6}{'at edge':>9}{'(W)':>6}"
+        f"{'oracle':>8}{'at tol.':>9}  tripped by"
     )
     for name, row in result["faults"].items():
         lines.append(
             f"  {name:<26}{_fmt(row['canaryd_pairs_median']):>9}"
             f"{_fmt(row['kayenta_pairs_median']):>9}{_fmt(row['kayenta_best_window']):>6}"
+            f"{_fmt(row['kayenta_tolerant_pairs_median']):>9}"
+            f"{_fmt(row['kayenta_tolerant_best_window']):>6}"
             f"{_fmt(row['optimal_pairs']):>8}{_fmt(row['optimal_within_tolerance_pairs']):>9}"
             f"  {row['tripped_by']}"
         )
@@ -1759,6 +1917,7 @@ def run(
     stress_budgets: Sequence[float] = STRESS_BUDGETS,
     stress_pairs: int | None = None,
     pins_per_category: int | None = None,
+    cadence_pairs: int | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     started = time.perf_counter()
@@ -1767,6 +1926,8 @@ def run(
         healthy_pairs = 20_004 if quick else 10_000_000
     if stress_pairs is None:
         stress_pairs = healthy_pairs if quick else FULL_STRESS_PAIRS
+    if cadence_pairs is None:
+        cadence_pairs = QUICK_CADENCE_PAIRS if quick else FULL_CADENCE_PAIRS
     if healthy_budget_s is None and not quick:
         healthy_budget_s = FULL_HEALTHY_MINUTES * 60.0
     seeds = list(range(seed, seed + (fault_seeds or (3 if quick else 10))))
@@ -1795,12 +1956,16 @@ def run(
             budget_s=healthy_budget_s,
             stress_budgets=stressed,
             stress_pairs=stress_pairs if stressed else 0,
+            cadence_pairs=cadence_pairs,
         )
         if stressed:
             stress[model.name] = model_stress
+        at_cadence = healthy[model.name]["cadence"] or {}
         log(
             f"  {healthy[model.name]['trips']} trips, {healthy[model.name]['wall_s']}s; "
-            f"budget stress {stress.get(model.name, {}).get('wall_s', 0.0)}s"
+            f"budget stress {stress.get(model.name, {}).get('wall_s', 0.0)}s; at the 60 s "
+            f"cadence {at_cadence.get('trips')} trips in {at_cadence.get('simulated_pairs')} "
+            f"pairs, {at_cadence.get('wall_s')}s"
         )
     log(f"faults: seeds {seeds}, cap {cap} pairs")
     fault_result = fault_runs(

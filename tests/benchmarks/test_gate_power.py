@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import logging
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+import numpy as np
 import pytest
 import structlog
+from scipy.stats import mannwhitneyu
 
 from benchmarks import gate_power
 from gates import GatesConfig, SwitchMode, pin_reference
@@ -50,6 +52,7 @@ class TestGatePower:
             schedule_cap_hours=0.5,
             stress_budgets=(1e6, 10.0),
             pins_per_category=2,
+            cadence_pairs=300,
             log=lambda _: None,
         )
         json.dumps(result)
@@ -65,6 +68,11 @@ class TestGatePower:
             assert row["trips_per_30_days_upper95"] > row["trips_per_30_days"]
             for key in ("trips_per_30_days", "trips_per_30_days_upper95"):
                 assert isinstance(row[key], float)
+            # the daemon's own cadence: every gate every 6 pairs over the first 300
+            cadence = row["cadence"]
+            assert cadence["simulated_pairs"] == 300 and cadence["evaluations"] == 50
+            assert cadence["evaluate_every_pairs"] == 6
+            assert cadence["trips"] == len(cadence["trip_log"]) == 0
         assert set(result["budget_stress"]) == {"realistic", "embedded_fit"}
         for rows in result["budget_stress"].values():
             assert set(rows) == {"1e+06", "10", "extrapolation", "wall_s"}
@@ -172,6 +180,76 @@ class TestGatePower:
             assert pairs is not None and pairs <= 30
             trips.append(pairs)
         assert statistics.median(trips) <= 20
+
+
+class TestKayentaAtTheEdge:
+    """The tolerant Kayenta-style judge is calibrated where canaryd's detectors are: an
+    arm sitting exactly at the edge of the tolerance is rejected at about alpha, while
+    Kayenta's own rule (a two-sided test at alpha and the effect past the tolerance)
+    rejects it in a large share of windows. Seeded draws: the figures are fixed."""
+
+    ALPHA = 0.05
+    WINDOWS = 400
+
+    @staticmethod
+    def _rates(
+        metric: str, draw: Callable[[np.random.Generator], tuple[list[float], list[float]]]
+    ) -> tuple[float, float]:
+        config = GatesConfig()
+        fault = gate_power.Fault("edge", metric, {})
+        edge = gate_power.kayenta_edge_test(fault, config)
+        tolerant = gate_power.kayenta_tolerance(fault, config)
+        rng = np.random.default_rng(11)
+        at_edge = kayenta_rule = 0
+        for _ in range(TestKayentaAtTheEdge.WINDOWS):
+            canary, comparison = draw(rng)
+            at_edge += edge(canary, comparison) < TestKayentaAtTheEdge.ALPHA
+            p = mannwhitneyu(canary, comparison, alternative="two-sided").pvalue
+            kayenta_rule += bool(p < TestKayentaAtTheEdge.ALPHA and tolerant(canary, comparison))
+        return at_edge / TestKayentaAtTheEdge.WINDOWS, kayenta_rule / TestKayentaAtTheEdge.WINDOWS
+
+    def test_latency_at_the_regression_tolerance(self) -> None:
+        allowed = 1.0 + GatesConfig().latency.max_regression
+
+        def draw(rng: np.random.Generator) -> tuple[list[float], list[float]]:
+            canary = allowed * rng.lognormal(0.0, 0.5, 500)
+            return canary.tolist(), rng.lognormal(0.0, 0.5, 500).tolist()
+
+        at_edge, kayenta_rule = self._rates("e2e", draw)
+        assert 0.02 <= at_edge <= 0.08  # 0.05 ± 2.7 sd of 400 windows: calibrated, not only safe
+        assert kayenta_rule >= 0.3
+
+    def test_acceptance_at_the_drop_tolerance(self) -> None:
+        keep = 1.0 - GatesConfig().drift.max_relative_drop
+
+        def draw(rng: np.random.Generator) -> tuple[list[float], list[float]]:
+            canary = keep * rng.gamma(9.0, 0.3, 300)
+            return canary.tolist(), rng.gamma(9.0, 0.3, 300).tolist()
+
+        at_edge, kayenta_rule = self._rates("acceptance", draw)
+        assert 0.02 <= at_edge <= 0.08
+        assert kayenta_rule >= 0.3
+
+    def test_errors_at_the_excess_tolerance(self) -> None:
+        excess = GatesConfig().error.max_excess_rate
+
+        def draw(rng: np.random.Generator) -> tuple[list[float], list[float]]:
+            canary = rng.random(3000) < 0.01 + excess
+            return canary.astype(float).tolist(), (rng.random(3000) < 0.01).astype(float).tolist()
+
+        at_edge, _ = self._rates("error", draw)
+        assert 0.02 <= at_edge <= 0.08
+
+    def test_a_fault_past_the_edge_is_still_caught(self) -> None:
+        """×1.5 e2e and a 5 % error rate reject at the production alpha in one window."""
+        config = GatesConfig()
+        rng = np.random.default_rng(5)
+        e2e = gate_power.kayenta_edge_test(gate_power.Fault("x", "e2e", {}), config)
+        slow = (1.5 * rng.lognormal(0.0, 0.5, 500)).tolist()
+        assert e2e(slow, rng.lognormal(0.0, 0.5, 500).tolist()) < 1e-6
+        errors = gate_power.kayenta_edge_test(gate_power.Fault("x", "error", {}), config)
+        failing = (rng.random(3000) < 0.05).astype(float).tolist()
+        assert errors(failing, (rng.random(3000) < 0.01).astype(float).tolist()) < 1e-6
 
 
 class TestMedianInterval:
