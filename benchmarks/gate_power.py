@@ -32,7 +32,11 @@ Noise models (both arms draw independently):
   failing alone 30 % of the time inside) and 0.2 % timeouts per arm, and numeric-tie
   divergence on 3 % of greedy pairs (margin under half `tie_margin_nats`). Healthy runs
   only, at the production budget; the `greedy_verify_bf16` fault (30 % real divergences)
-  is injected into it. Sampled pairs are not modelled.
+  is injected into it. 30 % of its pairs are sampled (temperature 0.7) with a seed per
+  arm (`prompts.seed_per_arm`): the fake samples by seed, so a lossless pair's two
+  outputs are independent draws and the sampled-pair detectors (likelihood, argmax
+  sign-flip, implausible tokens) see exactly exchangeable noise, scored by the fake
+  teacher.
 
 Reported (JSON with `--out`, a table on stdout):
 - healthy: per model, trips of the switch over many healthy pairs. A full evaluation of
@@ -153,7 +157,7 @@ from scipy.stats import binomtest, chi2, gaussian_kde, mannwhitneyu
 
 from canaryd.config import ScheduleConfig
 from canaryd.gating import suspicion, window_bounds
-from canaryd.runner import PairParams, PairRunner
+from canaryd.runner import OwnSampling, PairParams, PairRunner
 from canaryd.sampling import StratifiedSampler
 from canaryd.suites import load_default_suites
 from engine.config import FakeEngineConfig
@@ -237,7 +241,8 @@ class DeploymentNoise:
     `burst_failure` inside); timeouts on `timeout_rate` of each arm's requests; and on
     `tie_rate` of the greedy pairs whose outputs agreed, a numeric-tie divergence (bf16
     kernels picking the other of two nearly tied tokens: margin below half of
-    `quality.tie_margin_nats`). Sampled pairs are not modelled."""
+    `quality.tie_margin_nats`). Sampled pairs come from the noise model
+    (`NoiseModel.sampled_share`), each arm with its own seed."""
 
     diurnal: float = 0.4
     queue_s: float = 0.05
@@ -307,6 +312,10 @@ class NoiseModel:
     speculative: FakeEngineConfig
     params: PairParams = field(default_factory=PairParams)
     deployment: DeploymentNoise | None = None
+    # The share of pairs sampled at `sampled_temperature` (the rest greedy), as mirrored
+    # live traffic brings them; their seeds follow `params.seed_per_arm`.
+    sampled_share: float = 0.0
+    sampled_temperature: float = 0.7
 
     def with_speculative(self, **update: Any) -> NoiseModel:
         return replace(self, speculative=self.speculative.model_copy(update=update))
@@ -322,12 +331,16 @@ def realistic() -> NoiseModel:
 def deployment_bf16() -> NoiseModel:
     """The realistic arms on a bf16 GPU deployment (`DeploymentNoise`): correlated
     queueing, diurnal load, error bursts and timeouts, numeric-tie divergence on 3 % of
-    greedy pairs."""
+    greedy pairs; 30 % of the pairs sampled at temperature 0.7 with a seed per arm (two
+    independent draws of a lossless sampler: the quality gate's sampled-pair detectors
+    see exactly exchangeable noise)."""
     model = realistic()
     return replace(
         model,
         name="deployment_bf16",
         deployment=DeploymentNoise(tie_margin_nats=GatesConfig().quality.tie_margin_nats),
+        params=replace(model.params, seed_per_arm=True),
+        sampled_share=0.3,
     )
 
 
@@ -381,11 +394,24 @@ class PairStream:
         self.deployed = (
             _Deployed(model.deployment, seed + first) if model.deployment is not None else None
         )
+        self.model = model
+        self.sampled = random.Random(seed * 15_485_863 + first)
+
+    def _run(self, prompt: Prompt) -> PairRecord:
+        model = self.model
+        if model.sampled_share and self.sampled.random() < model.sampled_share:
+            own = OwnSampling(
+                temperature=model.sampled_temperature,
+                top_p=1.0,
+                max_tokens=model.params.max_tokens or prompt.max_tokens,
+            )
+            return self.runner.run_group(prompt, sampling=own).records[0]
+        return self.runner.run_pair(prompt)
 
     def take(self, n: int) -> list[PairRecord]:
         out = []
         for _ in range(n):
-            record = self.runner.run_pair(self.sampler.next())
+            record = self._run(self.sampler.next())
             record = replace(record, started_at=T0 + self.index * self.spacing)
             if self.deployed is not None:
                 record = self.deployed.apply(record)

@@ -77,6 +77,7 @@ def pair_params(settings: Settings) -> PairParams:
         top_p=settings.prompts.top_p,
         max_tokens=settings.prompts.max_tokens,
         timeout_s=settings.prompts.timeout_s,
+        seed_per_arm=settings.prompts.seed_per_arm,
     )
 
 

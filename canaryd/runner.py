@@ -16,8 +16,9 @@ from __future__ import annotations
 import random
 import time
 import uuid
+import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import structlog
@@ -35,12 +36,27 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class PairParams:
-    """Sampling shared by all arms; `max_tokens` overrides the prompt's when set."""
+    """Sampling shared by all arms; `max_tokens` overrides the prompt's when set. With
+    `seed_per_arm` a sampled request carries its own seed on every arm (`arm_seed`): the
+    two outputs of a lossless pair are then independent draws from one distribution,
+    exactly exchangeable, as the sign-flip test assumes; with one seed shared, two
+    samplers that consume it differently give outputs whose joint law need not be
+    symmetric."""
 
     temperature: float = 0.0
     top_p: float = 1.0
     max_tokens: int | None = None
     timeout_s: float | None = 120.0
+    seed_per_arm: bool = False
+
+
+def arm_seed(seed: int, arm: str) -> int:
+    """The seed `arm` samples with when seeds are per arm: the pair's seed (stored as
+    `sampling_seed`) on the baseline, a fixed function of it and the arm's name on every
+    other arm, so a stored pair can be replayed."""
+    if arm == BASELINE_ARM:
+        return seed
+    return zlib.crc32(f"{seed}:{arm}".encode()) & 0x7FFF_FFFF
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +148,14 @@ class PairRunner:
             category=prompt.category,
         )
 
+    def _for_arm(self, request: GenerationRequest, name: str) -> GenerationRequest:
+        """`request` as arm `name` receives it: its own seed when sampled pairs draw a seed
+        per arm (`PairParams.seed_per_arm`), else unchanged."""
+        if not self.params.seed_per_arm or request.sampling.greedy or name == BASELINE_ARM:
+            return request
+        seed = arm_seed(request.sampling.seed, name)
+        return replace(request, sampling=replace(request.sampling, seed=seed))
+
     def _engine(self, name: str) -> Engine:
         return self.baseline if name == BASELINE_ARM else self.speculative[name]
 
@@ -177,7 +201,7 @@ class PairRunner:
         teacher = None if greedy else self.baseline
         tie_judge = self.baseline if greedy else None
         started_at = datetime.now(UTC)
-        results = {name: self._call(name, request) for name in order}
+        results = {name: self._call(name, self._for_arm(request, name)) for name in order}
         baseline = results[BASELINE_ARM]
         single = len(self.speculative) == 1
         records = []

@@ -115,11 +115,17 @@ class FakeEngine:
         return random.Random(zlib.crc32(key))  # noqa: S311  (simulation, not security)
 
     def _answer(self, request: GenerationRequest) -> list[str]:
-        """The same words for the same prompt on every arm: a healthy pair matches."""
+        """The same words for the same prompt on every arm: a healthy pair matches. A
+        sampled request is a draw seeded by its seed: the same prompt and seed give the
+        same words on every arm, another seed another draw of the same length from the
+        same words (a lossless pair with a seed per arm: two independent draws)."""
         prompt = " ".join(m.content for m in request.messages)
         words = prompt.split() or ["empty"]
         rng = random.Random(zlib.crc32(prompt.encode()))  # noqa: S311
         n = min(request.sampling.max_tokens, 8 + rng.randrange(max(1, request.sampling.max_tokens)))
+        if not request.sampling.greedy:
+            key = f"{prompt}\x00{request.sampling.seed}".encode()
+            rng = random.Random(zlib.crc32(key))  # noqa: S311
         return [rng.choice(words + list(_WORDS)) for _ in range(n)]
 
     def _jittered(self, rng: random.Random, value: float) -> float:

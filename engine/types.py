@@ -46,7 +46,8 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """Identical on both arms of a pair. temperature 0 means greedy."""
+    """Identical on both arms of a pair (the seed too, unless `prompts.seed_per_arm`).
+    temperature 0 means greedy."""
 
     max_tokens: int = 128
     temperature: float = 0.0

@@ -264,17 +264,26 @@ class TestMedianInterval:
 class TestDeploymentNoise:
     def test_ties_delays_and_bursts_as_described(self) -> None:
         """6,000 pairs of deployment_bf16: about 3 % of greedy pairs diverge, every one a
-        tie by the quality gate's rule; both arms of a pair share the queueing delay (their
-        TTFTs move together); failures come in bursts on top of the arms' own 1 %, and
-        neither arm fails more than the other beyond noise."""
+        tie by the quality gate's rule; 30 % of the pairs are sampled with a seed per arm,
+        so their outputs differ and the likelihood delta centres on zero; both arms of a
+        pair share the queueing delay (their TTFTs move together); failures come in bursts
+        on top of the arms' own 1 %, and neither arm fails more than the other beyond
+        noise."""
         model = gate_power.deployment_bf16()
         plain = gate_power.PairStream(gate_power.realistic(), 3).take(6000)
         noisy = gate_power.PairStream(model, 3).take(6000)
         margin = GatesConfig().quality.tie_margin_nats
-        greedy = [r for r in noisy if r.scores is not None]
+        greedy = [r for r in noisy if r.scores is not None and r.temperature <= 0.0]
         ties = [r for r in greedy if not r.scores.exact_match]
         assert 0.015 < len(ties) / len(greedy) < 0.05
         assert all(r.scores.tie(margin) for r in ties)
+        # 30 % sampled pairs, each arm with its own seed: two independent draws, scored
+        sampled = [r for r in noisy if r.temperature > 0.0 and r.scores is not None]
+        assert 0.27 < len(sampled) / len(noisy) < 0.33
+        assert not any(r.scores.exact_match for r in sampled)
+        deltas = [d for r in sampled if (d := r.scores.nll_delta) is not None]
+        assert len(deltas) > 0.95 * len(sampled)
+        assert abs(statistics.fmean(deltas)) < 4 * statistics.pstdev(deltas) / len(deltas) ** 0.5
         delays = [
             (n.baseline.ttft_s - p.baseline.ttft_s, n.speculative.ttft_s - p.speculative.ttft_s)
             for p, n in zip(plain, noisy, strict=True)

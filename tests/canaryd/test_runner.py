@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
-from canaryd.runner import PairRunner
+from canaryd.runner import PairParams, PairRunner, arm_seed
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
 from engine.types import ErrorKind, GenerationRequest, GenerationResult, Message
@@ -85,6 +86,38 @@ class TestRunGroup:
         for n in range(3):
             sent = {name: engine.requests[n] for name, engine in engines.items()}
             assert len(set(sent.values())) == 1, sent
+
+    def test_a_seed_per_arm_for_sampled_pairs(self) -> None:
+        """With `seed_per_arm`, a sampled request carries the pair's seed on the baseline
+        and its own on every other arm (a fixed function of the seed and the arm's name,
+        so a stored pair replays); everything else is the same request. Greedy requests
+        are untouched. The fake samples by seed: the arms' outputs differ, and drawn
+        again from the stored seed, they repeat."""
+        engines = {
+            name: Recording(FakeEngineConfig(speculative=name != "baseline"))
+            for name in ("baseline", "hydra", "medusa")
+        }
+        for temperature in (0.7, 0.0):
+            runner = PairRunner(
+                engines["baseline"],
+                {"hydra": engines["hydra"], "medusa": engines["medusa"]},
+                run_id="r",
+                params=PairParams(temperature=temperature, seed_per_arm=True),
+            )
+            group = runner.run_group(prompt(1))
+            sent = {name: engine.requests[-1] for name, engine in engines.items()}
+            seed = group.records[0].sampling_seed
+            assert sent["baseline"].sampling.seed == seed
+            if temperature == 0.0:
+                assert len(set(sent.values())) == 1
+                continue
+            for arm in ("hydra", "medusa"):
+                assert sent[arm].sampling.seed == arm_seed(seed, arm) != seed
+                assert replace(sent[arm].sampling, seed=seed) == sent["baseline"].sampling
+                assert group.record(arm).speculative.text != group.baseline.text
+            assert arm_seed(seed, "hydra") != arm_seed(seed, "medusa")
+            replayed = FakeEngine(FakeEngineConfig(speculative=True)).generate(sent["hydra"])
+            assert replayed.text == group.record("hydra").speculative.text
 
     def test_each_arm_is_scored_against_the_baseline(self) -> None:
         """An arm that corrupts its outputs scores no exact match; the other arm still does."""

@@ -28,6 +28,23 @@ class TestFakeEngine:
         b = FakeEngine(FakeEngineConfig(speculative=True)).generate(req(1))
         assert a == b
 
+    def test_a_sampled_request_is_a_draw_seeded_by_its_seed(self) -> None:
+        """At temperature > 0 the words depend on the seed: the same seed gives the same
+        words on both arms (a healthy pair with one seed matches), another seed other
+        words of the same length; greedy requests ignore the seed."""
+
+        def sampled(seed: int, temperature: float = 0.8, speculative: bool = False) -> str:
+            request = GenerationRequest(
+                messages=req(3).messages,
+                sampling=SamplingParams(max_tokens=64, temperature=temperature, seed=seed),
+            )
+            return FakeEngine(FakeEngineConfig(speculative=speculative)).generate(request).text
+
+        assert sampled(5) == sampled(5, speculative=True)
+        assert sampled(5) != sampled(6)
+        assert len(sampled(5).split()) == len(sampled(6).split())
+        assert sampled(5, temperature=0.0) == sampled(6, temperature=0.0)
+
     def test_healthy_arms_agree_on_text(self) -> None:
         """A healthy baseline and speculative fake produce the same tokens for a prompt."""
         base = FakeEngine(FakeEngineConfig()).generate(req(2))
