@@ -54,6 +54,7 @@ from gates.records import PairRecord, PairScores
 from gates.sequential import (
     GROSS_LADDER,
     LlrCusum,
+    bank_of,
     cusum_bank,
     gaussian_llr,
     gross_charts,
@@ -311,5 +312,7 @@ def _two_sided(
 
 
 def _strongest(bank: Iterable[LlrCusum]) -> LlrCusum:
-    """The CUSUM of a bank (one direction, several alternatives) closest to its alarm."""
-    return max(bank, key=lambda cusum: (cusum.statistic, cusum.peak))
+    """The CUSUM of a bank (one direction, several alternatives) closest to its alarm,
+    with the bank's largest peak and earliest alarm (`bank_of`)."""
+    runs = list(bank)
+    return bank_of(runs, max(runs, key=lambda cusum: (cusum.statistic, cusum.peak)))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scipy.optimize import brentq
 from scipy.stats import chi2
@@ -124,13 +124,25 @@ def cusum_bank(charts: Sequence[Sequence[float]], h: float) -> tuple[LlrCusum, i
     each runs at h + log(len(charts)), so by the union bound the bank spends no more of
     the budget than one chart at h, and the chart nearest the real change alarms almost
     as early as an oracle tuned to it. Returns the chart with the largest share of its
-    threshold, its index and the bank's threshold."""
+    threshold, its index and the bank's threshold. The chart returned carries the bank's
+    peak and first alarm (the largest peak and the earliest alarm of any chart: every
+    chart runs at the same threshold), so a chart that alarmed and has since fallen
+    back is never hidden behind the one that is highest now."""
     if not charts:
         raise ValueError("a CUSUM bank needs at least one chart")
     bank_h = h + math.log(len(charts))
     runs = [llr_cusum(increments, bank_h) for increments in charts]
     index = max(range(len(runs)), key=lambda i: (runs[i].statistic, runs[i].peak))
-    return runs[index], index, bank_h
+    return bank_of(runs, runs[index]), index, bank_h
+
+
+def bank_of(runs: Sequence[LlrCusum], shown: LlrCusum) -> LlrCusum:
+    """`shown` with the largest peak and the earliest alarm of `runs` (charts that share
+    one threshold)."""
+    alarms = [r.alarm_index for r in runs if r.alarm_index is not None]
+    return replace(
+        shown, peak=max(r.peak for r in runs), alarm_index=min(alarms) if alarms else None
+    )
 
 
 # --- gross shifts: a ladder of Gaussian charts ------------------------------------------

@@ -34,6 +34,19 @@ class TestCusumBank:
         alone = llr_cusum(small, H)
         assert alone.alarm_index is None or cusum.alarm_index < alone.alarm_index
 
+    def test_every_charts_peak_is_seen(self) -> None:
+        """A chart that alarmed and fell back is not hidden behind the chart that is
+        highest now: the bank's reading carries the largest peak and the earliest alarm
+        of any chart (both charts' peaks of a two-chart detector)."""
+        burst = [10.0] * 3 + [-10.0] * 3  # chart 0: up to 30, then back to 0
+        steady = [0.5] * 6  # chart 1: 3.0 at the end, the highest now
+        cusum, chart, h = cusum_bank([burst, steady], 25.0)
+        assert chart == 1 and cusum.statistic == 3.0
+        assert cusum.peak == 30.0 >= h
+        assert cusum.alarm_index == 2
+        alone = llr_cusum(steady, h)
+        assert alone.peak == 3.0 and alone.alarm_index is None
+
     def test_in_control_data_stays_quiet(self) -> None:
         rng = random.Random(2)
         values = [rng.gauss(0.0, 1.0) for _ in range(5_000)]
