@@ -6,7 +6,11 @@ kernels than plain decoding, so greedy outputs part where the top two logits nea
 This CPU has no such kernels, but it can run the arms in different precisions: the
 baseline in float32 and, on the same prompts, greedy,
 - `bf16-autoregressive`: plain decoding in bfloat16 — what the precision alone does;
-- `bf16-prompt-lookup`: prompt-lookup speculation in bfloat16 — precision and verification.
+- `bf16-prompt-lookup`: prompt-lookup speculation in bfloat16 — precision and verification;
+- and, from the same outputs, `bf16-prompt-lookup vs bf16-autoregressive`: both arms in
+  bfloat16, as a deployment runs them, judged by the bfloat16 model — only verification
+  (several tokens scored in one forward pass, other matrix shapes, other rounding)
+  separates them: the CPU's closest analogue of the kernel ties the issue describes.
 
 Every pair goes through canaryd's own pair runner, so each first divergent token is judged
 by the float32 baseline model exactly as the daemon judges it (`divergence_margin`: the
@@ -29,6 +33,7 @@ import logging
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +41,7 @@ import structlog
 
 from canaryd.paths import models_dir
 from canaryd.runner import PairParams, PairRunner
+from canaryd.scoring import score_pair
 from canaryd.suites import load_default_suites
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.hf import TransformersEngine
@@ -43,6 +49,8 @@ from gates import GatesConfig
 from gates.records import PairRecord, Prompt
 
 BASELINE = "fp32-autoregressive"
+# The deployment's own case: both arms in bf16, speculation against plain decoding.
+SAME_PRECISION = "bf16-prompt-lookup vs bf16-autoregressive"
 ARMS: dict[str, SpeculativeConfig | None] = {
     "bf16-autoregressive": None,
     "bf16-prompt-lookup": SpeculativeConfig(method="prompt_lookup"),
@@ -129,9 +137,25 @@ def run(model: str, per_category: int, max_tokens: int, device: str = "cpu") -> 
             seed=23,
         )
         records: dict[str, list[PairRecord]] = {name: [] for name in ARMS}
+        same_precision: list[PairRecord] = []
+        plain = engines["bf16-autoregressive"]
         for prompt in prompts:
-            for record in runner.run_group(prompt).records:
+            group = runner.run_group(prompt)
+            for record in group.records:
                 records[record.arm].append(record)
+            # Both arms in bf16, as a deployment runs them: the lookup arm against the bf16
+            # plain arm, judged by the bf16 model (the daemon's teacher is the baseline).
+            base, lookup = group.record("bf16-autoregressive"), group.record("bf16-prompt-lookup")
+            same_precision.append(
+                replace(
+                    lookup,
+                    baseline=base.speculative,
+                    scores=score_pair(
+                        prompt, base.speculative, lookup.speculative, tie_judge=plain
+                    ),
+                )
+            )
+        records[SAME_PRECISION] = same_precision
     finally:
         for engine in engines.values():
             engine.close()
@@ -154,12 +178,12 @@ def table(result: dict[str, Any]) -> str:
         f"{result['prompts']} greedy prompts, {result['max_tokens']} tokens, baseline "
         f"{result['baseline']}, tie margin {result['tie_margin_nats']:g} nats "
         f"({result['elapsed_s']:.0f}s)",
-        f"  {'arm':<22}{'pairs':>6}{'same':>6}{'diverged':>9}{'ties':>6}{'real':>6}"
+        f"  {'arm':<44}{'pairs':>6}{'same':>6}{'diverged':>9}{'ties':>6}{'real':>6}"
         f"{'unjudged':>9}  margins (quartiles; max)",
     ]
     for name, row in result["arms"].items():
         lines.append(
-            f"  {name:<22}{row['pairs']:>6}{row['identical']:>6}{row['diverged']:>9}"
+            f"  {name:<44}{row['pairs']:>6}{row['identical']:>6}{row['diverged']:>9}"
             f"{row['ties']:>6}{row['real']:>6}{row['unjudged']:>9}  "
             f"{row['margin_quantiles']}; {row['margin_max']}"
         )

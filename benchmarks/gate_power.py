@@ -195,7 +195,8 @@ DRIFT_DROP = 0.30
 SELF_REFERENCED = ("acceptance", "e2e")
 # The daemon's own cadence (every gate every 60 s) over the first pairs of each healthy
 # run: a full evaluation of a 5,000-pair window costs about 0.5 s on 2 cores.
-QUICK_CADENCE_PAIRS = 2_400
+QUICK_CADENCE_PAIRS = 1_200
+FULL_FAULT_SEEDS = 30  # issue #23: at least 30, a 95 % interval on each median
 FULL_CADENCE_PAIRS = 20_004
 FULL_HEALTHY_MINUTES = 18.0  # per model: with 10 fault seeds the full run takes about an hour
 STRESS_BUDGETS = (100_000.0, 10_000.0, 1_000.0, 100.0, 10.0)  # false rollbacks per 30 days
@@ -1956,7 +1957,7 @@ def run(
         cadence_pairs = QUICK_CADENCE_PAIRS if quick else FULL_CADENCE_PAIRS
     if healthy_budget_s is None and not quick:
         healthy_budget_s = FULL_HEALTHY_MINUTES * 60.0
-    seeds = list(range(seed, seed + (fault_seeds or (3 if quick else 10))))
+    seeds = list(range(seed, seed + (fault_seeds or (3 if quick else FULL_FAULT_SEEDS))))
     cap = cap or (2_400 if quick else 6_000)
     healthy: dict[str, Any] = {}
     samples: dict[str, HealthySample] = {}
@@ -2056,6 +2057,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=None,
         help=f"full run: minutes of healthy simulation per model (default {FULL_HEALTHY_MINUTES})",
     )
+    parser.add_argument(
+        "--fault-seeds",
+        type=int,
+        default=None,
+        help="seeds per fault (default 3 with --quick, else 30: a 95 %% interval on each "
+        "median needs at least 6)",
+    )
+    parser.add_argument(
+        "--cadence-pairs",
+        type=int,
+        default=None,
+        help="healthy pairs per model also judged at the daemon's 60 s cadence "
+        f"(default {QUICK_CADENCE_PAIRS} with --quick, else {FULL_CADENCE_PAIRS})",
+    )
     parser.add_argument("--refit", action="store_true", help="refit the embedded model, print")
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -2067,6 +2082,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         quick=args.quick,
         seed=args.seed,
         healthy_budget_s=None if args.healthy_minutes is None else args.healthy_minutes * 60.0,
+        fault_seeds=args.fault_seeds,
+        cadence_pairs=args.cadence_pairs,
         log=lambda m: print(m, file=sys.stderr),
     )
     if args.out:

@@ -28,7 +28,11 @@ def test_every_divergence_is_judged_by_the_fp32_baseline(chaotic_dir: Path) -> N
     result = bf16_ties.run(str(chaotic_dir), per_category=2, max_tokens=12)
     json.dumps(result)
     assert result["prompts"] == 18 and result["tie_margin_nats"] == 0.2
-    assert set(result["arms"]) == {"bf16-autoregressive", "bf16-prompt-lookup"}
+    assert set(result["arms"]) == {
+        "bf16-autoregressive",
+        "bf16-prompt-lookup",
+        "bf16-prompt-lookup vs bf16-autoregressive",
+    }
     for row in result["arms"].values():
         # the two rag prompts exceed the tiny model's 1,024-token context: they fail on
         # every arm and are never judged
