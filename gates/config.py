@@ -133,7 +133,10 @@ class QualityGateConfig(GateConfigBase):
     max_mismatch_rate: float = Field(default=0.005, ge=0, lt=1, description="greedy only")
     max_loop_rate: float = Field(default=0.01, ge=0, lt=1, description="speculative-only loops")
     mismatch_alarm_factor: float = Field(
-        default=4.0, gt=1, description="the mismatch detector's alternative, × max_mismatch_rate"
+        default=4.0,
+        gt=1,
+        description="the mismatch detector's first alternative, × max_mismatch_rate (its bank "
+        "adds 4× and 16× that)",
     )
     tie_margin_nats: float = Field(
         default=0.2,
