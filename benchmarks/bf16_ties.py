@@ -115,13 +115,13 @@ def judge(records: list[PairRecord], tie_margin: float) -> dict[str, Any]:
 def run(model: str, per_category: int, max_tokens: int, device: str = "cpu") -> dict[str, Any]:
     tie_margin = GatesConfig().quality.tie_margin_nats
     prompts = prompts_per_category(per_category)
+    baseline = TransformersEngine(
+        TransformersEngineConfig(model=model, device=device, dtype="float32"),
+        models_dir=models_dir(),
+    )
     engines: dict[str, TransformersEngine] = {}
     started = time.perf_counter()
     try:
-        baseline = TransformersEngine(
-            TransformersEngineConfig(model=model, device=device, dtype="float32"),
-            models_dir=models_dir(),
-        )
         baseline.load()
         for name, spec in ARMS.items():
             config = TransformersEngineConfig(
@@ -157,10 +157,8 @@ def run(model: str, per_category: int, max_tokens: int, device: str = "cpu") -> 
             )
         records[SAME_PRECISION] = same_precision
     finally:
-        for engine in engines.values():
+        for engine in [baseline, *engines.values()]:
             engine.close()
-        if "baseline" in locals():
-            baseline.close()
     return {
         "model": model,
         "device": device,

@@ -102,14 +102,14 @@ Reported (JSON with `--out`, a table on stdout):
   judge given canaryd's tolerance and calibrated where canaryd's detectors are, at the
   edge of the tolerance: one-sided tests whose null hypothesis is the edge, at alpha =
   W / ARL0 — Mann–Whitney on acceptance scaled by 1 / (1 − `max_relative_drop`) and on
-  e2e scaled by 1 / (1 + `max_regression`), an exact binomial test on the discordant
-  error pairs against an excess of `max_excess_rate`, and on real divergences against
-  `max_mismatch_rate`; best W; `kayenta_edge_test`), `kayenta_tolerant_healthy_alpha_
-  pairs_median` (Kayenta's own rule: the two-sided test at a healthy arm's alpha and the
-  effect past the same tolerance, as allowedIncrease / allowedDecrease; an arm at the
-  edge passes both in about half the windows long enough to be significant, so its
-  false-alarm rate there is far above the budget: not a fair comparison), and
-  `canaryd_minutes_default_schedule`
+  e2e scaled by 1 / (1 + `max_regression`), the Farrington–Manning score test of the
+  error rate against the baseline's plus `max_excess_rate`, an exact binomial test of
+  real divergences against `max_mismatch_rate`; best W; `kayenta_edge_test`),
+  `kayenta_tolerant_healthy_alpha_pairs_median` (Kayenta's own rule: the two-sided test
+  at a healthy arm's alpha and the effect past the same tolerance, as allowedIncrease /
+  allowedDecrease; an arm at the edge passes both in about half the windows long
+  enough to be significant, so its false-alarm rate there is far above the budget: not
+  a fair comparison), and `canaryd_minutes_default_schedule`
   (the median over seeds of the wall-clock minutes on the shipped schedule: 30 s a pair
   until the first screened evaluation at which an undecided enforce detector is past
   `speed_up_at`, then `max_pairs_per_minute` — the adaptive pace).

@@ -151,7 +151,7 @@ class PairRunner:
     def _for_arm(self, request: GenerationRequest, name: str) -> GenerationRequest:
         """`request` as arm `name` receives it: its own seed when sampled pairs draw a seed
         per arm (`PairParams.seed_per_arm`), else unchanged."""
-        if not self.params.seed_per_arm or request.sampling.greedy or name == BASELINE_ARM:
+        if not self.params.seed_per_arm or request.sampling.greedy:
             return request
         seed = arm_seed(request.sampling.seed, name)
         return replace(request, sampling=replace(request.sampling, seed=seed))

@@ -43,4 +43,6 @@ def test_every_divergence_is_judged_by_the_fp32_baseline(chaotic_dir: Path) -> N
         if row["diverged"]:
             assert row["margin_max"] is not None and row["margin_max"] >= 0
             assert (row["real"] > 0) == (row["margin_max"] > 0.5)
+    # bf16 rounding moves this model's greedy choices: the judged branch above ran
+    assert result["arms"]["bf16-autoregressive"]["diverged"] > 0
     assert "bf16-prompt-lookup" in bf16_ties.table(result)
