@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from canaryd import paths
+from canaryd.runner import arm_seed
 from canaryd.sampling import StratifiedSampler
 from canaryd.scoring import score_pair
 from canaryd.suites import load_default_suites, select
@@ -176,10 +177,14 @@ def run_prompt(
     max_tokens: int,
     rng: random.Random,
     tail: tuple[Arm, ...] = (),
+    *,
+    seed_per_arm: bool = False,
 ) -> dict[str, PairRecord]:
     """One prompt on the baseline and every arm (one seed, a random order), scored; the
     `tail` arms run after them in their own order, so that adding one leaves the random
-    stream, and with it every other arm's pairs, as it was."""
+    stream, and with it every other arm's pairs, as it was. With `seed_per_arm` each arm
+    samples with its own seed, as the daemon does under `prompts.seed_per_arm`
+    (`canaryd.runner.arm_seed`: the baseline keeps the pair's seed)."""
     seed = rng.randrange(2**31)
     request = GenerationRequest(
         messages=prompt.messages,
@@ -193,7 +198,14 @@ def run_prompt(
     rng.shuffle(order)
     order += [arm.name for arm in tail]
     engines.update({arm.name: arm.engine for arm in tail})
-    results = {name: engines[name].generate(request) for name in order}
+    results = {
+        name: engines[name].generate(
+            replace(request, sampling=replace(request.sampling, seed=arm_seed(seed, name)))
+            if seed_per_arm
+            else request
+        )
+        for name in order
+    }
     base = results["baseline"]
     return {
         arm.name: PairRecord(
@@ -275,6 +287,11 @@ def main() -> None:
     # 2-core machine a second thread stalls every step (measured: 8 prompts in 7 minutes
     # on two threads against 42 on one, with other jobs running).
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: default)")
+    parser.add_argument(
+        "--seed-per-arm",
+        action="store_true",
+        help="each arm samples with its own seed (prompts.seed_per_arm); default one seed",
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--trace", type=Path, default=None, help="per-pair deltas, JSON lines")
     args = parser.parse_args()
@@ -302,7 +319,14 @@ def main() -> None:
     while time.perf_counter() - loaded < budget_s and len(lossy.fails) < episodes:
         tail = () if garbage.fails else (garbage,)
         records = run_prompt(
-            sampler.take(1)[0], baseline, teacher, [healthy, lossy], max_tokens, rng, tail
+            sampler.take(1)[0],
+            baseline,
+            teacher,
+            [healthy, lossy],
+            max_tokens,
+            rng,
+            tail,
+            seed_per_arm=args.seed_per_arm,
         )
         healthy.add(records["healthy"], config)
         lossy.add(records["lossy"], config)
@@ -328,6 +352,7 @@ def main() -> None:
         "garbage": {**summary(garbage, lossy=True, full=False), "fault_rate": args.garbage_rate},
         "max_tokens": max_tokens,
         "temperature": TEMPERATURE,
+        "seed_per_arm": args.seed_per_arm,
         "h": round(math.log(ONE_SIDED_CUSUMS * DEFAULT_ARL0), 2),
         "seconds": round(time.perf_counter() - started, 1),
         # CPU time of this process: the wall time on an otherwise idle machine.
