@@ -2,7 +2,8 @@
 arm that changes what the model says, and leave a lossless one alone?
 
 The embedded model samples at temperature 0.8 with short outputs. Every prompt (drawn by
-the daemon's stratified sampler) goes, with one seed, to three arms in a random order:
+the daemon's stratified sampler) goes to three arms in a random order, each arm with its
+own seed as the daemon sends them (`prompts.seed_per_arm`; `--no-seed-per-arm`: one seed):
 the baseline, a healthy prompt-lookup arm, the same arm with `fault = "greedy_verify"`
 (drafts verified by argmax match while sampling: lossy); then to the same arm with
 `fault = "garbage_sampling"` (each verified token replaced by a random one with probability
@@ -26,6 +27,7 @@ Writes {"healthy": {"state", "pairs", ...}, "lossy": {"state", "pairs", "pairs_t
 the checks that FAILed first.
 
 Usage: .venv/bin/python benchmarks/sampling_equivalence.py [--quick] [--out FILE]
+       [--no-seed-per-arm]
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from typing import Any
 import torch
 
 from canaryd import paths
+from canaryd.config import PromptsConfig
 from canaryd.runner import arm_seed
 from canaryd.sampling import StratifiedSampler
 from canaryd.scoring import score_pair
@@ -289,8 +292,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: default)")
     parser.add_argument(
         "--seed-per-arm",
-        action="store_true",
-        help="each arm samples with its own seed (prompts.seed_per_arm); default one seed",
+        action=argparse.BooleanOptionalAction,
+        default=PromptsConfig().seed_per_arm,
+        help="each arm samples with its own seed, as the daemon does under "
+        "prompts.seed_per_arm (its default); --no-seed-per-arm: one seed for every arm",
     )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--trace", type=Path, default=None, help="per-pair deltas, JSON lines")

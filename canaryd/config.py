@@ -136,11 +136,12 @@ class PromptsConfig(_Section):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     seed: int = Field(default=0, description="seeds prompt sampling and arm order")
     seed_per_arm: bool = Field(
-        default=False,
+        default=True,
         description="sampled pairs: each arm samples with its own seed (derived from the "
         "pair's stored seed and the arm's name), so a lossless pair's two outputs are "
         "independent draws and exactly exchangeable, as the quality gate's sign-flip test "
-        "assumes; false: one seed for every arm",
+        "assumes; false: one seed for every arm (the arms share their first sampled "
+        "tokens, but the test's exchangeability is then assumed, not guaranteed)",
     )
     timeout_s: float = Field(default=120.0, gt=0, description="per generation")
 

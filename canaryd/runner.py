@@ -47,7 +47,7 @@ class PairParams:
     top_p: float = 1.0
     max_tokens: int | None = None
     timeout_s: float | None = 120.0
-    seed_per_arm: bool = False
+    seed_per_arm: bool = True
 
 
 def arm_seed(seed: int, arm: str) -> int:
