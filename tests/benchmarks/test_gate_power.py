@@ -7,6 +7,7 @@ import json
 import logging
 import statistics
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -36,6 +37,19 @@ def _quiet_pair_logs() -> Iterator[None]:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     yield
     structlog.reset_defaults()
+
+
+def without_wall_times(value: Any) -> Any:
+    """`value` with every `wall_s` and `elapsed_s` left out, at any depth."""
+    if isinstance(value, dict):
+        return {
+            key: without_wall_times(item)
+            for key, item in value.items()
+            if key not in ("wall_s", "elapsed_s")
+        }
+    if isinstance(value, list):
+        return [without_wall_times(item) for item in value]
+    return value
 
 
 class TestGatePower:
@@ -125,6 +139,35 @@ class TestGatePower:
         )
         assert config["h"] == pytest.approx(lorden_threshold(config["detector_arl0"]))
         assert result["elapsed_s"] > 0
+
+    def test_a_second_process_gives_the_same_figures(self) -> None:
+        """`jobs=2` runs the faults, the drift pins and the schedule in a second process,
+        which draws the realistic healthy sample again: every figure but the wall times
+        equals the one-process run's."""
+
+        def tiny(jobs: int) -> dict[str, Any]:
+            result = gate_power.run(
+                quick=True,
+                seed=0,
+                healthy_pairs=600,
+                fault_seeds=1,
+                cap=240,
+                prefix_pairs=300,
+                schedule_cap_hours=0.25,
+                only_faults=("latency_x1.5", "mismatch_80pct"),
+                stress_budgets=(),
+                pins_per_category=2,
+                cadence_pairs=60,
+                jobs=jobs,
+                log=lambda _: None,
+            )
+            return without_wall_times(result)
+
+        one, two = tiny(1), tiny(2)
+        assert one["config"].pop("jobs") == 1 and two["config"].pop("jobs") == 2
+        assert set(two["faults"]) == {"latency_x1.5", "mismatch_80pct"}
+        assert two["faults"]["mismatch_80pct"]["canaryd_pairs"][0] is not None
+        assert one == two
 
     def test_the_trip_counter_counts_a_trip_and_restarts_the_evidence(self) -> None:
         """A gross fault (80 % greedy mismatch) trips the counted switch, which a human
