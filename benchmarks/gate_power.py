@@ -2017,9 +2017,13 @@ def run(
     jobs: int = 1,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """The whole benchmark. With `jobs` ≥ 2 the fault runs and the drift pins go to a
-    second process, which draws the realistic model's healthy sample again (the same
-    stream: the same figures) while this one runs the healthy section and the schedule."""
+    """The whole benchmark. With `jobs` ≥ 2 the fault runs, the drift pins and the
+    default schedule go to a second process, which draws the realistic model's healthy
+    sample again (the same stream: the same figures) while this one runs the healthy
+    section. A full run's healthy section is bounded in time, not pairs, so there the
+    second process draws `KEPT_PAIRS` pairs: every per-pair figure is kept only that far
+    anyway, and only the sample's error tally (the oracles' baseline error rate) counts
+    fewer pairs than the one-process run's."""
     started = time.perf_counter()
     config = GatesConfig()
     if healthy_pairs is None:
