@@ -1948,6 +1948,12 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def _quiet_pair_logs() -> None:
+    """The second process's start: the pair runner logs every pair at info, which a
+    spawned process would print (hundreds of megabytes in a full run)."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+
 @dataclass(frozen=True)
 class SecondHalf:
     """The fault runs, the drift pins and the default schedule: everything that needs no
@@ -2051,7 +2057,11 @@ def run(
         pins=pins,
         schedule_cap_hours=schedule_cap_hours,
     )
-    pool = ProcessPoolExecutor(1, mp_context=get_context("spawn")) if jobs >= 2 else None
+    pool = (
+        ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=_quiet_pair_logs)
+        if jobs >= 2
+        else None
+    )
     pending = pool.submit(second.run, config) if pool is not None else None
     if pool is not None:
         log(f"faults, drift pins and the default schedule in a second process (jobs {jobs})")
