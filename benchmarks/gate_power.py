@@ -133,10 +133,12 @@ Reported (JSON with `--out`, a table on stdout):
 the first 1,200 also at the 60 s cadence, 3 fault seeds, fault cap 2,400 pairs (about
 5 minutes on 2 cores with `--jobs 2`, the default where there are 2 cores: the faults,
 drift pins and schedule run in a second process; 8 minutes in one). The full run:
-healthy pairs for `--healthy-minutes` per model (default 6, about 280,000 pairs, not
-counting the stress and the cadence run), the first 100,002 of them under the stress
-budgets (`--stress-pairs`, about 11 minutes per model), the first 6,000 at the 60 s
-cadence, 30 fault seeds (`--fault-seeds`), cap 6,000 pairs (about an hour on 2 cores).
+healthy pairs for `--healthy-minutes` per model (default 6; 4 minutes gave 153,000 to
+216,000 pairs, not counting the stress and the cadence run), the first 100,002 of them
+under the stress budgets (`--stress-pairs`; 50,004 took 153-159 s per model), the first
+6,000 at the 60 s cadence (3,000 took 108-118 s per model), 30 fault seeds
+(`--fault-seeds`), cap 6,000 pairs. Measured with `--healthy-minutes 4 --stress-pairs
+50004 --cadence-pairs 3000`: 2,085 s on 2 cores; the defaults take longer.
 
 Usage: .venv/bin/python benchmarks/gate_power.py [--quick] [--out FILE] [--seed N]
        [--healthy-minutes M] [--fault-seeds N] [--cadence-pairs N] [--stress-pairs N]
@@ -155,7 +157,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from multiprocessing import get_context
@@ -211,9 +213,10 @@ SELF_REFERENCED = ("acceptance", "e2e")
 QUICK_CADENCE_PAIRS = 1_200
 FULL_FAULT_SEEDS = 30  # issue #23: at least 30, a 95 % interval on each median
 # The cadence costs most where the windows are full (5,000 pairs, up to 0.5 s an
-# evaluation): 20,004 pairs took about 25 minutes per model on 2 cores.
+# evaluation): 3,000 pairs took 108-118 s per model on 2 cores; a full run at 20,004
+# was stopped after 21 minutes, still on its first model.
 FULL_CADENCE_PAIRS = 6_000
-FULL_HEALTHY_MINUTES = 6.0  # per model: about 280,000 pairs, a simulated month at 10 s a pair
+FULL_HEALTHY_MINUTES = 6.0  # per model (4 minutes gave 153,000-216,000 pairs)
 STRESS_BUDGETS = (100_000.0, 10_000.0, 1_000.0, 100.0, 10.0)  # false rollbacks per 30 days
 # Above this share of evaluations with a trip, two alarms between evaluations are likely
 # and the count undercounts (by about 13 % at a quarter): the rate is not measured.
@@ -2057,13 +2060,11 @@ def run(
         pins=pins,
         schedule_cap_hours=schedule_cap_hours,
     )
-    pool = (
-        ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=_quiet_pair_logs)
-        if jobs >= 2
-        else None
-    )
-    pending = pool.submit(second.run, config) if pool is not None else None
-    if pool is not None:
+    pending: Future[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] | None = None
+    if jobs >= 2:
+        pool = ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=_quiet_pair_logs)
+        pending = pool.submit(second.run, config)
+        pool.shutdown(wait=False)  # the one job still runs; the process exits after it
         log(f"faults, drift pins and the default schedule in a second process (jobs {jobs})")
     healthy: dict[str, Any] = {}
     samples: dict[str, HealthySample] = {}
@@ -2100,12 +2101,11 @@ def run(
             f"cadence {at_cadence.get('trips')} trips in {at_cadence.get('simulated_pairs')} "
             f"pairs, {at_cadence.get('wall_s')}s"
         )
-    if pending is not None and pool is not None:
+    if pending is None:
+        fault_result, pins_result, schedule = second.run(config, samples["realistic"], log)
+    else:
         log("waiting for the second process")
         fault_result, pins_result, schedule = pending.result()
-        pool.shutdown()
-    else:
-        fault_result, pins_result, schedule = second.run(config, samples["realistic"], log)
     arl0 = detector_arl0(config)
     result: dict[str, Any] = {
         "healthy": healthy,
@@ -2129,7 +2129,7 @@ def run(
             "healthy_budget_s": healthy_budget_s,
             "stress_budgets": list(stress_budgets),
             "stress_pairs": stress_pairs,
-            "jobs": 2 if pool is not None else 1,
+            "jobs": 1 if pending is None else 2,
         },
     }
     result["elapsed_s"] = round(time.perf_counter() - started, 1)
