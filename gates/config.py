@@ -128,6 +128,39 @@ class ErrorGateConfig(GateConfigBase):
     alarm_factor: float = Field(
         default=2.0, gt=1, description="the ceiling detector's alternative, × max_error_rate"
     )
+    outage_spans: tuple[int, ...] = Field(
+        default=(5, 10, 20, 40),
+        description="shared outages: spans of consecutive pairs scanned for a cluster of "
+        "baseline failures too dense for the window's own baseline failure rate; [] turns "
+        "the screen off",
+    )
+    outage_alpha: float = Field(
+        default=0.01,
+        gt=0,
+        lt=0.5,
+        description="shared outages: a span is a cluster when a calm baseline would fail that "
+        "often in it with probability at most this (binomial tail at the window's rate)",
+    )
+    outage_margin_pairs: int = Field(
+        default=10,
+        ge=0,
+        description="shared outages: pairs on each side of a cluster left out with it (an "
+        "outage starts before the baseline's first failure in it)",
+    )
+    settle_pairs: int = Field(
+        default=10,
+        ge=0,
+        description="the newest pairs not yet judged: a pair counts once this many later "
+        "pairs show whether it was part of a shared outage (a dead arm is the liveness "
+        "gate's, which reads every pair at once)",
+    )
+
+    @field_validator("outage_spans")
+    @classmethod
+    def _spans(cls, spans: tuple[int, ...]) -> tuple[int, ...]:
+        if any(n < 2 for n in spans):
+            raise ValueError(f"outage_spans {list(spans)}: every span needs at least 2 pairs")
+        return tuple(sorted(set(spans)))
 
 
 class QualityGateConfig(GateConfigBase):

@@ -1,11 +1,13 @@
 """The liveness gate: is there enough fresh data, and is the speculative arm alive?
 
 NODATA below `min_samples` pairs in the window (a stalled canary is never a PASS). FAIL
-when the speculative arm has failed on the last `max_consecutive_failures` pairs on
-which the baseline succeeded, or on at least `max_failure_rate` of the window's pairs
-where the baseline succeeded: a dead speculative arm should roll back at once, so this
-gate is critical by default. Pairs where both arms failed say nothing about the
-speculative arm and are skipped; if every pair failed on both arms, INCONCLUSIVE.
+when the speculative arm has failed on each of the last `max_consecutive_failures` pairs
+while the baseline succeeded on every one of them, or on at least `max_failure_rate` of
+the window's pairs where the baseline succeeded: a dead speculative arm should roll back
+at once, so this gate is critical by default. A pair where the baseline failed ends the
+run: failures on both arms around the same time are a shared outage (a gateway, a
+network), not a dead arm, and an outage makes each arm fail alone too. Those pairs are
+left out of the rate; if every pair failed on the baseline, INCONCLUSIVE.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ def liveness_gate(
         return nodata(NAME, config, window, now, n)
     judged = [r for r in window.records if r.baseline.ok]
     streak = 0
-    for record in reversed(judged):
-        if record.speculative.ok:
+    for record in reversed(window.records):
+        if record.speculative.ok or not record.baseline.ok:
             break
         streak += 1
     failures = sum(1 for r in judged if not r.speculative.ok)
@@ -61,5 +63,5 @@ def liveness_gate(
         detail=f"{streak} consecutive speculative-only failures (max "
         f"{config.max_consecutive_failures - 1}); {failures}/{len(judged)} pairs with a "
         f"healthy baseline failed on speculative (max rate {config.max_failure_rate:g}); "
-        f"{n - len(judged)} pairs with a failed baseline skipped",
+        f"{n - len(judged)} pairs with a failed baseline left out",
     )

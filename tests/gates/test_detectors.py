@@ -11,9 +11,10 @@ import pytest
 
 from gates import GatesConfig, GateState, error_gate, evaluate_all, pin_reference, quality_gate
 from gates.budget import DEFAULT_ARL0
-from gates.config import ErrorGateConfig, GateConfigBase, QualityGateConfig
+from gates.config import ErrorGateConfig, GateConfigBase, LivenessGateConfig, QualityGateConfig
 from gates.core import GateDecision, checks
 from gates.detectors import sequential_state
+from gates.liveness import liveness_gate
 from gates.records import PairRecord
 from gates.sequential import LlrCusum
 from gates.window import select
@@ -121,19 +122,25 @@ class TestGrossFaults:
         assert decision.detail.startswith("FAIL by quality.mismatch")
         assert decision.statistic == "greedy mismatch rate"
 
-    def test_dead_speculative_arm_fails_the_error_gate_within_6_pairs(self) -> None:
+    def test_dead_speculative_arm_fails_the_error_gate_6_settled_pairs_in(self) -> None:
         """Every speculative request failing, the baseline fine: each pair adds log 32 to
         the ceiling bank's gross chart (2 % → 64 %), whose threshold is h + log 3 (three
-        charts), so it alarms at ⌈(17.48 + 1.10) / 3.47⌉ = 6 pairs — the single chart at
-        2 % → 4 % took ⌈17.48 / log 2⌉ = 26 — although min_samples is 100."""
+        charts), so it alarms at ⌈(17.48 + 1.10) / 3.47⌉ = 6 judged pairs — the single
+        chart at 2 % → 4 % took ⌈17.48 / log 2⌉ = 26 — although min_samples is 100. A pair
+        is judged once `settle_pairs` (10) later pairs exist, so the gate FAILs at pair 16;
+        the liveness gate, which reads every pair at once, has FAILed at pair 5."""
         records = [record(i, speculative=result(ok=False)) for i in range(60)]
         config = ErrorGateConfig()
         n, decision = first_fail(records, error_gate, config)
         h = math.log(DEFAULT_ARL0) + math.log(3)
-        assert n == math.ceil(h / math.log(0.64 / 0.02)) == 6
+        judged = math.ceil(h / math.log(0.64 / 0.02))
+        assert judged == 6
+        assert n == judged + config.settle_pairs == 16
         assert n < config.min_samples
         assert decision.detail.startswith("FAIL by error.")
         assert decision.n_baseline == 6
+        live, _ = first_fail(records, liveness_gate, LivenessGateConfig())
+        assert live == LivenessGateConfig().max_consecutive_failures == 5
 
 
 class TestDetectorReading:
@@ -169,13 +176,15 @@ class TestDetectorReading:
 
 class TestErrorBank:
     def test_a_third_of_requests_failing_decides_in_tens_of_pairs(self) -> None:
-        """30 % speculative failures: the bank's 16 % chart decides within 70 pairs on
-        every one of 20 seeds (median 28; a single 2 % → 4 % chart took a median of 83)."""
+        """30 % speculative failures: the bank's 16 % chart decides within 70 judged pairs
+        on every one of 20 seeds — within 80 pairs, 10 of them not yet settled (median 38;
+        a single 2 % → 4 % chart took a median of 83 + 10)."""
         import random
 
         for seed in range(20):
             rng = random.Random(seed)
             records = [record(i, speculative=result(ok=rng.random() >= 0.3)) for i in range(120)]
-            n, decision = first_fail(records, error_gate, ErrorGateConfig())
-            assert n <= 70, (seed, n)
+            config = ErrorGateConfig()
+            n, decision = first_fail(records, error_gate, config)
+            assert n <= 70 + config.settle_pairs, (seed, n)
             assert decision.detail.startswith("FAIL by error.")

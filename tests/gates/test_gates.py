@@ -226,7 +226,7 @@ class TestErrorGate:
         assert early.state is GateState.WARN
         paired = early.components[0]
         assert paired.name == "error.paired"
-        assert paired.estimate == pytest.approx(10 / 300)
+        assert paired.estimate == pytest.approx(10 / 290)  # the newest 10 not yet settled
         late = error_gate(self.make(3000, set(range(0, 3000, 30))), ErrorGateConfig(), now=at(3000))
         assert late.state is GateState.FAIL
         assert late.components[0].state is GateState.FAIL
@@ -256,20 +256,27 @@ class TestErrorGate:
     def test_shared_outage_never_fails_and_is_left_out(self) -> None:
         """Both arms failing on the same 3 % of 3,000 pairs (an upstream outage) never
         FAILs, evaluated every 100 pairs; the ceiling is the speculative rate over pairs
-        with a healthy baseline only, here 0 of 3,000 − 90."""
+        with a healthy baseline only: of the 2,990 settled pairs, those where both failed
+        and those in a cluster of baseline failures are left out, the rest judged."""
         rng = np.random.default_rng(3)
         shared = {int(i) for i in rng.choice(3000, size=90, replace=False)}
         records = self.make(3000, shared, shared)
-        config = ErrorGateConfig()
+        config = ErrorGateConfig(outage_spans=())
         states = {error_gate(records[:n], config, now=at(n)).state for n in range(100, 3001, 100)}
         assert GateState.FAIL not in states
         final = error_gate(records, config, now=at(3000))
         ceiling = final.components[1]
         assert ceiling.name == "error.ceiling"
-        assert ceiling.n_baseline == 3000 - 90
+        both = sum(1 for i in shared if i < 2990)
+        assert ceiling.n_baseline == 2990 - both
         assert ceiling.estimate == 0.0
-        assert "90 pairs where both arms failed left out" in final.detail
+        assert f"left out: {both} pairs where both arms failed, 0 in shared outages" in (
+            final.detail
+        )
         assert final.state is GateState.PASS
+        screened = error_gate(records, ErrorGateConfig(), now=at(3000))
+        assert screened.state is GateState.PASS
+        assert screened.components[1].n_baseline < ceiling.n_baseline
 
     def test_equal_independent_error_rates_do_not_fail(self) -> None:
         """Both arms failing independently on 2 % of 3,000 pairs (no excess, speculative at
@@ -284,15 +291,15 @@ class TestErrorGate:
             assert decision.state is not GateState.FAIL, decision.detail
 
     def test_small_excess_warns_and_few_pairs_are_inconclusive(self) -> None:
-        """2 speculative-only failures in 100 pairs: an excess of 2 % is over the 1 %
+        """2 speculative-only failures in 100 settled pairs: an excess of 2 % is over the 1 %
         tolerance (its 80 % upper bound 3.4 %), but the CUSUM is far from h — WARN. A clean
         window too short to bound the rates under their tolerances is INCONCLUSIVE: at 60
-        pairs (min_samples 50) the excess bound is 1.4 % > 1 % and the ceiling's
+        settled pairs (min_samples 50) the excess bound is 1.4 % > 1 % and the ceiling's
         Clopper–Pearson bound 2.6 % > 2 %."""
-        warn = error_gate(self.make(100, {3, 50}), ErrorGateConfig(), now=at(100))
+        warn = error_gate(self.make(110, {3, 50}), ErrorGateConfig(), now=at(110))
         assert warn.state is GateState.WARN
         config = ErrorGateConfig(min_samples=50)
-        short = error_gate(self.make(60, set()), config, now=at(60))
+        short = error_gate(self.make(70, set()), config, now=at(70))
         assert short.state is GateState.INCONCLUSIVE
         assert [c.state for c in short.components] == [GateState.INCONCLUSIVE] * 2
 
@@ -305,9 +312,9 @@ class TestErrorGate:
             assert decision.state is not GateState.FAIL, decision.detail
 
     def test_below_min_samples_is_nodata(self) -> None:
-        """99 pairs with min_samples 100: NODATA."""
+        """99 settled pairs with min_samples 100: NODATA."""
         assert (
-            error_gate(self.make(99, set()), ErrorGateConfig(), now=at(99)).state
+            error_gate(self.make(109, set()), ErrorGateConfig(), now=at(109)).state
             is GateState.NODATA
         )
 
@@ -470,6 +477,20 @@ class TestLivenessGate:
         decision = liveness_gate(records, LivenessGateConfig(), now=at(15))
         assert decision.state is GateState.FAIL
         assert decision.critical
+
+    def test_a_baseline_failure_ends_the_run(self) -> None:
+        """Speculative-only failures around a pair where the baseline failed too are a
+        shared outage's pattern, not a dead arm: 4 of them, a pair where both failed, then
+        2 more is a run of 2 (WARN); 5 in a row after it FAIL."""
+        records = [record(i) for i in range(10)]
+        records += [record(10 + i, speculative=result(ok=False)) for i in range(4)]
+        records.append(record(14, baseline=result(ok=False), speculative=result(ok=False)))
+        records += [record(15 + i, speculative=result(ok=False)) for i in range(2)]
+        decision = liveness_gate(records, LivenessGateConfig(), now=at(17))
+        assert decision.state is GateState.WARN
+        assert decision.estimate == 2.0
+        records += [record(17 + i, speculative=result(ok=False)) for i in range(3)]
+        assert liveness_gate(records, LivenessGateConfig(), now=at(20)).state is GateState.FAIL
 
     def test_short_streak_warns_and_healthy_passes(self) -> None:
         """Two trailing failures: WARN; none: PASS."""
