@@ -268,6 +268,13 @@ class LivenessGateConfig(GateConfigBase):
     window_seconds: float | None = Field(default=6 * 3600.0, gt=0)
     max_consecutive_failures: int = Field(default=5, ge=1)
     max_failure_rate: float = Field(default=0.5, gt=0, le=1)
+    baseline_factor: float = Field(
+        default=2.0,
+        ge=0,
+        description="the failure-rate rule FAILs only where the speculative rate is also at "
+        "least this many times the baseline's own failure rate in the window (a shared "
+        "outage fails both arms)",
+    )
 
 
 class ParityGateConfig(_Strict):

@@ -7,7 +7,10 @@ the window's pairs where the baseline succeeded: a dead speculative arm should r
 at once, so this gate is critical by default. A pair where the baseline failed ends the
 run: failures on both arms around the same time are a shared outage (a gateway, a
 network), not a dead arm, and an outage makes each arm fail alone too. Those pairs are
-left out of the rate; if every pair failed on the baseline, INCONCLUSIVE.
+left out of the rate, and the rate FAILs only at `baseline_factor` times the baseline's
+own failure rate over the window or more (inside an outage that fails the baseline on 40 %
+of the pairs, the speculative arm fails on about 40 % of the rest too); if every pair
+failed on the baseline, INCONCLUSIVE.
 """
 
 from __future__ import annotations
@@ -39,10 +42,13 @@ def liveness_gate(
         streak += 1
     failures = sum(1 for r in judged if not r.speculative.ok)
     rate = failures / len(judged) if judged else None
+    baseline_rate = 1.0 - len(judged) / n
     if not judged:
         state = GateState.INCONCLUSIVE
     elif streak >= config.max_consecutive_failures or (
-        rate is not None and rate >= config.max_failure_rate
+        rate is not None
+        and rate >= config.max_failure_rate
+        and rate >= config.baseline_factor * baseline_rate
     ):
         state = GateState.FAIL
     elif streak >= 2:
@@ -62,6 +68,7 @@ def liveness_gate(
         threshold=float(config.max_consecutive_failures),
         detail=f"{streak} consecutive speculative-only failures (max "
         f"{config.max_consecutive_failures - 1}); {failures}/{len(judged)} pairs with a "
-        f"healthy baseline failed on speculative (max rate {config.max_failure_rate:g}); "
+        f"healthy baseline failed on speculative (max rate {config.max_failure_rate:g}, "
+        f"and {config.baseline_factor:g} × the baseline's own {baseline_rate:.2f}); "
         f"{n - len(judged)} pairs with a failed baseline left out",
     )

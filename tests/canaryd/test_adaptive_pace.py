@@ -113,9 +113,10 @@ class TestSuspicion:
 
     def test_an_undecided_detector_half_way_counts(self) -> None:
         """Speculative-only failures on one pair in five: evidence piles up in the error
-        detectors; before they decide, the suspicion is their progress."""
-        records = [record(i, speculative=result(0.5, ok=i % 5 != 0)) for i in range(12)]
-        decisions = evaluate_all(records, GatesConfig(), now=at(12))
+        detectors; before they decide, the suspicion is their progress (12 settled pairs:
+        the error gate judges a pair once 10 more exist)."""
+        records = [record(i, speculative=result(0.5, ok=i % 5 != 0)) for i in range(22)]
+        decisions = evaluate_all(records, GatesConfig(), now=at(22))
         paired = next(c for c in checks(decisions) if c.name == "error.paired")
         assert paired.state is not GateState.FAIL
         assert paired.detector is not None

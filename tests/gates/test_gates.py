@@ -492,6 +492,27 @@ class TestLivenessGate:
         records += [record(17 + i, speculative=result(ok=False)) for i in range(3)]
         assert liveness_gate(records, LivenessGateConfig(), now=at(20)).state is GateState.FAIL
 
+    def test_the_rate_rule_needs_more_than_a_shared_outage(self) -> None:
+        """50 pairs in an outage: the baseline fails on 20, the speculative arm on 16 of the
+        other 30 (53 %, past max_failure_rate) — about what independent failures inside
+        an outage do, under 2 × the baseline's 40 %: no FAIL. A dead speculative arm in
+        the same outage (30 of 30) FAILs."""
+        base = {i for i in range(50) if i % 5 in (0, 2)}
+        ok_pairs = [i for i in range(50) if i not in base]
+        spec_fail = set(ok_pairs[1::2][:16]) | {ok_pairs[0]}
+        records = [
+            record(i, baseline=result(ok=i not in base), speculative=result(ok=i not in spec_fail))
+            for i in range(50)
+        ]
+        decision = liveness_gate(records, LivenessGateConfig(), now=at(50))
+        assert decision.state is not GateState.FAIL, decision.detail
+        assert "16/30 pairs with a healthy baseline" in decision.detail
+        dead = [
+            record(i, baseline=result(ok=i not in base), speculative=result(ok=False))
+            for i in range(50)
+        ]
+        assert liveness_gate(dead, LivenessGateConfig(), now=at(50)).state is GateState.FAIL
+
     def test_short_streak_warns_and_healthy_passes(self) -> None:
         """Two trailing failures: WARN; none: PASS."""
         records = [record(i) for i in range(10)]
