@@ -266,14 +266,19 @@ class LivenessGateConfig(GateConfigBase):
     min_samples: int = Field(default=5, ge=1)
     window_pairs: int | None = Field(default=50, ge=1)
     window_seconds: float | None = Field(default=6 * 3600.0, gt=0)
-    max_consecutive_failures: int = Field(default=5, ge=1)
-    max_failure_rate: float = Field(default=0.5, gt=0, le=1)
-    baseline_factor: float = Field(
-        default=2.0,
-        ge=0,
-        description="the failure-rate rule FAILs only where the speculative rate is also at "
-        "least this many times the baseline's own failure rate in the window (a shared "
-        "outage fails both arms)",
+    max_consecutive_failures: int = Field(
+        default=5,
+        ge=1,
+        description="a run of this many speculative-only failures FAILs; longer where the "
+        "baseline fails often in the window (9 at 30 %: runs that equal arms make by chance)",
+    )
+    max_failure_rate: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="the speculative failure rate where the baseline succeeded, in excess "
+        "of the baseline's own failure rate over the window, that FAILs (a shared outage "
+        "fails both arms)",
     )
 
 

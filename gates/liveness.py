@@ -2,19 +2,21 @@
 
 NODATA below `min_samples` pairs in the window (a stalled canary is never a PASS). FAIL
 when the speculative arm has failed on each of the last `max_consecutive_failures` pairs
-while the baseline succeeded on every one of them, or on at least `max_failure_rate` of
-the window's pairs where the baseline succeeded: a dead speculative arm should roll back
-at once, so this gate is critical by default. A pair where the baseline failed ends the
-run: failures on both arms around the same time are a shared outage (a gateway, a
-network), not a dead arm, and an outage makes each arm fail alone too. Those pairs are
-left out of the rate, and the rate FAILs only at `baseline_factor` times the baseline's
-own failure rate over the window or more (inside an outage that fails the baseline on 40 %
-of the pairs, the speculative arm fails on about 40 % of the rest too); if every pair
-failed on the baseline, INCONCLUSIVE.
+while the baseline succeeded on every one of them, or when its failure rate on the
+window's pairs where the baseline succeeded exceeds the baseline's own failure rate over
+the window by `max_failure_rate` or more: a dead speculative arm should roll back at once,
+so this gate is critical by default. If every pair failed on the baseline, INCONCLUSIVE.
+
+Both rules allow for a shared outage (a gateway, a network, a shared node), which fails
+each arm on its own too: a pair where the baseline failed ends a run, the rate is judged
+against the baseline's, and where the baseline fails a share q of the window's pairs the
+run needed grows to the length that equal arms failing at q reach with probability at
+most RUN_ALPHA per pair, (q (1 − q))^k ≤ 1e-6: 5 pairs up to q ≈ 6 %, 9 at q = 30 %.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -24,6 +26,7 @@ from gates.records import PairRecord
 from gates.window import decision, nodata, select
 
 NAME = "liveness"
+RUN_ALPHA = 1e-6  # a run of speculative-only failures this improbable for equal arms
 
 
 def liveness_gate(
@@ -43,12 +46,11 @@ def liveness_gate(
     failures = sum(1 for r in judged if not r.speculative.ok)
     rate = failures / len(judged) if judged else None
     baseline_rate = 1.0 - len(judged) / n
+    run_needed = needed_run(config.max_consecutive_failures, baseline_rate)
     if not judged:
         state = GateState.INCONCLUSIVE
-    elif streak >= config.max_consecutive_failures or (
-        rate is not None
-        and rate >= config.max_failure_rate
-        and rate >= config.baseline_factor * baseline_rate
+    elif streak >= run_needed or (
+        rate is not None and rate - baseline_rate >= config.max_failure_rate
     ):
         state = GateState.FAIL
     elif streak >= 2:
@@ -65,10 +67,19 @@ def liveness_gate(
         n_baseline=len(judged),
         n_speculative=n,
         estimate=float(streak),
-        threshold=float(config.max_consecutive_failures),
-        detail=f"{streak} consecutive speculative-only failures (max "
-        f"{config.max_consecutive_failures - 1}); {failures}/{len(judged)} pairs with a "
-        f"healthy baseline failed on speculative (max rate {config.max_failure_rate:g}, "
-        f"and {config.baseline_factor:g} × the baseline's own {baseline_rate:.2f}); "
+        threshold=float(run_needed),
+        detail=f"{streak} consecutive speculative-only failures (max {run_needed - 1}); "
+        f"{failures}/{len(judged)} pairs with a healthy baseline failed on speculative "
+        f"(max: the baseline's own rate {baseline_rate:.2f} + {config.max_failure_rate:g}); "
         f"{n - len(judged)} pairs with a failed baseline left out",
     )
+
+
+def needed_run(minimum: int, baseline_rate: float) -> int:
+    """The run of speculative-only failures that FAILs: `minimum`, or longer where the
+    baseline fails often enough that equal arms would make such runs by chance (each pair
+    speculative-only with probability q (1 − q) at a baseline failure rate q)."""
+    chance = baseline_rate * (1.0 - baseline_rate)
+    if chance <= 0.0:
+        return minimum
+    return max(minimum, math.ceil(math.log(RUN_ALPHA) / math.log(chance)))

@@ -493,10 +493,10 @@ class TestLivenessGate:
         assert liveness_gate(records, LivenessGateConfig(), now=at(20)).state is GateState.FAIL
 
     def test_the_rate_rule_needs_more_than_a_shared_outage(self) -> None:
-        """50 pairs in an outage: the baseline fails on 20, the speculative arm on 16 of the
-        other 30 (53 %, past max_failure_rate) — about what independent failures inside
-        an outage do, under 2 × the baseline's 40 %: no FAIL. A dead speculative arm in
-        the same outage (30 of 30) FAILs."""
+        """50 pairs in an outage: the baseline fails on 20 (40 %), the speculative arm on 16
+        of the other 30 (53 %, past max_failure_rate on its own) — about what independent
+        failures inside an outage do, 13 points over the baseline's rate: no FAIL. A dead
+        speculative arm in the same outage (30 of 30, 60 points over) FAILs."""
         base = {i for i in range(50) if i % 5 in (0, 2)}
         ok_pairs = [i for i in range(50) if i not in base]
         spec_fail = set(ok_pairs[1::2][:16]) | {ok_pairs[0]}
@@ -512,6 +512,20 @@ class TestLivenessGate:
             for i in range(50)
         ]
         assert liveness_gate(dead, LivenessGateConfig(), now=at(50)).state is GateState.FAIL
+
+    def test_a_failing_baseline_needs_a_longer_run(self) -> None:
+        """The baseline failing on 15 of the last 50 pairs (30 %): equal arms make runs of 5
+        speculative-only failures by chance ((0.3 × 0.7)^5 ≈ 4e-4 a pair), so the run
+        needed is 9 ((0.21)^9 ≤ 1e-6): 5 WARN, 9 FAIL."""
+        base = set(range(0, 30, 2))  # 15 failures, all before the run
+        for run, state in ((5, GateState.WARN), (9, GateState.FAIL)):
+            records = [
+                record(i, baseline=result(ok=i not in base), speculative=result(ok=i < 50 - run))
+                for i in range(50)
+            ]
+            decision = liveness_gate(records, LivenessGateConfig(), now=at(50))
+            assert decision.state is state, decision.detail
+            assert decision.threshold == 9
 
     def test_short_streak_warns_and_healthy_passes(self) -> None:
         """Two trailing failures: WARN; none: PASS."""
