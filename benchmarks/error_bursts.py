@@ -34,6 +34,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.types import ErrorKind, GenerationResult, Message
-from gates import GatesConfig, GateState, error_gate
+from gates import GateDecision, GatesConfig, GateState, error_gate
 from gates.config import ErrorGateConfig
 from gates.liveness import liveness_gate
 from gates.records import PairRecord, Prompt
@@ -99,7 +100,10 @@ def burst_records(rng: random.Random, calm: int, after: int) -> tuple[list[PairR
     return records, calm, length
 
 
-def tripped(records: list[PairRecord], start: int, every: int, judge: Any) -> bool:
+Judge = Callable[[list[PairRecord], datetime], GateDecision]
+
+
+def tripped(records: list[PairRecord], start: int, every: int, judge: Judge) -> bool:
     return any(
         judge(records[:n], records[n - 1].started_at).state is GateState.FAIL
         for n in range(start + 1, len(records) + 1, every)
@@ -124,10 +128,10 @@ def run(
     config = GatesConfig()
     unscreened = config.error.model_copy(update={"outage_spans": (), "settle_pairs": 0})
 
-    def judge_error(cfg: ErrorGateConfig) -> Any:
+    def judge_error(cfg: ErrorGateConfig) -> Judge:
         return lambda records, now: error_gate(records, cfg, now=now)
 
-    def judge_liveness(records: list[PairRecord], now: datetime) -> Any:
+    def judge_liveness(records: list[PairRecord], now: datetime) -> GateDecision:
         return liveness_gate(records, config.liveness, now=now)
 
     rng = random.Random(seed)

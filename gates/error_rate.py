@@ -3,7 +3,8 @@
 Two detectors on the window's pairs, oldest first. Pairs that say nothing about the
 speculative arm are left out of both:
 - pairs where both arms failed;
-- pairs in a **shared outage**: within `outage_margin_pairs` of a span (of
+- pairs in a **shared outage**: from the first to the last baseline failure of a
+  cluster, and `outage_margin_pairs` on each side; a cluster is a span (of
   `outage_spans` consecutive pairs) in which the baseline failed so often that a calm
   baseline, failing at its window rate (its upper bound), would do so with probability at
   most `outage_alpha`. A burst of errors that hits both arms (a gateway, a network, a
