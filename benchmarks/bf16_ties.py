@@ -39,10 +39,10 @@ from typing import Any
 
 import structlog
 
+from canaryd.pairs.runner import PairParams, PairRunner
+from canaryd.pairs.suites import load_default_suites
 from canaryd.paths import models_dir
-from canaryd.runner import PairParams, PairRunner
 from canaryd.scoring import score_pair
-from canaryd.suites import load_default_suites
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.hf import TransformersEngine
 from gates import GatesConfig

@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from canaryd import paths
-from canaryd.sampling import StratifiedSampler
-from canaryd.suites import load_default_suites, select
+from canaryd.pairs.sampler import StratifiedSampler
+from canaryd.pairs.suites import load_default_suites, select
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.hf import TransformersEngine, _load_shared
 from engine.types import GenerationRequest, SamplingParams

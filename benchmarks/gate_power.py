@@ -171,10 +171,10 @@ from scipy.special import ndtr, xlogy
 from scipy.stats import binomtest, chi2, gaussian_kde, mannwhitneyu
 
 from canaryd.config import ScheduleConfig
-from canaryd.gating import suspicion, window_bounds
-from canaryd.runner import OwnSampling, PairParams, PairRunner
-from canaryd.sampling import StratifiedSampler
-from canaryd.suites import load_default_suites
+from canaryd.judging.gatejob import suspicion, window_bounds
+from canaryd.pairs.runner import OwnSampling, PairParams, PairRunner
+from canaryd.pairs.sampler import StratifiedSampler
+from canaryd.pairs.suites import load_default_suites
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
 from engine.types import ErrorKind, GenerationRequest, GenerationResult, SamplingParams

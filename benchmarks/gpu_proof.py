@@ -51,10 +51,10 @@ from transformers.utils import logging as transformers_logging
 from benchmarks.gpu_proof_arms import AUTOREGRESSIVE, resources, run_arms
 from benchmarks.gpu_proof_daemon import DaemonRun, DaemonSetup, daemon_checks, print_daemon
 from benchmarks.heads_ablation import held_out
+from canaryd.bench.resources import ResourceMonitor
 from canaryd.logs import configure_logging
-from canaryd.resources import ResourceMonitor
-from canaryd.sampling import StratifiedSampler
-from canaryd.suites import load_default_suites, select
+from canaryd.pairs.sampler import StratifiedSampler
+from canaryd.pairs.suites import load_default_suites, select
 from engine.errors import EngineError, ModelNotFoundError
 from engine.heads.data import DataPlan, SeedPrompt, split_prompts
 from engine.heads.model import read_metadata, trained_heads_location

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from benchmarks.heads_ablation import ArmFigures, arm_configs
-from canaryd.resources import NOT_MEASURED, ResourceMonitor
-from canaryd.runner import PairParams, PairRunner
+from canaryd.bench.resources import NOT_MEASURED, ResourceMonitor
+from canaryd.pairs.runner import PairParams, PairRunner
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.heads.decode import _keep_path
 from engine.heads.model import cache_argument

@@ -25,7 +25,7 @@ from typing import Any
 
 from benchmarks.demo_check import pairs as stored_pairs
 from benchmarks.gpu_proof_arms import resources
-from canaryd.resources import ResourceMonitor
+from canaryd.bench.resources import ResourceMonitor
 
 REPO = Path(__file__).resolve().parents[1]
 BROKEN_ARM = "noisy"

@@ -40,8 +40,8 @@ from typing import Any
 import torch
 
 from canaryd import paths
-from canaryd.sampling import StratifiedSampler
-from canaryd.suites import load_default_suites, select
+from canaryd.pairs.sampler import StratifiedSampler
+from canaryd.pairs.suites import load_default_suites, select
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.errors import EngineError
 from engine.heads.data import SeedPrompt, split_prompts

@@ -49,10 +49,10 @@ import torch
 
 from canaryd import paths
 from canaryd.config import PromptsConfig
-from canaryd.runner import arm_seed
-from canaryd.sampling import StratifiedSampler
+from canaryd.pairs.runner import arm_seed
+from canaryd.pairs.sampler import StratifiedSampler
+from canaryd.pairs.suites import load_default_suites, select
 from canaryd.scoring import score_pair
-from canaryd.suites import load_default_suites, select
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.hf import TransformersEngine
 from engine.types import GenerationRequest, GenerationResult, Message, SamplingParams, TeacherScore
@@ -187,7 +187,7 @@ def run_prompt(
     `tail` arms run after them in their own order, so that adding one leaves the random
     stream, and with it every other arm's pairs, as it was. With `seed_per_arm` each arm
     samples with its own seed, as the daemon does under `prompts.seed_per_arm`
-    (`canaryd.runner.arm_seed`: the baseline keeps the pair's seed)."""
+    (`canaryd.pairs.runner.arm_seed`: the baseline keeps the pair's seed)."""
     seed = rng.randrange(2**31)
     request = GenerationRequest(
         messages=prompt.messages,

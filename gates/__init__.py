@@ -6,9 +6,9 @@ Nothing here does I/O or reads the clock: the daemon passes the records, the con
 
 from gates.config import GatesConfig, SwitchPolicyConfig
 from gates.core import DetectorReading, GateDecision, GateMode, GateState
+from gates.cycle import GATES, Judgement, Verdict, combine, evaluate_all, judge
 from gates.drift import ReferenceStats, drift_gate, grow_references, pin_reference
 from gates.error_rate import error_gate
-from gates.evaluate import evaluate_all
 from gates.latency import latency_gate
 from gates.liveness import liveness_gate
 from gates.quality import quality_gate
@@ -26,6 +26,7 @@ from gates.switch import (
 )
 
 __all__ = [
+    "GATES",
     "CategorySwitch",
     "Control",
     "DetectorReading",
@@ -34,6 +35,7 @@ __all__ = [
     "GateMode",
     "GateState",
     "GatesConfig",
+    "Judgement",
     "ReferenceStats",
     "SwitchEvent",
     "SwitchMode",
@@ -41,10 +43,13 @@ __all__ = [
     "SwitchPolicyConfig",
     "SwitchState",
     "Transition",
+    "Verdict",
+    "combine",
     "drift_gate",
     "error_gate",
     "evaluate_all",
     "grow_references",
+    "judge",
     "latency_gate",
     "liveness_gate",
     "pin_reference",

@@ -164,31 +164,3 @@ def combine_states(states: Sequence[GateState]) -> GateState:
 def deciding(components: Sequence[GateDecision]) -> GateDecision:
     """The component whose state is the combined state's cause: the first most severe."""
     return max(components, key=lambda c: _SEVERITY[c.state])
-
-
-def bound_state(
-    *,
-    estimate: float,
-    lower: float | None,
-    upper: float | None,
-    threshold: float,
-    higher_is_worse: bool,
-) -> GateState:
-    """The state from a two-sided bound pair against one threshold.
-
-    higher_is_worse (a latency ratio, an error rate): FAIL when the lower bound is above
-    the threshold, PASS when the upper bound is at or below it, otherwise WARN when the
-    estimate is above and INCONCLUSIVE when it is not. Mirrored for lower-is-worse
-    statistics (speedup, score delta). A missing bound never supports PASS or FAIL.
-    """
-    if higher_is_worse:
-        if lower is not None and lower > threshold:
-            return GateState.FAIL
-        if upper is not None and upper <= threshold:
-            return GateState.PASS
-        return GateState.WARN if estimate > threshold else GateState.INCONCLUSIVE
-    if upper is not None and upper < threshold:
-        return GateState.FAIL
-    if lower is not None and lower >= threshold:
-        return GateState.PASS
-    return GateState.WARN if estimate < threshold else GateState.INCONCLUSIVE

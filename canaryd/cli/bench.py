@@ -15,14 +15,8 @@ from rich.progress import (
     TaskID,
 )
 
-from canaryd.assembly import (
-    configured_suites,
-    new_run,
-    prompt_sampler,
-    resolve_prompts,
-    speculative_engines,
-)
-from canaryd.bench import (
+from canaryd.bench.resources import ResourceMonitor
+from canaryd.bench.run import (
     DEFAULT_CONCURRENCY,
     Bench,
     BenchParams,
@@ -36,8 +30,14 @@ from canaryd.cli.common import fail, handle_errors, load_arms, progress_bar
 from canaryd.cli.options import ConfigOption
 from canaryd.config import load_settings
 from canaryd.logs import configure_logging
+from canaryd.pairs.plan import (
+    configured_suites,
+    new_run,
+    prompt_sampler,
+    resolve_prompts,
+    speculative_engines,
+)
 from canaryd.report import bench_markdown
-from canaryd.resources import ResourceMonitor
 from canaryd.store import SqlStore
 
 

@@ -11,9 +11,9 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from canaryd.assembly import build_arms
 from canaryd.config import Settings
 from canaryd.errors import CanarydError, EngineError
+from canaryd.pairs.plan import build_arms
 from engine.base import Engine
 
 P = ParamSpec("P")

@@ -4,7 +4,7 @@ the enforce gates decide or the budget (`--pairs`, `--max-minutes`) runs out, st
 on a decision, stores everything as a run of kind `judge` (`canaryd report --run ID` draws
 it) and exits 0 on PASS, 1 on FAIL, 3 (or `--undecided-exit`) on INCONCLUSIVE or NODATA,
 and 2 on a configuration or infrastructure problem, as every command does. The gates and
-the verdict are the daemon's (`gates.evaluate_all`, `canaryd.verdict.combine`); drift,
+the verdict are the daemon's (`gates.cycle.judge`); drift,
 which watches one arm against its own pinned past, is judged only where this database
 holds references for these arms."""
 
@@ -20,16 +20,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from canaryd.assembly import (
-    arm_pair_config,
-    arms_key,
-    configured_suites,
-    new_run,
-    pair_params,
-    prompt_sampler,
-    resolve_prompts,
-    speculative_engines,
-)
 from canaryd.cli.common import fail, handle_errors, load_arms, progress_bar
 from canaryd.cli.options import (
     BaselineOption,
@@ -41,12 +31,23 @@ from canaryd.cli.options import (
 )
 from canaryd.config import load_settings
 from canaryd.daemon.quarantine import storable
+from canaryd.judging.verdict import finite
 from canaryd.logs import configure_logging
-from canaryd.runner import PairRunner
+from canaryd.pairs.plan import (
+    arm_key,
+    configured_suites,
+    new_run,
+    pair_params,
+    prompt_sampler,
+    resolve_prompts,
+    speculative_engines,
+)
+from canaryd.pairs.runner import PairRunner
 from canaryd.scoring import load_metrics
 from canaryd.store import SqlStore
-from canaryd.verdict import Verdict, combine, finite
-from gates import GateDecision, GateMode, evaluate_all
+from gates import GateDecision, GateMode
+from gates.cycle import Verdict
+from gates.cycle import judge as judge_window
 from gates.records import PairRecord
 
 __all__ = ["EXIT_CODES", "judge"]
@@ -117,9 +118,7 @@ def judge(
     err = Console(stderr=True)
     store = SqlStore.open(settings.storage.resolved_url(), create=True)
     try:
-        references = store.drift_references(
-            arms_key(arm_pair_config(settings.snapshot().get("arms"), arm))
-        )
+        references = store.drift_references(arm_key(settings, arm))
         gates = settings.gates
         if not references:  # nothing to drift from: drift would stay NODATA for ever
             gates = gates.model_copy(
@@ -153,10 +152,15 @@ def judge(
                 for record in group.records:
                     store.save_pair(storable(record)[0])
                 records.append(group.record(arm))
-                decisions = evaluate_all(
-                    records, gates, now=datetime.now(UTC), references=references
+                judged = judge_window(
+                    records,
+                    references,
+                    None,
+                    gates,
+                    datetime.now(UTC),
+                    subject=f"judge run {run.run_id}",
                 )
-                verdict, reason = combine(decisions, len(records), 0, f"judge run {run.run_id}")
+                decisions, verdict, reason = list(judged.decisions), judged.verdict, judged.reason
                 progress.update(task, advance=1, description=verdict)
                 if verdict in ("PASS", "FAIL"):
                     decided_after_s = time.monotonic() - started

@@ -121,7 +121,7 @@ def train_heads(
     from rich.console import Console
 
     from canaryd.logs import configure_logging
-    from canaryd.suites import load_default_suites
+    from canaryd.pairs.suites import load_default_suites
     from engine.heads.data import SeedPrompt
     from engine.heads.train import FULL, QUICK, train_model_heads, with_depth
 

@@ -13,7 +13,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from canaryd.assembly import (
+from canaryd.cli.common import handle_errors, load_arms
+from canaryd.cli.once_json import RATIO_FIGURES, once_json
+from canaryd.cli.options import ConfigOption
+from canaryd.config import load_settings
+from canaryd.daemon.quarantine import storable
+from canaryd.logs import configure_logging
+from canaryd.pairs.plan import (
     configured_suites,
     new_run,
     pair_params,
@@ -21,14 +27,8 @@ from canaryd.assembly import (
     resolve_prompts,
     speculative_engines,
 )
-from canaryd.cli.common import handle_errors, load_arms
-from canaryd.cli.once_json import RATIO_FIGURES, once_json
-from canaryd.cli.options import ConfigOption
-from canaryd.config import load_settings
-from canaryd.daemon.quarantine import storable
-from canaryd.logs import configure_logging
+from canaryd.pairs.runner import PairGroup, PairRunner
 from canaryd.report import ALL, CategorySummary, summarise
-from canaryd.runner import PairGroup, PairRunner
 from canaryd.store import SqlStore
 
 

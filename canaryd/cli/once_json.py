@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from canaryd.pairs.runner import PairGroup
 from canaryd.report.summary import ALL, CategorySummary, summarise
-from canaryd.runner import PairGroup
 from engine.types import GenerationResult
 from gates.records import PairRecord
 

@@ -16,7 +16,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from canaryd.assembly import build_arms, new_run
 from canaryd.cli.common import handle_errors, progress_bar
 from canaryd.cli.options import (
     BaselineOption,
@@ -28,6 +27,7 @@ from canaryd.cli.options import (
 )
 from canaryd.config import load_settings
 from canaryd.logs import configure_logging
+from canaryd.pairs.plan import build_arms, new_run
 from canaryd.probe import CAPABILITIES, Outcome, ProbeReport, probe_arms, run_probe
 from canaryd.store import SqlStore
 

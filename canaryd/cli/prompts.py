@@ -12,8 +12,8 @@ from rich.table import Table
 
 from canaryd.cli.common import handle_errors
 from canaryd.errors import PromptFileError
+from canaryd.pairs.suites import Suite, load_suites, suite_files, validate_path
 from canaryd.paths import prompts_dir
-from canaryd.suites import Suite, load_suites, suite_files, validate_path
 
 app = typer.Typer(
     no_args_is_help=True,

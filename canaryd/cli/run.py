@@ -10,10 +10,10 @@ import time
 import structlog
 import typer
 
-from canaryd import sdnotify
 from canaryd.cli.common import handle_errors
 from canaryd.cli.options import ConfigOption
 from canaryd.config import Settings, config_path, load_settings
+from canaryd.daemon import sdnotify
 from canaryd.logs import configure_logging
 
 
@@ -28,7 +28,7 @@ def run(
     # Imported here: the daemon pulls in SQLAlchemy, Prometheus and APScheduler, which
     # `canaryd --help` and a config error should not wait for.
     from canaryd.daemon import Daemon, serve_until_signalled
-    from canaryd.gating import SwitchGates
+    from canaryd.judging.gatejob import SwitchGates
     from canaryd.metrics import CanarydMetrics
 
     metrics = CanarydMetrics()

@@ -4,7 +4,7 @@ The URL follows every command's rule (`StorageConfig.resolved_url`): `--url`, el
 configuration's `storage.url` (`--config` or CANARYD_CONFIG, CANARYD_STORAGE__URL), else
 env CANARYD_DATABASE_URL, else the default SQLite file. Tables for a person, or with
 `--json` the stable object documented in docs/storage.md; both name the daemon that
-leads the gates (`canaryd.leader`). An empty database is a message and exit 0; a bad
+leads the gates (`canaryd.judging.leader`). An empty database is a message and exit 0; a bad
 URL, unreachable server or missing schema is one line on stderr and exit 2.
 """
 
@@ -21,8 +21,8 @@ from rich.table import Table
 
 from canaryd.cli.common import handle_errors
 from canaryd.cli.options import ConfigOption, UrlOption, settings_and_url
-from canaryd.leader import Holder, leadership_for
-from canaryd.status import StatusReport, WindowStatus, build_status
+from canaryd.judging.leader import Holder, leadership_for
+from canaryd.report.status import StatusReport, WindowStatus, build_status
 from canaryd.store import SqlStore, mask_url
 from gates.records import ARMS
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from canaryd.daemon.buffer import PairWriter, PendingPairs
 from canaryd.daemon.core import RESTART_ONLY, Daemon, GateHook, NoGates
-from canaryd.daemon.probe import DatabaseProbe, max_cycle_age_s, max_stall_s
+from canaryd.daemon.health import DatabaseProbe, max_cycle_age_s, max_stall_s
 from canaryd.daemon.quarantine import Quarantine
 from canaryd.daemon.scheduling import CYCLE_JOB, GATE_JOB, HEARTBEAT_JOB, RETENTION_JOB
 from canaryd.daemon.signals import serve_until_signalled

@@ -26,7 +26,16 @@ import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from canaryd import paths
-from canaryd.assembly import (
+from canaryd.config import Settings, load_settings
+from canaryd.daemon.buffer import PairWriter, PendingPairs
+from canaryd.daemon.health import DatabaseProbe, health_report, max_stall_s, readiness_report
+from canaryd.daemon.parity import ParityJob
+from canaryd.daemon.scheduling import pace_cycles, reschedule, start_scheduler
+from canaryd.errors import CanarydError, DatabaseError, EngineError
+from canaryd.judging.verdict import VerdictService
+from canaryd.logs import configure_logging
+from canaryd.metrics import CanarydMetrics
+from canaryd.pairs.plan import (
     arm_names,
     new_run,
     pair_params,
@@ -34,25 +43,16 @@ from canaryd.assembly import (
     resolve_prompts,
     speculative_engines,
 )
-from canaryd.config import Settings, load_settings
-from canaryd.daemon.buffer import PairWriter, PendingPairs
-from canaryd.daemon.parity import ParityJob
-from canaryd.daemon.probe import DatabaseProbe, health_report, max_stall_s, readiness_report
-from canaryd.daemon.scheduling import pace_cycles, reschedule, start_scheduler
-from canaryd.errors import CanarydError, DatabaseError, EngineError
-from canaryd.http import StatusServer
-from canaryd.logs import configure_logging
-from canaryd.metrics import CanarydMetrics
-from canaryd.progressive import ProgressiveDelivery
-from canaryd.runner import OwnSampling, PairRunner
-from canaryd.sampling import StratifiedSampler
+from canaryd.pairs.runner import OwnSampling, PairRunner
+from canaryd.pairs.sampler import StratifiedSampler
 from canaryd.scoring import load_metrics
+from canaryd.server.app import StatusServer
+from canaryd.server.rollout import ProgressiveDelivery
 from canaryd.store import SqlStore, Store
 from canaryd.switch.statefile import read_state_file
 from canaryd.traffic import LiveSampler, SamplingBounds, TrafficSink
 from canaryd.traffic.live import SourceMix, live_prompt, own_sampling, stored_record
 from canaryd.traffic.mix import WindowMix
-from canaryd.verdict import VerdictService
 from engine.base import Engine
 from engine.registry import build_engine
 from gates.records import BASELINE_ARM, PairSource, Prompt, RunInfo

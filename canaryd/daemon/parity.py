@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 
 import structlog
 
-from canaryd.assembly import new_run
 from canaryd.config import Settings
 from canaryd.errors import DatabaseError, ProbeError
 from canaryd.metrics import CanarydMetrics
+from canaryd.pairs.plan import new_run
 from canaryd.probe import Outcome, ProbeReport, probe_arms, run_probe
 from canaryd.store import Store
 from engine.base import Engine

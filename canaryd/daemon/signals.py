@@ -13,7 +13,7 @@ from types import FrameType
 
 import structlog
 
-from canaryd import sdnotify
+from canaryd.daemon import sdnotify
 from canaryd.daemon.core import Daemon
 
 __all__ = ["serve_until_signalled"]

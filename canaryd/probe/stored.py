@@ -9,8 +9,8 @@ draft model or another server, an older probe says nothing about the new arm.
 
 from __future__ import annotations
 
-from canaryd.assembly import arm_pair_config
 from canaryd.config import Settings
+from canaryd.pairs.plan import arm_pair_config
 from canaryd.probe import ProbeReport
 from canaryd.store import HistoryStore, StoredRun
 from gates.parity import CapabilityParity, ProbeEvidence

@@ -9,8 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from canaryd.assembly import arm_pair_config, arms_key
-from canaryd.recommend import recommend_draft_lengths
+from canaryd.pairs.plan import arm_pair_config, arms_key
 from canaryd.report.arms import (
     arm_category_table,
     arm_figures,
@@ -45,6 +44,7 @@ from canaryd.report.plots import (
     plot_speedup_by_category,
 )
 from canaryd.report.reads import find_run, read_audit
+from canaryd.report.recommend import recommend_draft_lengths
 from canaryd.report.summary import summarise
 from canaryd.report.tables import (
     acceptance_table,

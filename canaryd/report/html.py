@@ -7,10 +7,10 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
-from canaryd.recommend import DraftRecommendation
 from canaryd.report.drift import DriftSeries
 from canaryd.report.figures import AcceptanceFigures, ConsistencyFigures, LevelFigures, Percentiles
 from canaryd.report.plots import Plot
+from canaryd.report.recommend import DraftRecommendation
 from canaryd.report.summary import CategorySummary
 from canaryd.report.tables import ReportTable
 from gates.records import Arm

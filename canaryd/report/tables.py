@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from canaryd.recommend import DraftRecommendation
 from canaryd.report.drift import DriftSeries
 from canaryd.report.figures import (
     LATENCY_METRICS,
@@ -21,6 +20,7 @@ from canaryd.report.figures import (
     Percentiles,
 )
 from canaryd.report.reads import Audit, GateMark
+from canaryd.report.recommend import DraftRecommendation
 from canaryd.report.summary import CategorySummary
 from gates.records import ARMS, Arm
 

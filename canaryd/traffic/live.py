@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from canaryd.runner import OwnSampling
+from canaryd.pairs.runner import OwnSampling
 from canaryd.traffic.requests import LiveRequest
 from engine.types import GenerationResult
 from gates.records import PairRecord, Prompt

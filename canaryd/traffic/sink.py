@@ -2,7 +2,7 @@
 
 `TrafficSink` serves `POST /v1/chat/completions` and `POST /v1/completions` (also under a
 route prefix, `/<route>/v1/...`) on `traffic.listen`, with uvicorn on its own event loop
-in a daemon thread, as the status server does (`canaryd.http.serve_in_thread`: every
+in a daemon thread, as the status server does (`canaryd.server.app.serve_in_thread`: every
 request whole within `REQUEST_DEADLINE_S`, a connection cap). A gateway may wait for the
 mirror's answer, so every request is answered at once with a small 202 — never an
 engine's answer, never a stream, whatever `stream` says: the body is parsed and offered
@@ -28,14 +28,14 @@ import uvicorn
 
 from canaryd.config import TrafficConfig
 from canaryd.errors import StatusServerError, TrafficSinkError
-from canaryd.http import (
+from canaryd.redact import MASK
+from canaryd.server.app import (
     MAX_CONNECTIONS,
     bind_listen,
     bound_address,
     serve_in_thread,
     split_listen,
 )
-from canaryd.redact import MASK
 from canaryd.traffic.requests import UnusableRequestError, parse_request, split_route
 from canaryd.traffic.sampling import LiveSampler
 

@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import structlog
 
-from canaryd.runner import PairRunner
-from canaryd.sampling import StratifiedSampler
-from canaryd.suites import load_default_suites
+from canaryd.pairs.runner import PairRunner
+from canaryd.pairs.sampler import StratifiedSampler
+from canaryd.pairs.suites import load_default_suites
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
 from engine.types import ErrorKind, GenerationResult, Message, SpeculativeStats

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from canaryd import paths
-from canaryd.suites import load_default_suites, select
+from canaryd.pairs.suites import load_default_suites, select
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.hf import TransformersEngine
 from engine.provision import require_embedded_model

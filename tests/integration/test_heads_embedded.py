@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from canaryd import paths
-from canaryd.suites import load_default_suites
+from canaryd.pairs.suites import load_default_suites
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.heads.data import DataPlan, SeedPrompt
 from engine.heads.model import HeadsMetadata

@@ -24,9 +24,9 @@ import pytest
 from typer.testing import CliRunner
 
 from canaryd.cli.app import app
+from canaryd.pairs.runner import PairParams, PairRunner
+from canaryd.pairs.suites import load_default_suites
 from canaryd.paths import models_dir
-from canaryd.runner import PairParams, PairRunner
-from canaryd.suites import load_default_suites
 from engine.config import OpenAIEngineConfig
 from engine.http import OpenAIEngine
 from engine.provision import require_embedded_model

@@ -36,10 +36,10 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from canaryd.assembly import arm_pair_config, arms_key
 from canaryd.config import load_settings
 from canaryd.daemon import Daemon
-from canaryd.gating import SwitchGates
+from canaryd.judging.gatejob import SwitchGates
+from canaryd.pairs.plan import arm_pair_config, arms_key
 from canaryd.scoring import load_metrics
 from canaryd.store import SqlStore
 from canaryd.traffic.requests import prompt_hash

@@ -23,11 +23,11 @@ from typer.testing import CliRunner
 from canaryd import paths
 from canaryd.cli.app import app
 from canaryd.config import load_settings
-from canaryd.gating import SwitchGates
-from canaryd.runner import PairParams, PairRunner
-from canaryd.sampling import StratifiedSampler
+from canaryd.judging.gatejob import SwitchGates
+from canaryd.pairs.runner import PairParams, PairRunner
+from canaryd.pairs.sampler import StratifiedSampler
+from canaryd.pairs.suites import load_default_suites, select
 from canaryd.store import SqlStore
-from canaryd.suites import load_default_suites, select
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.hf import TransformersEngine
 from engine.provision import require_embedded_model

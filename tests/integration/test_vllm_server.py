@@ -26,9 +26,9 @@ from typing import Any
 import httpx
 import pytest
 
+from canaryd.pairs.runner import PairParams, PairRunner
+from canaryd.pairs.suites import load_default_suites
 from canaryd.paths import models_dir
-from canaryd.runner import PairParams, PairRunner
-from canaryd.suites import load_default_suites
 from engine import acceptance
 from engine.config import OpenAIEngineConfig
 from engine.http import OpenAIEngine
@@ -373,8 +373,8 @@ class TestVLLMGarbageUnderSampling:
     ) -> None:
         from datetime import UTC, datetime, timedelta
 
-        from canaryd.sampling import StratifiedSampler
-        from canaryd.suites import select
+        from canaryd.pairs.sampler import StratifiedSampler
+        from canaryd.pairs.suites import select
         from gates import (
             Evaluation,
             GateMode,
@@ -384,7 +384,7 @@ class TestVLLMGarbageUnderSampling:
             SwitchState,
             step,
         )
-        from gates.evaluate import evaluate_all
+        from gates.cycle import evaluate_all
 
         baseline = _arm(vllm_servers.plain, speculative=False)
         speculative = _arm(vllm_servers.ngram, speculative=True)

@@ -16,7 +16,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from canaryd.metrics import CanarydMetrics
-from canaryd.runner import PairRunner
+from canaryd.pairs.runner import PairRunner
 from canaryd.store.models import Base
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine

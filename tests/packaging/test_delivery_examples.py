@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
-from canaryd.progressive import FLAGGER_HOOKS, QUERY_KEYS
+from canaryd.server.rollout import FLAGGER_HOOKS, QUERY_KEYS
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "docs" / "examples"

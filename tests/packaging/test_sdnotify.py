@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from canaryd import sdnotify
+from canaryd.daemon import sdnotify
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -245,7 +245,7 @@ class TestTeacherScores:
 
     def test_the_runner_scores_sampled_pairs_with_the_baseline(self) -> None:
         """Sampled pairs get an nll_delta from the baseline engine; greedy pairs none."""
-        from canaryd.runner import PairParams, PairRunner
+        from canaryd.pairs.runner import PairParams, PairRunner
 
         def runner(temperature: float) -> PairRunner:
             return PairRunner(

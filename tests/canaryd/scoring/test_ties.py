@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from canaryd.runner import PairParams, PairRunner
+from canaryd.pairs.runner import PairParams, PairRunner
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.hf import TransformersEngine
 from engine.testing import tiny_llama

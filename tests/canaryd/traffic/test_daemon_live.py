@@ -16,7 +16,7 @@ from canaryd.config import load_settings
 from canaryd.daemon import Daemon
 from canaryd.traffic.requests import prompt_hash
 from engine.types import Message
-from tests.canaryd.test_daemon import FAKE_ARMS, fast_schedule, wait_for, write_config
+from tests.canaryd.daemon.test_daemon import FAKE_ARMS, fast_schedule, wait_for, write_config
 
 KEY = "0123456789abcdef0123456789abcdef"
 SECRET = "zebra quartz ledger secret prompt"

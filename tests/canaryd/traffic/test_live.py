@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from canaryd.metrics import CanarydMetrics
-from canaryd.runner import PairRunner
+from canaryd.pairs.runner import PairRunner
 from canaryd.traffic import LiveSampler, SamplingBounds
 from canaryd.traffic.live import SourceMix, live_prompt, own_sampling, stored_record
 from canaryd.traffic.mix import ngram_repetition, window_mix

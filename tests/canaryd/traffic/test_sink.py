@@ -14,7 +14,7 @@ import structlog
 
 from canaryd.config import TrafficConfig
 from canaryd.errors import TrafficSinkError
-from canaryd.http import bind_listen
+from canaryd.server.app import bind_listen
 from canaryd.traffic import LiveSampler, SamplingBounds, TrafficSink
 
 KEY = "k" * 32

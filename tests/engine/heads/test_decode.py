@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from canaryd.suites import load_default_suites
+from canaryd.pairs.suites import load_default_suites
 from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.errors import EngineConfigError, HeadsNotTrainedError
 from engine.heads.data import DataPlan, SeedPrompt

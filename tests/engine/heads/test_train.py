@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from canaryd.suites import load_default_suites
+from canaryd.pairs.suites import load_default_suites
 from engine.heads.data import DataPlan, SeedPrompt, generate_shards, load_shards, split_prompts
 from engine.heads.model import HEAD_KINDS, load_heads, read_metadata
 from engine.heads.train import TrainPlan, train_heads

@@ -1,0 +1,300 @@
+"""A verdict per revision: what `GET /v1/verdict` and the Flagger webhooks answer.
+
+A revision is what the switch's arm serves (a pod-template hash, a Flagger checksum, a git
+sha). Evidence belongs to one revision: its window starts at the first request that names
+it (`SwitchStore.start_revision`) and ends where the arm's next revision starts, so the
+pairs measured before it never judge it. `VerdictService.judge` runs every gate
+(`gates.cycle.judge`, pure) over the arm's pairs in that window, cut at the leader's last
+completed gate run (`evaluated_at`): a verdict is as current as the gates' own judging, and
+canaryd refuses to judge (`CannotJudgeError`) when the database is away or that run is
+older than the freshness bound (`gates.policy.evidence_max_age_seconds`, the bound a
+restore's evidence has). `gates.cycle.combine` turns the enforce gates' decisions into one verdict:
+FAIL when any FAILs, PASS when all PASS on at least `min_pairs` pairs, NODATA when too few
+pairs decide anything, INCONCLUSIVE otherwise (WARN included). A verdict is `fresh` only
+while the arm serves its revision and a gate run has completed since its window started.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from canaryd.config import Settings
+from canaryd.errors import BadRequestError, CannotJudgeError, DatabaseError
+from canaryd.judging.evidence import read_window
+from canaryd.pairs.plan import arm_key
+from canaryd.redact import redact_value
+from canaryd.store import SqlStore, Store
+from gates import GateDecision
+from gates.cycle import Verdict, judge
+from gates.records import BASELINE_ARM, PairRecord
+
+__all__ = [
+    "RevisionVerdict",
+    "Verdict",
+    "VerdictQuery",
+    "VerdictService",
+    "finite",
+]
+
+log = structlog.get_logger(__name__)
+
+# Verdicts kept per (query, gate run, window, settings): a rollout tool polling between two
+# gate runs costs two small reads, not a read and evaluation of the whole window.
+CACHED_VERDICTS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictQuery:
+    """Which revision to judge, on at least how many pairs, of which category (None: all)."""
+
+    revision: str
+    min_pairs: int = 0
+    category: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionVerdict:
+    """One revision's verdict with everything behind it (`as_json` is the HTTP body)."""
+
+    verdict: Verdict
+    fresh: bool
+    evaluated_at: datetime
+    age_s: float
+    revision: str
+    pairs: int
+    arms: dict[str, Any]
+    speculative_enabled: bool
+    generation: int
+    reason: str
+    gates: tuple[GateDecision, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        """The `/v1/verdict` body: these fields exactly, no non-finite number (null)."""
+        body = {
+            "verdict": self.verdict,
+            "fresh": self.fresh,
+            "evaluated_at": self.evaluated_at.isoformat(),
+            "age_s": round(self.age_s, 3),
+            "revision": self.revision,
+            "pairs": self.pairs,
+            "arms": self.arms,
+            "speculative_enabled": self.speculative_enabled,
+            "generation": self.generation,
+            "reason": self.reason,
+            "gates": [decision.to_dict() for decision in self.gates],
+        }
+        cleaned: dict[str, Any] = finite(body)
+        return cleaned
+
+
+def finite(value: Any) -> Any:
+    """`value` with every non-finite float, however deeply nested, replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(item) for item in value]
+    return value
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class VerdictService:
+    """Judges revisions of the switch's arm from the store, as the daemon's gates would.
+
+    `settings` is the daemon's `Settings` or a callable returning the current ones (a
+    SIGHUP reload's thresholds and `switch.revision` apply). `store` is opened from
+    `storage.url` on first use when not given, and closed by `close()` only then.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | Callable[[], Settings],
+        *,
+        store: Store | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._owns_store = store is None
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[Hashable, RevisionVerdict] = OrderedDict()
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings() if callable(self._settings) else self._settings
+
+    def _opened(self) -> Store:
+        with self._lock:
+            if self._store is None:
+                self._store = SqlStore.open(self.settings.storage.resolved_url())
+            return self._store
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None and self._owns_store:
+                self._store.close()
+            self._store = None
+
+    def judge(self, query: VerdictQuery) -> RevisionVerdict:
+        """The verdict of `query.revision`; starts its window when no request named it yet.
+
+        Raises `CannotJudgeError` when the database is away or no gate run completed within
+        the freshness bound, `BadRequestError` for a category the store has never seen."""
+        try:
+            return self._judge(query)
+        except DatabaseError as exc:
+            raise CannotJudgeError(f"the database is away: {exc}") from exc
+
+    def _judge(self, query: VerdictQuery) -> RevisionVerdict:
+        settings = self.settings
+        store = self._opened()
+        now = self._clock()
+        record = store.switch()
+        completed = record.gates_completed_at
+        bound = settings.gates.policy.evidence_max_age_seconds
+        if completed is None:
+            raise CannotJudgeError(
+                "no gate run has completed yet: is a daemon leading the gates on this "
+                "database (`canaryd status`)?"
+            )
+        if (now - completed).total_seconds() > bound:
+            raise CannotJudgeError(
+                f"the last gate run completed {(now - completed).total_seconds():.0f} s ago, "
+                f"beyond the freshness bound of {bound:g} s "
+                "(gates.policy.evidence_max_age_seconds): no daemon is judging"
+            )
+        if query.category is not None:
+            known = store.categories()
+            if query.category not in known:
+                raise BadRequestError(
+                    "category",
+                    f"unknown category {query.category!r}; known: {', '.join(known) or 'none'}",
+                )
+        arm = settings.switch_arm
+        revision = query.revision
+        state = record.state
+
+        def answer(
+            verdict: Verdict,
+            reason: str,
+            *,
+            at: datetime = completed,
+            fresh: bool = False,
+            records: Sequence[PairRecord] = (),
+            gates: Sequence[GateDecision] = (),
+        ) -> RevisionVerdict:
+            return RevisionVerdict(
+                verdict=verdict,
+                fresh=fresh,
+                evaluated_at=at,
+                age_s=max(0.0, (now - at).total_seconds()),
+                revision=revision,
+                pairs=len(records),
+                arms=self._arms(store, arm, records),
+                speculative_enabled=state.speculative_enabled,
+                generation=state.generation,
+                reason=reason,
+                gates=tuple(gates),
+            )
+
+        served = settings.switch.revision
+        if served is not None and revision != served:
+            return answer(
+                "NODATA",
+                f"the speculative arm serves revision {served!r} (switch.revision), not "
+                f"{revision!r}: no evidence is kept for it",
+            )
+        window = store.revision_window(arm, revision)
+        if window is None:
+            window = store.start_revision(arm, revision, now)
+            log.info(
+                "verdict.revision_started",
+                arm=arm,
+                revision=revision,
+                started_at=window.started_at.isoformat(),
+            )
+        if completed < window.started_at:
+            return answer(
+                "NODATA",
+                f"the evidence window of revision {revision!r} started at "
+                f"{window.started_at.isoformat(timespec='seconds')}; no gate run has completed "
+                f"since (one runs every {settings.schedule.gate_interval_s:g} s)",
+            )
+        at = completed if window.ended_at is None else min(completed, window.ended_at)
+        key = (query, at, window, settings.config_hash())
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is not None:
+            return replace(
+                cached,
+                age_s=max(0.0, (now - at).total_seconds()),
+                speculative_enabled=state.speculative_enabled,
+                generation=state.generation,
+            )
+        records = read_window(
+            store,
+            settings,
+            arm,
+            at,
+            start=window.started_at,
+            end=window.ended_at,
+            category=query.category,
+        )
+        references = store.drift_references(arm_key(settings, arm))
+        judged = judge(
+            records,
+            references,
+            None,
+            settings.gates,
+            at,
+            since=window.started_at,
+            min_pairs=query.min_pairs,
+            subject=f"revision {revision!r}",
+        )
+        verdict, reason, decisions = judged.verdict, judged.reason, judged.decisions
+        if window.ended_at is not None:
+            reason = (
+                f"revision {revision!r} was superseded at "
+                f"{window.ended_at.isoformat(timespec='seconds')}; its final verdict: {reason}"
+            )
+        answered = answer(
+            verdict, reason, at=at, fresh=window.current, records=records, gates=decisions
+        )
+        with self._lock:
+            self._cache[key] = answered
+            while len(self._cache) > CACHED_VERDICTS:
+                self._cache.popitem(last=False)
+        return answered
+
+    @staticmethod
+    def _arms(store: Store, arm: str, records: Sequence[PairRecord]) -> dict[str, Any]:
+        """The identities of the baseline and `arm`, from the run of the newest pair judged
+        (else the latest run); credentials in them masked."""
+        run = None
+        if records:
+            run = store.runs_by_id([records[-1].run_id]).get(records[-1].run_id)
+        if run is None:
+            latest = store.runs(limit=1)
+            run = latest[0] if latest else None
+        if run is None:
+            return {}
+        info = run.info
+        identities = {
+            BASELINE_ARM: info.baseline_identity,
+            arm: info.arm_identities.get(arm, info.speculative_identity),
+        }
+        masked: dict[str, Any] = redact_value(identities)
+        return masked

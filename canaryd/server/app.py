@@ -1,0 +1,486 @@
+"""The daemon's status endpoints: `/metrics`, `/healthz`, `/readyz` and `/v1/switch` on
+`server.listen`.
+
+`StatusServer` serves a small ASGI app with uvicorn on its own event loop, in a daemon
+thread. A connection costs no thread, so slow or hostile clients cannot starve probes and
+scrapes: every request must arrive whole within `REQUEST_DEADLINE_S` of its connection
+(or of the previous answer on a keep-alive connection), else the connection is closed,
+and beyond `MAX_CONNECTIONS` open connections a request is answered 503 at once. The
+probes call the daemon's `health` and `ready` callables on a small thread pool (they may
+touch the database), answering 200 with their JSON details when they say yes and 503
+(with the details saying why) when they say no or raise; probe answers are scrubbed of
+credentials (`canaryd.redact`). `/metrics` renders the `CanarydMetrics` registry, at most
+once per `METRICS_TTL_S` however many scrapers ask at once. `/v1/switch` serves the state
+file's object (what production reads: `speculative_enabled`, `categories`, `generation`,
+`confirmed_at`, …) with an `ETag`, so a router on another host can poll it cheaply
+(`If-None-Match` → 304); 503 while no state file is written. `GET /v1/verdict` and
+`POST /v1/flagger/<hook>` hand the query, headers or body (at most `MAX_BODY_BYTES`) to
+the daemon's `Judge` (`canaryd.server.rollout`) and send its status and JSON object; with
+`server.auth_token` set they need it as a bearer token (401 otherwise), while the probes,
+`/metrics` and `/v1/switch` stay open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import hashlib
+import hmac
+import json
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+from urllib.parse import parse_qs
+
+import structlog
+import uvicorn
+from prometheus_client import CONTENT_TYPE_LATEST
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from canaryd.errors import StatusServerError
+from canaryd.metrics import CanarydMetrics
+from canaryd.redact import redact_value
+
+__all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_CONNECTIONS",
+    "REQUEST_DEADLINE_S",
+    "DeadlineProtocol",
+    "Judge",
+    "Probe",
+    "StatusServer",
+    "bind_listen",
+    "bound_address",
+    "serve_in_thread",
+    "split_listen",
+]
+
+log = structlog.get_logger(__name__)
+
+Probe = Callable[[], tuple[bool, dict[str, Any]]]
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_JSON = "application/json"
+# A request must arrive whole within this many seconds: a client that trickles its
+# headers (one line every few seconds) is closed instead of holding the connection.
+REQUEST_DEADLINE_S = 5.0
+# Open connections served at once; a request beyond them is answered 503. Connections
+# cost no thread, so this bounds file descriptors, not the probes' latency.
+MAX_CONNECTIONS = 512
+METRICS_TTL_S = 0.25  # concurrent scrapes share one rendering
+_PROBE_THREADS = 4
+_JUDGE_THREADS = 2
+SWITCH_PATH = "/v1/switch"
+VERDICT_PATH = "/v1/verdict"
+FLAGGER_PREFIX = "/v1/flagger/"
+_ENDPOINTS = ["/metrics", "/healthz", "/readyz", SWITCH_PATH, VERDICT_PATH, FLAGGER_PREFIX + "…"]
+# A request body (a Flagger payload is a few hundred bytes) larger than this is answered
+# 413 without being read further.
+MAX_BODY_BYTES = 64 * 1024
+
+# What /v1/switch serves: the state file's object, None while there is none.
+SwitchSource = Callable[[], dict[str, Any] | None]
+
+
+class Judge(Protocol):
+    """What answers `/v1/verdict` and the Flagger webhooks: a status and a JSON object.
+    Called on threads of its own (it reads the database); it never raises for a request."""
+
+    def verdict(
+        self, params: Mapping[str, list[str]], headers: Mapping[str, str]
+    ) -> tuple[int, dict[str, Any]]: ...
+
+    def flagger(self, hook: str, body: bytes) -> tuple[int, dict[str, Any]]: ...
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise StatusServerError(listen, "not a host:port address")
+    return host.strip("[]"), int(port)
+
+
+class DeadlineProtocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with a deadline for each whole request: armed when the
+    connection opens and after each answer, cancelled once a request has arrived.
+    (uvicorn's keep-alive timer restarts on every byte received, so a client trickling
+    its headers would otherwise hold the connection for ever.)"""
+
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.cycle is not None and not self.cycle.response_complete:
+            self._disarm()  # the request has arrived: the app answers it
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(REQUEST_DEADLINE_S, self._expired)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if (self.cycle is None or self.cycle.response_complete) and not (
+            self.transport.is_closing()
+        ):
+            self.transport.close()
+
+
+_UNAUTHORIZED = (
+    b'{"status": "unauthorized", "reason": "this endpoint needs Authorization: Bearer '
+    b'<server.auth_token>"}'
+)
+
+
+def _json_body(data: dict[str, Any]) -> bytes:
+    # allow_nan=False: a non-finite number is a bug to see, never invalid JSON to send.
+    return json.dumps(data, sort_keys=True, allow_nan=False).encode()
+
+
+class _App:
+    """The ASGI app: GET/HEAD of the endpoints, POST of the Flagger webhooks."""
+
+    def __init__(
+        self,
+        metrics: CanarydMetrics,
+        probes: dict[str, Probe],
+        switch: SwitchSource | None = None,
+        judge: Judge | None = None,
+        token: str | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self.probes = probes
+        self.switch = switch
+        self.judge = judge
+        self.token = token.encode() if token else None
+        self.pool = ThreadPoolExecutor(_PROBE_THREADS, thread_name_prefix="canaryd-probe")
+        # Verdicts read and evaluate a window of pairs: on threads of their own, so that a
+        # burst of rollout tools never keeps a probe waiting.
+        self.judging = ThreadPoolExecutor(_JUDGE_THREADS, thread_name_prefix="canaryd-judge")
+        self._rendered: tuple[float, bytes] | None = None
+        self._rendering: asyncio.Lock | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # lifespan is off; nothing else is served
+        method = scope["method"]
+        path = scope["path"]
+        extra: list[tuple[bytes, bytes]] = []
+        guarded = path == VERDICT_PATH or path.startswith(FLAGGER_PREFIX)
+        if guarded and not self.authorized(scope):
+            status, content_type, body = 401, _JSON, _UNAUTHORIZED
+            extra = [(b"www-authenticate", b'Bearer realm="canaryd"')]
+        elif method == "POST" and path.startswith(FLAGGER_PREFIX):
+            status, content_type, body = await self.flagger(path, receive)
+        elif method not in ("GET", "HEAD"):
+            status, content_type, body = 405, _JSON, b'{"status": "method not allowed"}'
+        elif path == SWITCH_PATH:
+            status, content_type, body, extra = await self.switch_state(scope)
+        elif path == VERDICT_PATH:
+            status, content_type, body = await self.verdict(scope)
+        else:
+            status, content_type, body = await self.respond(path)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", content_type.encode()),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"cache-control", b"no-store"),
+                    *extra,
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
+
+    def authorized(self, scope: Scope) -> bool:
+        """With `server.auth_token` set, the verdict and the Flagger webhooks need
+        `Authorization: Bearer <token>` (or, for Flagger, whose webhooks send no headers,
+        `?token=` on the webhook URL); compared in constant time, never logged."""
+        if self.token is None:
+            return True
+        headers = dict(scope.get("headers") or [])
+        scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token):
+            return True
+        if scope["path"].startswith(FLAGGER_PREFIX):
+            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+            for value in query.get("token", []):
+                if hmac.compare_digest(value.encode(), self.token):
+                    return True
+        return False
+
+    async def respond(self, path: str) -> tuple[int, str, bytes]:
+        """Status, content type and body for a GET of `path`."""
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, await self.render()
+        probe = self.probes.get(path)
+        if probe is None:
+            body = {"status": "not found", "endpoints": _ENDPOINTS}
+            return 404, _JSON, json.dumps(body).encode()
+        loop = asyncio.get_running_loop()
+        try:
+            ok, detail = await loop.run_in_executor(self.pool, probe)
+        except Exception as exc:
+            # A probe that raises is a failing probe; the daemon keeps serving.
+            log.exception("http.probe_raised", path=path)
+            ok, detail = False, {"error": f"{type(exc).__name__}: {exc}"}
+        body = redact_value({**detail, "status": "ok" if ok else "unavailable"})
+        return (200 if ok else 503), _JSON, json.dumps(body, default=str).encode()
+
+    async def switch_state(self, scope: Scope) -> tuple[int, str, bytes, list[tuple[bytes, bytes]]]:
+        """The state file's object with its ETag; 304 when the client's `If-None-Match`
+        names it; 503 while there is none (or no source: a server without a switch)."""
+        loop = asyncio.get_running_loop()
+        data = None
+        if self.switch is not None:
+            try:
+                data = await loop.run_in_executor(self.pool, self.switch)
+            except Exception:
+                log.exception("http.switch_source_raised")
+        if data is None:
+            missing = {
+                "status": "unavailable",
+                "reason": "no switch state yet: the state file is not written (or unreadable)",
+            }
+            return 503, _JSON, json.dumps(missing).encode(), []
+        body = json.dumps(data, sort_keys=True, default=str).encode()
+        etag = f'"{data.get("generation", "-")}-{hashlib.sha256(body).hexdigest()[:16]}"'
+        headers = [(b"etag", etag.encode())]
+        wanted = dict(scope.get("headers") or []).get(b"if-none-match", b"").decode("latin-1")
+        if etag in {tag.strip() for tag in wanted.split(",")}:
+            return 304, _JSON, b"", headers
+        return 200, _JSON, body, headers
+
+    async def verdict(self, scope: Scope) -> tuple[int, str, bytes]:
+        """`GET /v1/verdict`: the judge's answer to the query string and headers."""
+        if self.judge is None:
+            return 404, _JSON, _json_body({"status": "not found", "endpoints": _ENDPOINTS})
+        params = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in scope.get("headers") or []
+        }
+        return await self._judged(self.judge.verdict, params, headers)
+
+    async def flagger(self, path: str, receive: Receive) -> tuple[int, str, bytes]:
+        """`POST /v1/flagger/<hook>`: the judge's answer to the payload."""
+        if self.judge is None:
+            return 404, _JSON, _json_body({"status": "not found", "endpoints": _ENDPOINTS})
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return 400, _JSON, _json_body({"status": "bad request", "reason": "no body"})
+            body += message.get("body", b"")
+            if len(body) > MAX_BODY_BYTES:
+                reason = f"the body is larger than {MAX_BODY_BYTES} bytes"
+                return 413, _JSON, _json_body({"status": "too large", "reason": reason})
+            if not message.get("more_body", False):
+                break
+        return await self._judged(
+            self.judge.flagger, path.removeprefix(FLAGGER_PREFIX), bytes(body)
+        )
+
+    async def _judged(
+        self, answer: Callable[..., tuple[int, dict[str, Any]]], *args: Any
+    ) -> tuple[int, str, bytes]:
+        loop = asyncio.get_running_loop()
+        try:
+            status, data = await loop.run_in_executor(self.judging, answer, *args)
+        except Exception as exc:
+            # A judge that raises is a bug; the caller sees "cannot judge", never a verdict.
+            log.exception("http.judge_raised")
+            status, data = 503, {"status": "unavailable", "reason": f"{type(exc).__name__}: {exc}"}
+        return status, _JSON, _json_body(data)
+
+    async def render(self) -> bytes:
+        if self._rendering is None:
+            self._rendering = asyncio.Lock()
+        async with self._rendering:
+            cached = self._rendered
+            if cached is not None and time.monotonic() - cached[0] < METRICS_TTL_S:
+                return cached[1]
+            loop = asyncio.get_running_loop()
+            body = await loop.run_in_executor(self.pool, self.metrics.render)
+            self._rendered = (time.monotonic(), body)
+            return body
+
+
+def bound_address(sock: socket.socket) -> str:
+    """A listening socket's `host:port` (the real port when it was bound to port 0;
+    an IPv6 host in brackets)."""
+    host, port = sock.getsockname()[:2]
+    host = str(host)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def bind_listen(host: str, port: int, listen: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP named: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say
+    # so, else every answer written in two parts waits for a delayed ACK (40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        # SO_REUSEADDR lets a restarted daemon rebind while old connections sit in
+        # TIME_WAIT; on Linux it still refuses a port another process listens on.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        if isinstance(exc, socket.gaierror):
+            raise StatusServerError(listen, f"cannot resolve host {host!r}") from exc
+        if exc.errno == errno.EADDRINUSE:
+            reason = "address in use"
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            reason = "no such local address"
+        elif exc.errno == errno.EACCES:
+            reason = "permission denied (ports below 1024 need privileges)"
+        else:
+            reason = exc.strerror or type(exc).__name__
+        raise StatusServerError(listen, reason) from exc
+    except UnicodeError as exc:
+        sock.close()
+        raise StatusServerError(listen, f"cannot resolve host {host!r}") from exc
+    sock.setblocking(False)
+    return sock
+
+
+def serve_in_thread(
+    app: Callable[[Scope, Receive, Send], Awaitable[None]],
+    sock: socket.socket,
+    thread_name: str,
+    *,
+    max_connections: int = MAX_CONNECTIONS,
+) -> tuple[uvicorn.Server, threading.Thread]:
+    """Serve the ASGI `app` on the bound `sock` with uvicorn, on its own event loop in a
+    daemon thread (every request whole within `REQUEST_DEADLINE_S`, at most
+    `max_connections` at once); returns once it listens. Stop it with
+    `server.should_exit = True`, then join the thread."""
+    config = uvicorn.Config(
+        app,
+        http=DeadlineProtocol,
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        log_level="warning",
+        limit_concurrency=max_connections,
+        timeout_keep_alive=int(REQUEST_DEADLINE_S),
+        timeout_graceful_shutdown=1,
+        server_header=False,
+        date_header=False,
+    )
+    server = uvicorn.Server(config)
+    started = threading.Event()
+
+    def serve() -> None:
+        async def main() -> None:
+            task = asyncio.create_task(server.serve(sockets=[sock]))
+            while not server.started and not task.done():
+                await asyncio.sleep(0.005)
+            started.set()
+            await task
+
+        try:
+            asyncio.run(main())
+        finally:
+            started.set()
+
+    thread = threading.Thread(target=serve, name=thread_name, daemon=True)
+    thread.start()
+    started.wait(10)
+    return server, thread
+
+
+class StatusServer:
+    """`/metrics`, `/healthz`, `/readyz`, `/v1/switch`, and with a `judge` `/v1/verdict`
+    and the Flagger webhooks, over HTTP, started and stopped by the daemon."""
+
+    def __init__(
+        self,
+        listen: str,
+        metrics: CanarydMetrics,
+        health: Probe,
+        ready: Probe,
+        switch: SwitchSource | None = None,
+        judge: Judge | None = None,
+        token: str | None = None,
+    ) -> None:
+        self.listen = listen
+        self.metrics = metrics
+        self._probes: dict[str, Probe] = {"/healthz": health, "/readyz": ready}
+        self._switch = switch
+        self._judge = judge
+        self._token = token
+        self._server: uvicorn.Server | None = None
+        self._socket: socket.socket | None = None
+        self._app: _App | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        """The bound `host:port` (the real port when `listen` asked for port 0)."""
+        if self._socket is None:
+            raise RuntimeError("StatusServer is not started")
+        return bound_address(self._socket)
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    def start(self) -> None:
+        """Bind, then serve on a daemon thread; raise `StatusServerError` if binding fails."""
+        if self._server is not None:
+            return
+        host, port = split_listen(self.listen)
+        sock = bind_listen(host, port, self.listen)
+        app = _App(self.metrics, self._probes, self._switch, self._judge, self._token)
+        server, thread = serve_in_thread(app, sock, "canaryd-status-http")
+        self._server, self._socket, self._app, self._thread = server, sock, app, thread
+        log.info("http.listening", address=self.address)
+
+    def stop(self) -> None:
+        """Stop serving and release the port; safe to call twice or before `start`."""
+        server, sock, app, thread = self._server, self._socket, self._app, self._thread
+        self._server = self._socket = self._app = self._thread = None
+        if server is None:
+            return
+        server.should_exit = True
+        if thread is not None:
+            thread.join(timeout=5)
+        if sock is not None:
+            sock.close()
+        if app is not None:
+            app.pool.shutdown(wait=False)
+            app.judging.shutdown(wait=False)
+
+    def __enter__(self) -> StatusServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

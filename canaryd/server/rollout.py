@@ -1,0 +1,202 @@
+"""The progressive-delivery endpoints' answers: `GET /v1/verdict` (canaryd's body, or
+Kayenta's judge result with `format=kayenta`) and Flagger's webhooks
+`POST /v1/flagger/{rollout,confirm-promotion,rollback}`.
+
+`ProgressiveDelivery` turns a request's query, headers or body into a `VerdictQuery`
+(bad input: 400 naming the key), asks `VerdictService` for the verdict and answers with
+a status and a JSON object. The status follows each caller's reading of it: Argo counts a
+non-2xx answer as a measurement error, so every verdict is 200 and only "canaryd cannot
+judge" is 503; Flagger retries 5xx answers and reads any other non-2xx as "no", so a
+webhook answers 200 for yes and 412 with the reason for no.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from canaryd.config import REVISION_PATTERN
+from canaryd.errors import BadRequestError, CannotJudgeError
+from canaryd.judging.kayenta import kayenta_result
+from canaryd.judging.verdict import RevisionVerdict, VerdictQuery, VerdictService
+from canaryd.server.app import VERDICT_PATH
+
+__all__ = [
+    "FLAGGER_HOOKS",
+    "QUERY_KEYS",
+    "REVISION_HEADER",
+    "Answer",
+    "ProgressiveDelivery",
+]
+
+log = structlog.get_logger(__name__)
+
+FLAGGER_HOOKS = ("rollout", "confirm-promotion", "rollback")
+# The revision may come in a header instead of the query (a caller whose URL is fixed).
+REVISION_HEADER = "x-canaryd-revision"
+QUERY_KEYS = ("revision", "min_pairs", "category", "format")
+FORMATS = ("canaryd", "kayenta")
+MAX_MIN_PAIRS = 1_000_000
+_REVISION = re.compile(REVISION_PATTERN)
+
+Answer = tuple[int, dict[str, Any]]
+
+
+def _revision(value: str, key: str) -> str:
+    if not _REVISION.match(value):
+        raise BadRequestError(
+            key, f"{value!r} is not a revision: 1 to 128 printable ASCII characters, no spaces"
+        )
+    return value
+
+
+def _min_pairs(value: str, key: str) -> int:
+    if not value.isdigit() or int(value) > MAX_MIN_PAIRS:
+        raise BadRequestError(key, f"{value!r} is not a whole number from 0 to {MAX_MIN_PAIRS}")
+    return int(value)
+
+
+def _category(value: str, key: str) -> str:
+    if not value:
+        raise BadRequestError(key, "empty; leave it out to judge every category")
+    return value
+
+
+def verdict_query(
+    params: Mapping[str, list[str]], headers: Mapping[str, str]
+) -> tuple[VerdictQuery, str]:
+    """The query of a `GET /v1/verdict` and its format; `BadRequestError` names the key."""
+    unknown = sorted(set(params) - set(QUERY_KEYS))
+    if unknown:
+        raise BadRequestError(unknown[0], f"unknown query key; expected {', '.join(QUERY_KEYS)}")
+    for key, values in params.items():
+        if len(values) > 1:
+            raise BadRequestError(key, f"given {len(values)} times; give it once")
+    given = {key: values[0] for key, values in params.items()}
+    header = headers.get(REVISION_HEADER)
+    if "revision" in given and header is not None and header != given["revision"]:
+        raise BadRequestError(
+            "revision",
+            f"the query names {given['revision']!r} but the {REVISION_HEADER} header "
+            f"{header!r}; give one",
+        )
+    revision = given.get("revision", header)
+    if revision is None:
+        raise BadRequestError(
+            "revision",
+            "missing: name the revision the speculative arm serves, e.g. "
+            f"{VERDICT_PATH}?revision=6b5b9c8d7f (or the {REVISION_HEADER} header)",
+        )
+    form = given.get("format", "canaryd")
+    if form not in FORMATS:
+        raise BadRequestError("format", f"{form!r}; expected one of {', '.join(FORMATS)}")
+    query = VerdictQuery(
+        revision=_revision(revision, "revision"),
+        min_pairs=_min_pairs(given["min_pairs"], "min_pairs") if "min_pairs" in given else 0,
+        category=_category(given["category"], "category") if "category" in given else None,
+    )
+    return query, form
+
+
+def flagger_query(body: bytes) -> tuple[VerdictQuery, dict[str, str]]:
+    """The query in a Flagger webhook payload (`checksum` is the revision; `min_pairs` and
+    `category` may come in `metadata`), and who asked; `BadRequestError` names the field."""
+    try:
+        payload = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequestError("body", f"not JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise BadRequestError("body", "not a JSON object (Flagger sends name, namespace, …)")
+    for key in ("name", "namespace", "phase", "checksum"):
+        if not isinstance(payload.get(key), str) or not payload[key]:
+            raise BadRequestError(key, "missing or not a non-empty string")
+    metadata = payload.get("metadata") or {}
+    if not isinstance(metadata, dict) or not all(
+        isinstance(value, str) for value in metadata.values()
+    ):
+        raise BadRequestError("metadata", "not an object of strings")
+    query = VerdictQuery(
+        revision=_revision(payload["checksum"], "checksum"),
+        min_pairs=(
+            _min_pairs(metadata["min_pairs"], "metadata.min_pairs")
+            if "min_pairs" in metadata
+            else 0
+        ),
+        category=(
+            _category(metadata["category"], "metadata.category") if "category" in metadata else None
+        ),
+    )
+    canary = {key: payload[key] for key in ("name", "namespace", "phase")}
+    return query, canary
+
+
+def _flagger_yes(hook: str, verdict: RevisionVerdict) -> bool:
+    """Whether a hook's answer is yes: a rollout goes on unless FAIL; a promotion needs a
+    fresh PASS; a rollback happens only on FAIL."""
+    if hook == "rollout":
+        return verdict.verdict != "FAIL"
+    if hook == "confirm-promotion":
+        return verdict.verdict == "PASS" and verdict.fresh
+    return verdict.verdict == "FAIL"
+
+
+class ProgressiveDelivery:
+    """The status server's `Judge`: answers for `/v1/verdict` and the Flagger webhooks."""
+
+    def __init__(self, service: VerdictService) -> None:
+        self.service = service
+
+    def verdict(self, params: Mapping[str, list[str]], headers: Mapping[str, str]) -> Answer:
+        """`GET /v1/verdict`: 200 with every verdict (FAIL included), 400 for bad input,
+        503 only when canaryd cannot judge."""
+        try:
+            query, form = verdict_query(params, headers)
+            verdict = self.service.judge(query)
+        except BadRequestError as exc:
+            return 400, {"status": "bad request", "key": exc.key, "reason": str(exc)}
+        except CannotJudgeError as exc:
+            return 503, {"status": "unavailable", "fresh": False, "reason": exc.reason}
+        if form == "kayenta":
+            return 200, kayenta_result(verdict)
+        return 200, verdict.as_json()
+
+    def flagger(self, hook: str, body: bytes) -> Answer:
+        """`POST /v1/flagger/<hook>`: 200 for yes, 412 with the reason for no, 400 for a
+        payload that is not Flagger's, 404 for an unknown hook, 503 when canaryd cannot
+        judge (Flagger retries it; a verdict is never 5xx)."""
+        if hook not in FLAGGER_HOOKS:
+            return 404, {
+                "status": "not found",
+                "reason": f"no Flagger hook {hook!r}; expected one of {', '.join(FLAGGER_HOOKS)}",
+            }
+        try:
+            query, canary = flagger_query(body)
+            verdict = self.service.judge(query)
+        except BadRequestError as exc:
+            return 400, {"status": "bad request", "key": exc.key, "reason": str(exc)}
+        except CannotJudgeError as exc:
+            return 503, {"status": "unavailable", "fresh": False, "reason": exc.reason}
+        yes = _flagger_yes(hook, verdict)
+        log.info(
+            "verdict.flagger",
+            hook=hook,
+            canary=f"{canary['namespace']}/{canary['name']}",
+            phase=canary["phase"],
+            revision=query.revision,
+            verdict=verdict.verdict,
+            fresh=verdict.fresh,
+            answer=200 if yes else 412,
+        )
+        body_out = {
+            "hook": hook,
+            "verdict": verdict.verdict,
+            "fresh": verdict.fresh,
+            "revision": verdict.revision,
+            "pairs": verdict.pairs,
+            "reason": verdict.reason,
+        }
+        return (200 if yes else 412), body_out

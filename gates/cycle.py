@@ -1,0 +1,372 @@
+"""The one judging path: which pairs a judgement reads, every gate over them, one verdict.
+
+The daemon's gate job, `GET /v1/verdict`, `canaryd judge` and the power benchmark all judge
+a window here, so they cannot disagree. `GATES` is the registry: one `GateSpec` per gate,
+named as its `GatesConfig` section and its decisions; a new gate is one module plus one
+line there. Pair gates read a window of `PairRecord`s; the probe gate (parity) reads the
+latest capability probe and runs only where the caller has one (the daemon). `judge`
+runs them all and `combine`s the enforce gates into one `Verdict`; `window_bounds`,
+`latest_window`, `may_pin`, `pins`, `suspicion` and `advisory` are the rules around a
+judgement that every caller shares. Pure, as every module of `gates`: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from gates.budget import detector_arl0, detector_budget
+from gates.config import GateConfigBase, GatesConfig
+from gates.core import GateDecision, GateMode, GateState, checks, combine_states
+from gates.drift import ReferenceStats, drift_gate, grow_references
+from gates.error_rate import error_gate
+from gates.latency import latency_gate
+from gates.liveness import liveness_gate
+from gates.parity import UNSCHEDULED_INTERVAL_S, ProbeEvidence, parity_gate
+from gates.quality import quality_gate
+from gates.records import PairRecord
+from gates.speedup import speedup_gate
+from gates.switch import SwitchMode, SwitchState
+
+__all__ = [
+    "GATES",
+    "PAIR_GATES",
+    "Context",
+    "GateSpec",
+    "Judgement",
+    "Verdict",
+    "advisory",
+    "combine",
+    "evaluate_all",
+    "judge",
+    "latest_window",
+    "may_pin",
+    "pins",
+    "suspicion",
+    "window_bounds",
+]
+
+Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE", "NODATA"]
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """Everything a gate reads besides its own config section: the time, the budget's
+    share, the evidence's start and the three cuts of the window.
+
+    `records`: every pair of the window (the gates on all traffic); `own`: each category's
+    pairs after its own last move (`category_since`); `split`: what the gates that may
+    judge per category read (`own` under `policy.scope = "category"`, else `records`)."""
+
+    now: datetime
+    arl0: float
+    budget_30d: float
+    since: datetime | None
+    by_category: bool
+    records: Sequence[PairRecord]
+    own: Sequence[PairRecord]
+    split: Sequence[PairRecord]
+    references: Mapping[str, ReferenceStats] | None = None
+    control: Sequence[PairRecord] | None = None
+    probe: ProbeEvidence | None = None
+    probe_interval_s: float = UNSCHEDULED_INTERVAL_S
+
+
+@dataclass(frozen=True, slots=True)
+class GateSpec:
+    """One gate: its name (its `GatesConfig` section and its decisions' name), what it
+    reads (`pairs` or the capability `probe`), and how it judges."""
+
+    name: str
+    evidence: Literal["pairs", "probe"]
+    run: Callable[[GatesConfig, Context], GateDecision]
+
+    def section(self, config: GatesConfig) -> GateConfigBase:
+        """This gate's section of `config`."""
+        section: GateConfigBase = getattr(config, self.name)
+        return section
+
+
+def _parity(config: GatesConfig, c: Context) -> GateDecision:
+    return parity_gate(
+        c.probe, config.parity, now=c.now, since=c.since, probe_interval_s=c.probe_interval_s
+    )
+
+
+# The registry, in the order decisions are reported.
+GATES: tuple[GateSpec, ...] = (
+    GateSpec("liveness", "pairs", lambda g, c: liveness_gate(c.records, g.liveness, now=c.now)),
+    GateSpec(
+        "error",
+        "pairs",
+        lambda g, c: error_gate(c.records, g.error, now=c.now, arl0=c.arl0, since=c.since),
+    ),
+    GateSpec(
+        "latency",
+        "pairs",
+        lambda g, c: latency_gate(
+            c.records, g.latency, now=c.now, arl0=c.arl0, budget_30d=c.budget_30d, since=c.since
+        ),
+    ),
+    GateSpec(
+        "quality",
+        "pairs",
+        lambda g, c: quality_gate(
+            c.split,
+            g.quality,
+            now=c.now,
+            arl0=c.arl0,
+            since=c.since,
+            by_category=c.by_category,
+            control=c.control,
+        ),
+    ),
+    GateSpec(
+        "speedup",
+        "pairs",
+        lambda g, c: speedup_gate(
+            c.split, g.speedup, now=c.now, arl0=c.arl0, since=c.since, by_category=c.by_category
+        ),
+    ),
+    GateSpec(
+        "drift",
+        "pairs",
+        lambda g, c: drift_gate(
+            c.own,
+            g.drift,
+            now=c.now,
+            references=c.references,
+            arl0=c.arl0,
+            budget_30d=c.budget_30d,
+            since=c.since,
+        ),
+    ),
+    GateSpec("parity", "probe", _parity),
+)
+
+PAIR_GATES: tuple[str, ...] = tuple(spec.name for spec in GATES if spec.evidence == "pairs")
+
+
+def _context(
+    records: Sequence[PairRecord],
+    config: GatesConfig,
+    *,
+    now: datetime,
+    references: Mapping[str, ReferenceStats] | None,
+    since: datetime | None,
+    category_since: Mapping[str, datetime] | None,
+    control: Sequence[PairRecord] | None,
+    probe: ProbeEvidence | None = None,
+    probe_interval_s: float = UNSCHEDULED_INTERVAL_S,
+) -> Context:
+    by_category = config.policy.scope == "category"
+    cuts = category_since or {}
+    own = [r for r in records if (cut := cuts.get(r.prompt.category)) is None or r.started_at > cut]
+    return Context(
+        now=now,
+        arl0=detector_arl0(config),
+        budget_30d=detector_budget(config),
+        since=since,
+        by_category=by_category,
+        records=records,
+        own=own,
+        split=own if by_category else records,
+        references=references,
+        control=control,
+        probe=probe,
+        probe_interval_s=probe_interval_s,
+    )
+
+
+def evaluate_all(
+    records: Sequence[PairRecord],
+    config: GatesConfig,
+    *,
+    now: datetime,
+    references: Mapping[str, ReferenceStats] | None = None,
+    since: datetime | None = None,
+    category_since: Mapping[str, datetime] | None = None,
+    control: Sequence[PairRecord] | None = None,
+) -> list[GateDecision]:
+    """Every pair gate's decision for `records` at `now`, in registry order.
+
+    `records` must cover the longest configured window (`window_bounds`); each gate
+    selects its own, and only pairs after `since` (the current evidence's start: the last
+    switch transition, a revision's start or an arms change) count. Each statistical
+    detector gets its share of the false-alarm budget. Under `policy.scope = "category"`
+    speedup and quality judge each category on its own. The per-category checks (drift
+    always; speedup and quality under that scope) also read a category's pairs only after
+    `category_since[category]`, when that category last moved on its own; the gates on all
+    traffic read every pair. `control`: the pairs of the A/A control arm
+    (`quality.control_arm`), if one is configured.
+    """
+    context = _context(
+        records,
+        config,
+        now=now,
+        references=references,
+        since=since,
+        category_since=category_since,
+        control=control,
+    )
+    return [spec.run(config, context) for spec in GATES if spec.evidence == "pairs"]
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """One window judged: every decision, the verdict of the enforce gates and why."""
+
+    decisions: tuple[GateDecision, ...]
+    verdict: Verdict
+    reason: str
+    pairs: int
+
+    @property
+    def suspicion(self) -> float:
+        """See `suspicion`."""
+        return suspicion(self.decisions)
+
+
+def judge(
+    records: Sequence[PairRecord],
+    references: Mapping[str, ReferenceStats] | None,
+    state: SwitchState | None,
+    config: GatesConfig,
+    now: datetime,
+    *,
+    since: datetime | None = None,
+    control: Sequence[PairRecord] | None = None,
+    probe: ProbeEvidence | None = None,
+    with_probe: bool = False,
+    probe_interval_s: float = UNSCHEDULED_INTERVAL_S,
+    min_pairs: int = 0,
+    subject: str = "the window",
+) -> Judgement:
+    """Judge `records` (the longest window up to `now`, oldest first) with every gate.
+
+    `state`: the switch's state when the judgement is the switch's own; its last transition
+    starts the evidence and its categories' own moves start theirs. `since` starts the
+    evidence instead (a revision's window) and ignores the state's. The probe gate runs
+    only `with_probe` (on `probe`, None meaning no probe yet), as the daemon judges it.
+    `min_pairs` and `subject` go to `combine`."""
+    start = since if since is not None else (state.since if state is not None else None)
+    category_since = state.category_since() if state is not None and since is None else None
+    context = _context(
+        records,
+        config,
+        now=now,
+        references=references,
+        since=start,
+        category_since=category_since,
+        control=control,
+        probe=probe,
+        probe_interval_s=probe_interval_s,
+    )
+    decisions = tuple(
+        spec.run(config, context) for spec in GATES if spec.evidence == "pairs" or with_probe
+    )
+    verdict, reason = combine(decisions, len(records), min_pairs, subject)
+    return Judgement(decisions, verdict, reason, len(records))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def combine(
+    decisions: Sequence[GateDecision], pairs: int, min_pairs: int, subject: str
+) -> tuple[Verdict, str]:
+    """The verdict of the enforce gates' `decisions` on `pairs` pairs of `subject` (e.g.
+    "revision 'abc'"), and why in one line.
+
+    A FAIL is a detector's alarm under its false-alarm budget and stands however few pairs
+    raised it; `min_pairs` only holds back the other verdicts (NODATA below it)."""
+    enforced = [d for d in decisions if d.enforced]
+    if not enforced:
+        return "NODATA", f"no gate is in enforce mode: nothing judges {subject}"
+    failed = [d for d in enforced if d.state is GateState.FAIL]
+    if failed:
+        first = min(failed, key=lambda d: not d.critical)  # a critical gate's reason first
+        names = ", ".join(d.name for d in failed)
+        return "FAIL", _one_line(f"{names} FAILed on {pairs} pairs of {subject}: {first.detail}")
+    if pairs < min_pairs:
+        return "NODATA", f"{pairs} pairs of {subject}, fewer than min_pairs={min_pairs}"
+    state = combine_states([d.state for d in enforced])
+    if state is GateState.PASS:
+        return "PASS", f"every enforce gate PASSed on {pairs} pairs of {subject}"
+    if state is GateState.NODATA:
+        return "NODATA", f"too few pairs of {subject} for any enforce gate to decide ({pairs})"
+    undecided = ", ".join(
+        f"{d.name} {d.state.value}" for d in enforced if d.state is not GateState.PASS
+    )
+    return "INCONCLUSIVE", f"not decided on {pairs} pairs of {subject}: {undecided}"
+
+
+def suspicion(decisions: Sequence[GateDecision]) -> float:
+    """The largest progress (CUSUM statistic / threshold) of an enforce gate's detector
+    that has not FAILed: how close the evidence is to a decision nobody has made yet."""
+    return max(
+        (
+            check.detector.progress
+            for decision in decisions
+            if decision.enforced
+            for check in checks([decision])
+            if check.detector is not None and check.state is not GateState.FAIL
+        ),
+        default=0.0,
+    )
+
+
+def may_pin(state: SwitchState) -> bool:
+    """References are pinned from healthy traffic: while speculation is on, or after a
+    rollback that the drift gate did not cause (its evidence would be the drift itself)."""
+    return state.mode is SwitchMode.AUTO or state.actor != "gate:drift"
+
+
+def pins(
+    records: Sequence[PairRecord],
+    references: Mapping[str, ReferenceStats],
+    state: SwitchState,
+    config: GatesConfig,
+    now: datetime,
+) -> dict[str, ReferenceStats]:
+    """The drift references to pin now: categories with pairs in `records` but no
+    reference, and pins still short of `pin_target_samples` grown from them
+    (`gates.grow_references`); none when `may_pin(state)` says no."""
+    if not records or not may_pin(state):
+        return {}
+    ordered = sorted(records, key=lambda r: r.started_at)
+    return grow_references(ordered, references, config.drift, now=now)
+
+
+def advisory(config: GatesConfig) -> GatesConfig:
+    """`config` with every gate in `warn` mode: how comparison arms are judged."""
+    return config.model_copy(
+        update={
+            name: getattr(config, name).model_copy(update={"mode": GateMode.WARN})
+            for name in PAIR_GATES
+        }
+    )
+
+
+def window_bounds(config: GatesConfig) -> tuple[float | None, int | None]:
+    """The longest window any pair gate reads: (seconds, pairs); None means unbounded."""
+    sections = [getattr(config, name) for name in PAIR_GATES]
+    seconds = [s.window_seconds for s in sections]
+    pairs = [s.window_pairs for s in sections]
+    longest_s = None if None in seconds else max(s for s in seconds if s is not None)
+    longest_n = None if None in pairs else max(p for p in pairs if p is not None)
+    return longest_s, longest_n
+
+
+def latest_window(records: Sequence[PairRecord], config: GatesConfig) -> list[PairRecord]:
+    """The pairs of `records` (oldest first) that the longest window holds, ending at the
+    newest: what the store's window query returns, for callers that keep pairs in memory."""
+    seconds, limit = window_bounds(config)
+    chosen = list(records[-limit:]) if limit is not None else list(records)
+    if seconds is not None and chosen:
+        oldest = chosen[-1].started_at - timedelta(seconds=seconds)
+        chosen = [r for r in chosen if r.started_at > oldest]
+    return chosen
