@@ -93,9 +93,9 @@ class TestUnitFile:
         unit = directives(UNIT.read_text())
         names = [value.partition("=")[0] for value in unit["Environment"]]
         assert [name for name in names if "__" in name] == []
-        source = (REPO / "canaryd" / "config.py").read_text()
+        source = (REPO / "canaryd" / "config" / "__init__.py").read_text()
         default = re.search(r'^DEFAULT_CONFIG_PATH = Path\("([^"]+)"\)$', source, re.MULTILINE)
-        assert default, "canaryd/config.py defines DEFAULT_CONFIG_PATH"
+        assert default, "canaryd/config/__init__.py defines DEFAULT_CONFIG_PATH"
         assert f"--config {default.group(1)}" in unit["ExecStart"][0]
 
     def test_watchdog_leaves_room_for_the_default_heartbeat(self) -> None:

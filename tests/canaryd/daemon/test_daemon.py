@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from canaryd.config import Settings, load_settings
-from canaryd.config_docs import config_reference
+from canaryd.config.docs import config_reference
 from canaryd.daemon import CYCLE_JOB, Daemon, PendingPairs
 from canaryd.daemon.buffer import PairWriter
 from canaryd.daemon.quarantine import Quarantine

@@ -1,20 +1,13 @@
-"""canaryd's one configuration model: a TOML file plus `CANARYD_` environment overrides.
-
-`load_settings(path)` reads the file named by `--config` or `CANARYD_CONFIG`, else
-`/etc/canaryd/canaryd.toml` when it exists (none: all defaults, which run the embedded
-model on both arms), so that an operator's command and the service read the same file
-without being told; it applies environment overrides
-(`CANARYD_STORAGE__URL=...`, `__` for nesting) and validates everything at once. A bad
-file fails with the file, the key and the reason (`ConfigError`).
+"""The sections of canaryd's configuration, one pydantic model each: arms, prompts,
+storage, schedule, server, traffic, retention, logging and the switch with its hooks
+(`Settings` in `canaryd.config.settings` puts them together). Every section forbids unknown
+keys and non-finite numbers and bounds its durations and counts (`engine.bounds`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -28,25 +21,14 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-)
 
 from canaryd import paths
-from canaryd.errors import ConfigError
-from canaryd.redact import redact_value
-from canaryd.store.database import mask_url
 from engine.bounds import check_bounds
 from engine.config import EngineConfig, SpeculativeConfig, TransformersEngineConfig
-from gates import GateMode, GatesConfig
 from gates.records import BASELINE_ARM, DEFAULT_ARM
 
 CONFIG_ENV = "CANARYD_CONFIG"
 DATABASE_URL_ENV = "CANARYD_DATABASE_URL"
-# The file the systemd unit runs with; read by every command that names no other.
-DEFAULT_CONFIG_PATH = Path("/etc/canaryd/canaryd.toml")
 
 
 class _Section(BaseModel):
@@ -470,211 +452,3 @@ class SwitchConfig(_Section):
         (the config file, or CANARYD_SWITCH__STATE_FILE), else `switch.json` in the data
         directory."""
         return (self.state_file or paths.data_dir() / "switch.json").expanduser()
-
-
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="CANARYD_",
-        env_nested_delimiter="__",
-        extra="ignore",
-        nested_model_default_partial_update=True,
-        allow_inf_nan=False,
-    )
-
-    arms: ArmsConfig = Field(default_factory=ArmsConfig)
-    prompts: PromptsConfig = Field(default_factory=PromptsConfig)
-    storage: StorageConfig = Field(default_factory=StorageConfig)
-    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
-    server: ServerConfig = Field(default_factory=ServerConfig)
-    logging: LoggingConfig = Field(default_factory=LoggingConfig)
-    gates: GatesConfig = Field(default_factory=GatesConfig)
-    switch: SwitchConfig = Field(default_factory=SwitchConfig)
-    traffic: TrafficConfig = Field(default_factory=TrafficConfig)
-    retention: RetentionConfig = Field(default_factory=RetentionConfig)
-
-    @model_validator(mode="after")
-    def _switch_arm_is_speculative(self) -> Settings:
-        arms = list(self.arms.speculative_arms)
-        name = self.switch.arm
-        if name is None and len(arms) > 1:
-            problem = (
-                f"unset, but there are {len(arms)} speculative arms ({', '.join(arms)}): "
-                "name the one whose rollback the switch controls"
-            )
-        elif name is not None and name not in arms:
-            problem = f"names no speculative arm; expected one of {', '.join(arms)}"
-        else:
-            return self
-        raise ValidationError.from_exception_data(
-            "Settings",
-            [
-                InitErrorDetails(
-                    type=PydanticCustomError("switch_arm", problem),
-                    loc=("switch", "arm"),
-                    input=name,
-                )
-            ],
-        )
-
-    @model_validator(mode="after")
-    def _control_arm_is_an_extra_arm(self) -> Settings:
-        name = self.gates.quality.control_arm
-        if name is None or (name in self.arms.speculative_arms and name != self.switch_arm):
-            return self
-        raise ValidationError.from_exception_data(
-            "Settings",
-            [
-                InitErrorDetails(
-                    type=PydanticCustomError(
-                        "control_arm",
-                        "names no extra arm; configure [arms.{name}] exactly like the "
-                        "baseline (no speculation) and set switch.arm to the speculative "
-                        "arm it is not",
-                        {"name": name},
-                    ),
-                    loc=("gates", "quality", "control_arm"),
-                    input=name,
-                )
-            ],
-        )
-
-    @model_validator(mode="after")
-    def _enforced_parity_is_probed(self) -> Settings:
-        if self.gates.parity.mode is not GateMode.ENFORCE:
-            return self
-        servers = [
-            name for name in (BASELINE_ARM, self.switch_arm) if self.arms.arm(name).kind != "openai"
-        ]
-        if self.schedule.probe_interval_s > 0 and not servers:
-            return self
-        why = (
-            f"arms {', '.join(servers)} are not OpenAI-compatible servers"
-            if servers
-            else "schedule.probe_interval_s = 0 turns the probe off"
-        )
-        raise ValidationError.from_exception_data(
-            "Settings",
-            [
-                InitErrorDetails(
-                    type=PydanticCustomError(
-                        "parity_unprobed",
-                        "enforce needs the daemon's capability probe, but {why}: the gate "
-                        "would stay NODATA and hold every restore back; set mode = "
-                        '"warn", or probe servers (kind = "openai", probe_interval_s > 0)',
-                        {"why": why},
-                    ),
-                    loc=("gates", "parity", "mode"),
-                    input=self.gates.parity.mode.value,
-                )
-            ],
-        )
-
-    @property
-    def switch_arm(self) -> str:
-        """The speculative arm whose rollback the switch controls (`switch.arm`, else the
-        only one)."""
-        return self.switch.arm or next(iter(self.arms.speculative_arms))
-
-    @property
-    def comparison_arms(self) -> list[str]:
-        """The speculative arms other than `switch_arm`: measured, never switching."""
-        return [name for name in self.arms.speculative_arms if name != self.switch_arm]
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The TOML file arrives through init_settings (load_settings parses it, so that
-        # syntax errors can name their line); the environment overrides the file.
-        return env_settings, init_settings
-
-    def snapshot(self) -> dict[str, Any]:
-        """The effective configuration, JSON-safe, as stored with every run: secrets
-        masked (`SecretStr` fields, the database password), so the runs table can be
-        readable by dashboards."""
-        data: dict[str, Any] = json.loads(self.model_dump_json())
-        if data.get("storage", {}).get("url"):
-            data["storage"]["url"] = mask_url(data["storage"]["url"])
-        redacted: dict[str, Any] = redact_value(data)  # e.g. credentials in a base_url
-        return redacted
-
-    def config_hash(self) -> str:
-        canonical = json.dumps(self.snapshot(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-_TOP_LEVEL_KEYS = set(Settings.model_fields)
-
-
-def config_path(explicit: Path | None) -> Path | None:
-    """`--config`, else `CANARYD_CONFIG` (set but empty: no file), else
-    `DEFAULT_CONFIG_PATH` when it exists, else no file (all defaults)."""
-    if explicit is not None:
-        return explicit
-    env = os.environ.get(CONFIG_ENV)
-    if env is not None:
-        return Path(env) if env else None
-    return DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.is_file() else None
-
-
-_ENGINE_TAGS = frozenset({"transformers", "fake", "openai"})
-
-
-def _key(loc: tuple[int | str, ...]) -> str:
-    # Drop the discriminator tag pydantic inserts after an arm's name ("transformers", ...);
-    # an arm may itself be called like a tag, so only the one in that place goes.
-    parts = [str(p) for p in loc]
-    if len(parts) > 2 and parts[0] == "arms" and parts[2] in _ENGINE_TAGS:
-        del parts[2]
-    return ".".join(parts) or "(top level)"
-
-
-def load_settings(path: Path | None = None) -> Settings:
-    """Load and validate the configuration; raise `ConfigError` naming file and key."""
-    path = config_path(path)
-    data: dict[str, Any] = {}
-    source = str(path) if path else "environment (CANARYD_*)"
-    if path is not None:
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(path, "(file)", "no such file") from None
-        except OSError as exc:
-            raise ConfigError(path, "(file)", f"cannot read: {exc.strerror}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(path, "(syntax)", str(exc)) from exc
-        unknown = sorted(set(data) - _TOP_LEVEL_KEYS)
-        if unknown:
-            raise ConfigError(
-                path,
-                unknown[0],
-                "unknown section; expected one of " + ", ".join(sorted(_TOP_LEVEL_KEYS)),
-            )
-    try:
-        return Settings(**data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        value = (
-            f" (got {first['input']!r})"
-            if first["type"] != "missing" and not isinstance(first["input"], dict | None)
-            else ""
-        )
-        key = _key(first["loc"])
-        variable = _env_variable(key)
-        if variable is not None:  # the environment overrides the file: name what to fix
-            source = f"environment {variable}"
-        message = first["msg"].removeprefix("Value error, ")
-        raise ConfigError(source, key, f"{message}{value}{more}") from None
-
-
-def _env_variable(key: str) -> str | None:
-    """The `CANARYD_…` variable that set `key`, when one is set (names are not case
-    sensitive, as pydantic-settings reads them)."""
-    wanted = "CANARYD_" + key.replace(".", "__").upper()
-    return next((name for name in os.environ if name.upper() == wanted), None)

@@ -1,0 +1,174 @@
+"""`Settings`: canaryd's one configuration model, the sections of
+`canaryd.config.sections` plus the gates' (`gates.GatesConfig`), read from a TOML file and
+`CANARYD_` environment overrides (`__` for nesting), with the snapshot and hash a run
+stores."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from pydantic import (
+    Field,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from canaryd.config.sections import (
+    ArmsConfig,
+    LoggingConfig,
+    PromptsConfig,
+    RetentionConfig,
+    ScheduleConfig,
+    ServerConfig,
+    StorageConfig,
+    SwitchConfig,
+    TrafficConfig,
+)
+from canaryd.redact import redact_value
+from canaryd.store.database import mask_url
+from gates import GateMode, GatesConfig
+from gates.records import BASELINE_ARM
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="CANARYD_",
+        env_nested_delimiter="__",
+        extra="ignore",
+        nested_model_default_partial_update=True,
+        allow_inf_nan=False,
+    )
+
+    arms: ArmsConfig = Field(default_factory=ArmsConfig)
+    prompts: PromptsConfig = Field(default_factory=PromptsConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    gates: GatesConfig = Field(default_factory=GatesConfig)
+    switch: SwitchConfig = Field(default_factory=SwitchConfig)
+    traffic: TrafficConfig = Field(default_factory=TrafficConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
+
+    @model_validator(mode="after")
+    def _switch_arm_is_speculative(self) -> Settings:
+        arms = list(self.arms.speculative_arms)
+        name = self.switch.arm
+        if name is None and len(arms) > 1:
+            problem = (
+                f"unset, but there are {len(arms)} speculative arms ({', '.join(arms)}): "
+                "name the one whose rollback the switch controls"
+            )
+        elif name is not None and name not in arms:
+            problem = f"names no speculative arm; expected one of {', '.join(arms)}"
+        else:
+            return self
+        raise ValidationError.from_exception_data(
+            "Settings",
+            [
+                InitErrorDetails(
+                    type=PydanticCustomError("switch_arm", problem),
+                    loc=("switch", "arm"),
+                    input=name,
+                )
+            ],
+        )
+
+    @model_validator(mode="after")
+    def _control_arm_is_an_extra_arm(self) -> Settings:
+        name = self.gates.quality.control_arm
+        if name is None or (name in self.arms.speculative_arms and name != self.switch_arm):
+            return self
+        raise ValidationError.from_exception_data(
+            "Settings",
+            [
+                InitErrorDetails(
+                    type=PydanticCustomError(
+                        "control_arm",
+                        "names no extra arm; configure [arms.{name}] exactly like the "
+                        "baseline (no speculation) and set switch.arm to the speculative "
+                        "arm it is not",
+                        {"name": name},
+                    ),
+                    loc=("gates", "quality", "control_arm"),
+                    input=name,
+                )
+            ],
+        )
+
+    @model_validator(mode="after")
+    def _enforced_parity_is_probed(self) -> Settings:
+        if self.gates.parity.mode is not GateMode.ENFORCE:
+            return self
+        servers = [
+            name for name in (BASELINE_ARM, self.switch_arm) if self.arms.arm(name).kind != "openai"
+        ]
+        if self.schedule.probe_interval_s > 0 and not servers:
+            return self
+        why = (
+            f"arms {', '.join(servers)} are not OpenAI-compatible servers"
+            if servers
+            else "schedule.probe_interval_s = 0 turns the probe off"
+        )
+        raise ValidationError.from_exception_data(
+            "Settings",
+            [
+                InitErrorDetails(
+                    type=PydanticCustomError(
+                        "parity_unprobed",
+                        "enforce needs the daemon's capability probe, but {why}: the gate "
+                        "would stay NODATA and hold every restore back; set mode = "
+                        '"warn", or probe servers (kind = "openai", probe_interval_s > 0)',
+                        {"why": why},
+                    ),
+                    loc=("gates", "parity", "mode"),
+                    input=self.gates.parity.mode.value,
+                )
+            ],
+        )
+
+    @property
+    def switch_arm(self) -> str:
+        """The speculative arm whose rollback the switch controls (`switch.arm`, else the
+        only one)."""
+        return self.switch.arm or next(iter(self.arms.speculative_arms))
+
+    @property
+    def comparison_arms(self) -> list[str]:
+        """The speculative arms other than `switch_arm`: measured, never switching."""
+        return [name for name in self.arms.speculative_arms if name != self.switch_arm]
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The TOML file arrives through init_settings (load_settings parses it, so that
+        # syntax errors can name their line); the environment overrides the file.
+        return env_settings, init_settings
+
+    def snapshot(self) -> dict[str, Any]:
+        """The effective configuration, JSON-safe, as stored with every run: secrets
+        masked (`SecretStr` fields, the database password), so the runs table can be
+        readable by dashboards."""
+        data: dict[str, Any] = json.loads(self.model_dump_json())
+        if data.get("storage", {}).get("url"):
+            data["storage"]["url"] = mask_url(data["storage"]["url"])
+        redacted: dict[str, Any] = redact_value(data)  # e.g. credentials in a base_url
+        return redacted
+
+    def config_hash(self) -> str:
+        canonical = json.dumps(self.snapshot(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
