@@ -40,6 +40,3 @@ def prompts_dir() -> Path:
 def alembic_dir() -> Path:
     return _shipped("alembic")
 
-
-def alembic_ini() -> Path:
-    return _shipped("alembic.ini")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,14 @@ from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.errors import EngineConfigError
 from engine.heads.decode import HeadsDecoder, heads_decoder
 from engine.heads.model import DraftHeads
+from engine.hf_hooks import (
+    AcceptanceCounter,
+    GarbageSamplingFault,
+    GreedyVerifyFault,
+    NumericNoise,
+    RecordingCandidateGenerator,
+    TimingStreamer,
+)
 from engine.types import (
     AcceptanceSource,
     DraftCost,
@@ -39,192 +46,10 @@ from engine.types import (
     GenerationRequest,
     GenerationResult,
     Message,
-    SpeculativeStats,
     TeacherScore,
 )
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass
-class _AcceptanceCounter:
-    """Per-request draft/accept counts, filled by `_RecordingCandidateGenerator`."""
-
-    verify_steps: int = 0
-    draft_tokens: int = 0
-    accepted_tokens: int = 0
-    accepted_per_position: list[int] = field(default_factory=list)
-    drafted_per_position: list[int] = field(default_factory=list)
-    pending_draft: int = 0
-    adaptive_max: int | None = None  # adapt the prompt-lookup draft length, up to this
-    candidates: torch.Tensor | None = None  # the draft being verified, prompt included
-
-    def drafted(self, n: int) -> None:
-        self.pending_draft = n
-
-    def verified(self, accepted: int) -> None:
-        drafted, self.pending_draft = self.pending_draft, 0
-        self.verify_steps += 1
-        self.draft_tokens += drafted
-        self.accepted_tokens += accepted
-        for counts, n in (
-            (self.drafted_per_position, drafted),
-            (self.accepted_per_position, accepted),
-        ):
-            if len(counts) < n:
-                counts.extend([0] * (n - len(counts)))
-            for position in range(n):
-                counts[position] += 1
-
-    def stats(self, num_draft_tokens: int) -> SpeculativeStats:
-        width = max(num_draft_tokens, len(self.drafted_per_position))
-
-        def padded(counts: list[int]) -> tuple[int, ...]:
-            return tuple(counts + [0] * (width - len(counts)))
-
-        return SpeculativeStats(
-            verify_steps=self.verify_steps,
-            draft_tokens=self.draft_tokens,
-            accepted_tokens=self.accepted_tokens,
-            accepted_per_position=padded(self.accepted_per_position),
-            drafted_per_position=padded(self.drafted_per_position),
-            source=AcceptanceSource.DECODING_LOOP,
-        )
-
-
-class _RecordingCandidateGenerator:
-    """Wraps transformers' candidate generator; forwards everything, records counts."""
-
-    def __init__(self, inner: Any, counter: _AcceptanceCounter) -> None:
-        self._inner = inner
-        self._counter = counter
-        # Adaptive prompt lookup: transformers' prompt-lookup generator always drafts its
-        # full k; here k follows acceptance like its assistant-model "heuristic" schedule
-        # (+2 after a fully accepted draft, -1 after a rejection, within 1..k). On a CPU a
-        # rejected draft token costs real verify time, so drafting less after misses pays.
-        self._adaptive_max = (
-            counter.adaptive_max
-            if counter.adaptive_max and hasattr(inner, "num_output_tokens")
-            else None
-        )
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def get_candidates(self, input_ids: torch.Tensor, **kwargs: Any) -> Any:
-        candidate_ids, candidate_logits = self._inner.get_candidates(input_ids, **kwargs)
-        self._counter.drafted(int(candidate_ids.shape[1] - input_ids.shape[1]))
-        self._counter.candidates = candidate_ids
-        return candidate_ids, candidate_logits
-
-    def update_candidate_strategy(
-        self, input_ids: torch.Tensor, scores: torch.Tensor, num_matches: Any
-    ) -> Any:
-        drafted, accepted = self._counter.pending_draft, int(num_matches)
-        self._counter.candidates = None
-        self._counter.verified(accepted)
-        if self._adaptive_max is not None and drafted > 0:
-            current = int(self._inner.num_output_tokens)
-            grown = current + 2 if accepted >= drafted else current - 1
-            self._inner.num_output_tokens = max(1, min(self._adaptive_max, grown))
-        return self._inner.update_candidate_strategy(input_ids, scores, num_matches)
-
-
-def _verify_position(counter: _AcceptanceCounter, input_ids: torch.Tensor) -> bool:
-    """True when a logits processor is called on a position of the draft being verified
-    (not the drafter's own calls, not the bonus token)."""
-    candidates = counter.candidates
-    length = int(input_ids.shape[1])
-    if candidates is None or length >= int(candidates.shape[1]):
-        return False
-    return torch.equal(input_ids[0], candidates[0, :length])
-
-
-def _point_mass(scores: torch.Tensor, token: int) -> torch.Tensor:
-    """Logits that make `token` certain."""
-    forced = torch.full_like(scores, float("-inf"))
-    forced[:, token] = 0.0
-    return forced
-
-
-class _GreedyVerifyFault:
-    """The `greedy_verify` drill fault, as the last logits processor of a speculative
-    generate: at every drafted position the target's distribution collapses onto its
-    argmax, so drafts are verified by argmax match and a rejected draft is replaced by
-    the argmax, as greedy verification does, while the request samples. Positions
-    without a draft (the bonus token, steps the drafter skips) still sample. The output
-    then over-produces the target's likeliest tokens: the classic bug of verifying by
-    argmax while sampling."""
-
-    def __init__(self, counter: _AcceptanceCounter) -> None:
-        self._counter = counter
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if not _verify_position(self._counter, input_ids):
-            return scores
-        return _point_mass(scores, int(scores[0].argmax()))
-
-
-class _GarbageSamplingFault:
-    """The `garbage_sampling` drill fault, as the last logits processor of a speculative
-    generate that samples: at every verify position the target's distribution is, with
-    probability `rate`, replaced by a point mass on a random token of the vocabulary, so
-    the draft is rejected and the random token emitted — the sampler or kernel bug that
-    turns a fluent answer into "The planets ofIntf the solarwy system". Greedy requests
-    never reach it. Seeded by the request's seed and the position, so a run replays."""
-
-    def __init__(self, counter: _AcceptanceCounter, rate: float, seed: int) -> None:
-        self._counter = counter
-        self._rate = rate
-        self._seed = seed
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if not _verify_position(self._counter, input_ids):
-            return scores
-        generator = torch.Generator(device="cpu")
-        generator.manual_seed((self._seed * 1_000_003 + int(input_ids.shape[1])) % (2**63))
-        if float(torch.rand(1, generator=generator)) >= self._rate:
-            return scores
-        return _point_mass(
-            scores, int(torch.randint(int(scores.shape[-1]), (1,), generator=generator))
-        )
-
-
-class _NumericNoise:
-    """The `numeric_noise` drill: a tiny perturbation of the logits at every position, a
-    stand-in for bf16 kernels that batch differently from the baseline's. It is a fixed
-    function of the sequence so far (seeded by its length and last token), so a token
-    verified as part of a draft sees the same noise as when generated alone, and greedy
-    outputs differ from an exact arm only where the top two logits lie within the noise."""
-
-    def __init__(self, size: float, seed: int) -> None:
-        self._size = size
-        self._seed = seed
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        generator = torch.Generator(device="cpu")
-        key = (int(input_ids.shape[1]) * 1_000_003 + int(input_ids[0, -1])) ^ self._seed
-        generator.manual_seed(key % (2**63))
-        noise = torch.rand(scores.shape, generator=generator, dtype=torch.float32)
-        return scores + ((noise * 2 - 1) * self._size).to(scores.device, scores.dtype)
-
-
-class _TimingStreamer:
-    """A `generate` streamer that stamps when the first generated tokens appear."""
-
-    def __init__(self) -> None:
-        self.prompt_seen = False
-        self.first_token_at: float | None = None
-
-    def put(self, value: torch.Tensor) -> None:
-        if not self.prompt_seen:  # generate() first puts the prompt itself
-            self.prompt_seen = True
-            return
-        if self.first_token_at is None:
-            self.first_token_at = time.perf_counter()
-
-    def end(self) -> None:
-        pass
 
 
 class _LoadedModel:
@@ -234,14 +59,14 @@ class _LoadedModel:
         self.model = model
         self.tokenizer = tokenizer
         self.lock = threading.Lock()  # one generate at a time: seeds are process-global
-        self.counter: _AcceptanceCounter | None = None
+        self.counter: AcceptanceCounter | None = None
         self.users = 0  # engines holding it through `_load_shared`
         original = model._get_candidate_generator
 
         def recording_candidate_generator(*args: Any, **kwargs: Any) -> Any:
             inner = original(*args, **kwargs)
             return (
-                inner if self.counter is None else _RecordingCandidateGenerator(inner, self.counter)
+                inner if self.counter is None else RecordingCandidateGenerator(inner, self.counter)
             )
 
         # Instance attribute: only this model object records; transformers is untouched.
@@ -490,8 +315,8 @@ class TransformersEngine:
         request: GenerationRequest,
         prompt_ids: torch.Tensor,
         max_new_tokens: int,
-        counter: _AcceptanceCounter,
-        streamer: _TimingStreamer,
+        counter: AcceptanceCounter,
+        streamer: TimingStreamer,
         started: float,
     ) -> tuple[torch.Tensor, DraftCost]:
         assert self._decoder is not None and self.config.speculative is not None
@@ -552,23 +377,23 @@ class TransformersEngine:
             counter = None
             if spec is not None:
                 adaptive = spec.method == "prompt_lookup" and spec.adaptive
-                counter = _AcceptanceCounter(
+                counter = AcceptanceCounter(
                     adaptive_max=spec.num_draft_tokens if adaptive else None
                 )
             shared.counter = counter
             if not request.sampling.greedy:
                 torch.manual_seed(request.sampling.seed)
-            streamer = _TimingStreamer()
+            streamer = TimingStreamer()
             kwargs = self._generate_kwargs(request, new_tokens)
             processors: list[Any] = []
             if spec is not None and spec.numeric_noise > 0:
-                processors.append(_NumericNoise(spec.numeric_noise, request.sampling.seed))
+                processors.append(NumericNoise(spec.numeric_noise, request.sampling.seed))
             if counter is not None and spec is not None and spec.fault == "greedy_verify":
-                processors.append(_GreedyVerifyFault(counter))
+                processors.append(GreedyVerifyFault(counter))
             garbage = spec is not None and spec.fault == "garbage_sampling"
             if counter is not None and spec is not None and garbage and not request.sampling.greedy:
                 processors.append(
-                    _GarbageSamplingFault(counter, spec.fault_rate, request.sampling.seed)
+                    GarbageSamplingFault(counter, spec.fault_rate, request.sampling.seed)
                 )
             if processors:
                 kwargs["logits_processor"] = LogitsProcessorList(processors)
@@ -609,8 +434,8 @@ class TransformersEngine:
         output: torch.Tensor,
         prompt_tokens: int,
         max_new_tokens: int,
-        counter: _AcceptanceCounter | None,
-        streamer: _TimingStreamer,
+        counter: AcceptanceCounter | None,
+        streamer: TimingStreamer,
         started: float,
         finished: float,
         cost: DraftCost | None = None,

@@ -78,10 +78,6 @@ class Nvml:
         self._nvml = nvml
         self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
 
-    @property
-    def available(self) -> bool:
-        return self._nvml is not None
-
     def sample(self) -> list[GpuSample]:
         if self._nvml is None:
             return []

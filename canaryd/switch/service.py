@@ -424,6 +424,3 @@ class SwitchService:
             if self.metrics is not None:
                 self.metrics.actuator_failed(STATE_FILE_ACTUATOR)
             log.error("switch.state_file_failed", path=str(self.state_file), error=str(exc))
-
-    def file_matches(self, record: SwitchRecord) -> bool:
-        return shows(read_state_file(self.state_file), record.state)

@@ -202,10 +202,10 @@ class TestAdaptiveDraftLength:
         two (not above the configured k)."""
         import torch
 
-        from engine.hf import _AcceptanceCounter, _RecordingCandidateGenerator
+        from engine.hf_hooks import AcceptanceCounter, RecordingCandidateGenerator
 
         inner = _LookupDrafter(4)
-        wrapped = _RecordingCandidateGenerator(inner, _AcceptanceCounter(adaptive_max=4))
+        wrapped = RecordingCandidateGenerator(inner, AcceptanceCounter(adaptive_max=4))
         prompt = torch.zeros((1, 3), dtype=torch.long)
         lengths = []
         for accepted_fraction in (0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0):
@@ -219,10 +219,10 @@ class TestAdaptiveDraftLength:
         """Without `adaptive`, k stays what was configured whatever is accepted."""
         import torch
 
-        from engine.hf import _AcceptanceCounter, _RecordingCandidateGenerator
+        from engine.hf_hooks import AcceptanceCounter, RecordingCandidateGenerator
 
         inner = _LookupDrafter(4)
-        wrapped = _RecordingCandidateGenerator(inner, _AcceptanceCounter())
+        wrapped = RecordingCandidateGenerator(inner, AcceptanceCounter())
         prompt = torch.zeros((1, 3), dtype=torch.long)
         for _ in range(3):
             wrapped.get_candidates(prompt)
