@@ -37,12 +37,9 @@ from canaryd.pairs.plan import (
     arm_key,
     configured_suites,
     new_run,
-    pair_params,
-    prompt_sampler,
-    resolve_prompts,
-    speculative_engines,
+    pair_runner,
+    suite_sampler,
 )
-from canaryd.pairs.runner import PairRunner
 from canaryd.scoring import load_metrics
 from canaryd.store import SqlStore
 from gates import GateDecision, GateMode
@@ -113,7 +110,7 @@ def judge(
     settings = settings_with_urls(load_settings(config), baseline, candidate, model, server_kind)
     budget = pairs if pairs is not None else (None if max_minutes is not None else DEFAULT_PAIRS)
     suites = configured_suites(settings)
-    sampler = prompt_sampler(settings, resolve_prompts(settings, None, suites))
+    sampler = suite_sampler(settings, None, suites)
     arm = settings.switch_arm
     err = Console(stderr=True)
     store = SqlStore.open(settings.storage.resolved_url(), create=True)
@@ -129,13 +126,7 @@ def judge(
         budget_config = {"judge": {"pairs": budget, "max_minutes": max_minutes}}
         run = new_run(settings, "judge", engines, extra_config=budget_config)
         store.create_run(run)
-        runner = PairRunner(
-            engines["baseline"],
-            speculative_engines(engines),
-            run_id=run.run_id,
-            seed=settings.prompts.seed,
-            params=pair_params(settings),
-        )
+        runner = pair_runner(settings, engines, run.run_id)
         started = time.monotonic()
         deadline = None if max_minutes is None else started + 60 * max_minutes
         records: list[PairRecord] = []

@@ -22,12 +22,10 @@ from canaryd.logs import configure_logging
 from canaryd.pairs.plan import (
     configured_suites,
     new_run,
-    pair_params,
-    prompt_sampler,
-    resolve_prompts,
-    speculative_engines,
+    pair_runner,
+    suite_sampler,
 )
-from canaryd.pairs.runner import PairGroup, PairRunner
+from canaryd.pairs.runner import PairGroup
 from canaryd.report import ALL, CategorySummary, summarise
 from canaryd.store import SqlStore
 
@@ -129,8 +127,7 @@ def once(
     configure_logging(level="WARNING" if as_json else "INFO")
     settings = load_settings(config)
     suites = configured_suites(settings)
-    prompts = resolve_prompts(settings, category, suites)
-    sampler = prompt_sampler(settings, prompts)
+    sampler = suite_sampler(settings, category, suites)
     store = SqlStore.open(settings.storage.resolved_url(), create=True)
     err = Console(stderr=True)
     try:
@@ -139,13 +136,7 @@ def once(
         engines = load_arms(settings, err)
         run = new_run(settings, "once", engines)
         store.create_run(run)
-        runner = PairRunner(
-            engines["baseline"],
-            speculative_engines(engines),
-            run_id=run.run_id,
-            seed=settings.prompts.seed,
-            params=pair_params(settings),
-        )
+        runner = pair_runner(settings, engines, run.run_id)
         groups: list[PairGroup] = []
         with Progress(
             TextColumn("pairs"),

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import canaryd
 from canaryd import paths
 from canaryd.config import Settings
-from canaryd.pairs.runner import PairParams
+from canaryd.pairs.runner import PairParams, PairRunner
 from canaryd.pairs.sampler import StratifiedSampler
 from canaryd.pairs.suites import Suite, load_default_suites, load_suites, select
 from canaryd.redact import redact_value
@@ -68,6 +68,27 @@ def prompt_sampler(settings: Settings, prompts: list[Prompt]) -> StratifiedSampl
         prompts,
         seed=settings.prompts.seed,
         weights={c: w for c, w in settings.prompts.category_weights.items() if c in categories},
+    )
+
+
+def suite_sampler(
+    settings: Settings, category: str | None = None, suites: list[Suite] | None = None
+) -> StratifiedSampler:
+    """The sampler over the configured suites' prompts (of `category` when given); a bad
+    suite or an unknown category raises here, before anything is opened or loaded."""
+    return prompt_sampler(settings, resolve_prompts(settings, category, suites))
+
+
+def pair_runner(settings: Settings, engines: Mapping[str, Engine], run_id: str) -> PairRunner:
+    """The pair runner over `engines` (by arm name, the baseline among them) that stamps
+    pairs with `run_id`: the seed and sampling parameters every command and the daemon
+    share."""
+    return PairRunner(
+        engines[BASELINE_ARM],
+        speculative_engines(engines),
+        run_id=run_id,
+        seed=settings.prompts.seed,
+        params=pair_params(settings),
     )
 
 
