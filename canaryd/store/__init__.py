@@ -1,7 +1,9 @@
-"""canaryd's history in SQL: the store protocols (`abc`), `SqlStore` (`sql`), database
+"""canaryd's history in SQL: the store protocols (`abc`), `SqlStore` (`sql`) with its
+switch half (`switching_sql`) and the database plumbing both share (`sql_base`), database
 URLs and engines (`database`), schema migrations (`migrations`), the mapping between
-records and rows (`mapping`), and the per-hour roll-ups that retention keeps after raw
-pairs are deleted (`rollup`)."""
+records and rows (`columns`, `mapping`, `switching_mapping`), the switch's records
+(`switching`), and the per-hour roll-ups that retention keeps after raw pairs are deleted
+(`rollup`)."""
 
 from __future__ import annotations
 
@@ -23,8 +25,9 @@ from canaryd.store.migrations import (
     upgrade,
 )
 from canaryd.store.rollup import PairFacts, PairRollup
-from canaryd.store.sql import SqlStore
+from canaryd.store.sql import SqlHistoryStore, SqlStore
 from canaryd.store.switching import AuditEntry, RevisionWindow, SwitchRecord, decision_from_dict
+from canaryd.store.switching_sql import SqlSwitchStore
 
 __all__ = [
     "EXPECTED_URL_FORMS",
@@ -36,7 +39,9 @@ __all__ = [
     "PairRollup",
     "RetentionReport",
     "RevisionWindow",
+    "SqlHistoryStore",
     "SqlStore",
+    "SqlSwitchStore",
     "Store",
     "StoredRun",
     "SwitchRecord",

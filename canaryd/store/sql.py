@@ -1,80 +1,39 @@
 """The SQL store: `SqlStore`, canaryd's history and switch in SQLite (default) or
 PostgreSQL, behind `canaryd.store.abc.Store`.
 
-This module owns opening a store (URL, engine and schema check, or migrating an empty
-database with `create`), the transactions and queries behind every `Store` method
-(retention batches, the switch's locked read-modify-write), and turning a lost or
-unusable database mid-run into `DatabaseError` with one line that says what failed, and
-a value it refuses into `RecordRejectedError`; constraint violations are bugs and keep
-SQLAlchemy's exception. Engines live in
-`canaryd.store.database`, migrations in `canaryd.store.migrations`, and the mapping
-between records and rows in `canaryd.store.mapping`.
+This module owns the `HistoryStore` half, `SqlHistoryStore`: the transactions and
+queries behind runs, suites, pairs and their reads, retention (roll-up batches, then the
+prompts, runs, switch audit rows and revisions that only history kept) and the roll-ups'
+reads. `SqlStore` joins it with `canaryd.store.switching_sql.SqlSwitchStore` by multiple
+inheritance (why, there); both share `canaryd.store.sql_base.SqlDatabase`, which opens
+the database and translates its errors. The mapping between records and rows is in
+`canaryd.store.mapping`.
 """
 
 from __future__ import annotations
 
-import shlex
-from collections.abc import Callable, Collection, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
-from sqlalchemy import Delete, Engine, Select, delete, exists, func, select, text, update
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import URL
-from sqlalchemy.exc import (
-    DataError,
-    DBAPIError,
-    IntegrityError,
-    InterfaceError,
-    OperationalError,
-)
-from sqlalchemy.orm import Session, aliased, sessionmaker
+from sqlalchemy import Delete, Select, delete, exists, func, select, text, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, aliased
 
-from canaryd.errors import DatabaseError, RecordRejectedError
 from canaryd.store.abc import RETENTION_BATCH_PAIRS, History, RetentionReport, StoredRun
-from canaryd.store.database import (
-    SQLITE_DURABLE,
-    SQLITE_IMMEDIATE,
-    driver_message,
-    make_engine,
-    mask_url,
-    parse_url,
-    sqlite_path,
-)
+from canaryd.store.columns import aware
 from canaryd.store.mapping import (
-    audit_entry,
-    aware,
-    drift_reference_values,
     facts_from_columns,
     facts_query,
-    gate_decision_rows,
-    initial_switch_values,
     pair_from_row,
     pair_row,
     prompt_values,
-    reference_from_row,
-    refusal_audit_row,
     rollup_from_row,
     rollup_values,
     run_from_row,
     run_row,
-    state_values,
-    switch_record,
-    transition_audit_row,
-)
-from canaryd.store.migrations import (
-    head_revision,
-    known_revisions,
-    read_revision,
-    schema_problem,
-    upgrade_engine,
 )
 from canaryd.store.models import (
-    DriftReferenceRow,
-    GateDecisionRow,
     GenerationRow,
     PairRollupRow,
     PairRow,
@@ -84,102 +43,17 @@ from canaryd.store.models import (
     RunRow,
     SuiteRow,
     SwitchAuditRow,
-    SwitchStateRow,
 )
 from canaryd.store.rollup import PairRollup, rollups_by_hour
-from canaryd.store.switching import (
-    AuditEntry,
-    RevisionWindow,
-    SwitchRecord,
-    decision_from_dict,
-)
-from gates import Evaluation, ReferenceStats, SwitchOutcome, SwitchState
+from canaryd.store.sql_base import SqlDatabase
+from canaryd.store.switching_sql import SqlSwitchStore
 from gates.records import PairRecord, Prompt, RunInfo
 
-__all__ = ["SqlStore"]
+__all__ = ["SqlHistoryStore", "SqlStore"]
 
 
-class SqlStore:
-    """`Store` on SQLAlchemy: SQLite or PostgreSQL, schema managed by Alembic."""
-
-    def __init__(self, engine: Engine, url: URL) -> None:
-        self._engine = engine
-        self._url = url
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
-
-    @property
-    def url(self) -> str:
-        """The database URL with its password masked."""
-        return mask_url(self._url)
-
-    @classmethod
-    def open(cls, url: str, *, create: bool = False) -> SqlStore:
-        """Connect and check the schema; with `create`, an empty database is migrated to head.
-
-        Raises `DatabaseError` for a bad URL, an unreachable server, a database without
-        the schema (and `create` false), an older schema, or one newer than this canaryd.
-        """
-        parsed = parse_url(url)
-        path = sqlite_path(parsed)
-        if not create and path is not None and not path.expanduser().exists():
-            raise DatabaseError(
-                f"no database file at {str(path)!r}; create it with "
-                f"`canaryd db upgrade --url {shlex.quote(mask_url(parsed))}`"
-            )
-        engine = make_engine(url, create=create)
-        try:
-            current = read_revision(engine, parsed)
-            if current is None and create:
-                upgrade_engine(engine, parsed)
-            else:
-                problem = schema_problem(
-                    current, head_revision(), known_revisions(), mask_url(parsed)
-                )
-                if problem is not None:
-                    raise DatabaseError(problem)
-        except BaseException:
-            engine.dispose()
-            raise
-        return cls(engine, parsed)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._engine.dispose()
-
-    @contextmanager
-    def _translating(self, action: str) -> Iterator[None]:
-        """A lost or unusable database becomes `DatabaseError`; the caller may buffer. A
-        value the database refuses (NUL in text, an integer out of range) becomes
-        `RecordRejectedError`, which buffering cannot cure."""
-        try:
-            yield
-        except DataError as exc:
-            raise RecordRejectedError(f"{action} on {self.url}", driver_message(exc)) from exc
-        except OverflowError as exc:  # SQLite's driver: an integer beyond 64 bits
-            raise RecordRejectedError(f"{action} on {self.url}", str(exc)) from exc
-        except (OperationalError, InterfaceError) as exc:
-            raise DatabaseError(f"{action} failed on {self.url}: {driver_message(exc)}") from exc
-        except DBAPIError as exc:
-            if exc.connection_invalidated:
-                raise DatabaseError(
-                    f"{action} failed on {self.url}: {driver_message(exc)}"
-                ) from exc
-            raise
-
-    @contextmanager
-    def _transaction(self, action: str) -> Iterator[Session]:
-        with self._translating(action), self._sessions.begin() as session:
-            yield session
+class SqlHistoryStore(SqlDatabase):
+    """`HistoryStore` on SQLAlchemy: runs, suites, pairs, retention and roll-ups."""
 
     def create_run(self, run: RunInfo) -> None:
         aware(run.started_at, "run started_at")
@@ -194,17 +68,6 @@ class SqlStore:
             )
             if getattr(result, "rowcount", 0) != 1:
                 raise LookupError(f"no run {run_id!r} in {self.url}")
-
-    def _insert_ignoring_duplicates(
-        self, model: type[Any], values: dict[str, Any], unique: list[str]
-    ) -> Any:
-        if self._engine.dialect.name == "postgresql":
-            return (
-                postgresql_insert(model)
-                .values(values)
-                .on_conflict_do_nothing(index_elements=unique)
-            )
-        return sqlite_insert(model).values(values).on_conflict_do_nothing(index_elements=unique)
 
     def record_suite(self, name: str, sha256: str, path: str) -> None:
         """Remember a version of a suite file (idempotent per name and sha256)."""
@@ -532,252 +395,6 @@ class SqlStore:
         with self._translating("reading the latest roll-up"), self._sessions() as session:
             return session.scalars(select(func.max(PairRollupRow.hour_start))).one()
 
-    # --- the rollback switch, its audit trail, gate decisions ---------------------------
 
-    def switch(self) -> SwitchRecord:
-        """The stored switch; the initial state (auto, generation 0) if never changed."""
-        with self._translating("reading the switch"), self._sessions() as session:
-            row = session.get(SwitchStateRow, 1)
-            return switch_record(row)
-
-    @contextmanager
-    def _switch_locked(self, action: str) -> Iterator[tuple[Session, SwitchStateRow]]:
-        """A transaction holding the switch row's lock (created if missing): SQLite
-        `BEGIN IMMEDIATE`, PostgreSQL `SELECT … FOR UPDATE`. CLI and daemon serialise here.
-        On SQLite its commit is synced (`synchronous=FULL`): a switch transition survives
-        a power loss, which the pairs' faster NORMAL level does not promise under WAL."""
-        with self._translating(action), self._engine.connect() as connection:
-            connection.execution_options(**{SQLITE_IMMEDIATE: True, SQLITE_DURABLE: True})
-            with Session(bind=connection) as session, session.begin():
-                session.execute(
-                    self._insert_ignoring_duplicates(
-                        SwitchStateRow, initial_switch_values(), ["id"]
-                    )
-                )
-                row = session.scalars(
-                    select(SwitchStateRow).where(SwitchStateRow.id == 1).with_for_update()
-                ).one()
-                yield session, row
-
-    def change_switch(
-        self,
-        decide: Callable[[SwitchState, list[Evaluation]], SwitchOutcome],
-        *,
-        now: datetime,
-        history: int,
-        actor: str = "",
-    ) -> SwitchOutcome:
-        """Read-modify-write of the switch under its row lock, in one transaction.
-
-        `decide` gets the stored state and the last `history` evaluations up to `now`
-        (oldest first; ones stamped later by a clock that was ahead cannot crowd out
-        today's) and returns the policy's outcome; its state is stored, each transition becomes a
-        `transition` audit row and each refusal a `refused` row by `actor` (with the
-        latest evaluation as evidence). A generation below the stored one is refused.
-        """
-        aware(now, "switch change time")
-        with self._switch_locked("changing the switch") as (session, row):
-            current = switch_record(row).state
-            evaluations = self._evaluations(session, history, until=now)
-            outcome = decide(current, evaluations)
-            new = outcome.state
-            if new.generation < current.generation:
-                raise RuntimeError(
-                    f"switch generation would go back from {current.generation} to {new.generation}"
-                )
-            if new != current:
-                session.execute(
-                    update(SwitchStateRow)
-                    .where(SwitchStateRow.id == 1)
-                    .values(state_values(new))
-                    .execution_options(synchronize_session=False)
-                )
-            session.add_all(transition_audit_row(t) for t in outcome.transitions)
-            latest = evaluations[-1].decisions if evaluations else ()
-            session.add_all(
-                refusal_audit_row(new, now, actor, refusal, latest) for refusal in outcome.refused
-            )
-            return outcome
-
-    def record_actuation(self, generation: int, errors: Mapping[str, str], at: datetime) -> bool:
-        """Remember how applying `generation` went (no errors: applied). Ignored, and
-        False returned, when the switch has moved past `generation` meanwhile."""
-        aware(at, "actuation time")
-        with self._switch_locked("recording the switch's actuation") as (session, row):
-            if row.generation != generation:
-                return False
-            values: dict[str, Any] = {"actuator_errors": dict(errors), "actuated_at": at}
-            if not errors:
-                values["applied_generation"] = generation
-            session.execute(
-                update(SwitchStateRow)
-                .where(SwitchStateRow.id == 1)
-                .values(values)
-                .execution_options(synchronize_session=False)
-            )
-            return True
-
-    def record_gate_run(self, at: datetime) -> None:
-        """Remember that the leader's gate run of `at` completed (the switch row is created
-        if missing; a time older than the stored one is ignored)."""
-        aware(at, "gate run time")
-        with self._switch_locked("recording a completed gate run") as (session, row):
-            if row.gates_completed_at is not None and row.gates_completed_at >= at:
-                return
-            session.execute(
-                update(SwitchStateRow)
-                .where(SwitchStateRow.id == 1)
-                .values(gates_completed_at=at)
-                .execution_options(synchronize_session=False)
-            )
-
-    def audit(self, *, since: datetime | None = None, limit: int | None = None) -> list[AuditEntry]:
-        """Audit rows at or after `since`, oldest first; with `limit`, the most recent."""
-        query = select(SwitchAuditRow)
-        if since is not None:
-            query = query.where(SwitchAuditRow.at >= aware(since, "since"))
-        query = query.order_by(SwitchAuditRow.at.desc(), SwitchAuditRow.id.desc())
-        if limit is not None:
-            query = query.limit(limit)
-        with self._translating("reading the audit trail"), self._sessions() as session:
-            return [audit_entry(row) for row in reversed(session.scalars(query).all())]
-
-    def save_evaluation(self, evaluation: Evaluation, *, comparison_arm: str | None = None) -> None:
-        """Store one evaluation: a row per gate decision, all at `evaluation.at`; of the
-        comparison arm `comparison_arm` (never read by the switch), else of the switch's
-        arm."""
-        aware(evaluation.at, "evaluation time")
-        with self._transaction("saving gate decisions") as session:
-            session.add_all(gate_decision_rows(evaluation, comparison_arm))
-
-    def _evaluations(
-        self,
-        session: Session,
-        limit: int,
-        *,
-        until: datetime | None = None,
-        comparison_arm: str | None = None,
-    ) -> list[Evaluation]:
-        if limit < 1:
-            return []
-        of_arm = (
-            GateDecisionRow.comparison_arm.is_(None)
-            if comparison_arm is None
-            else GateDecisionRow.comparison_arm == comparison_arm
-        )
-        times_query = select(GateDecisionRow.evaluated_at).where(of_arm).distinct()
-        rows_query = select(GateDecisionRow).where(of_arm)
-        if until is not None:
-            times_query = times_query.where(GateDecisionRow.evaluated_at <= until)
-            rows_query = rows_query.where(GateDecisionRow.evaluated_at <= until)
-        times = list(
-            session.scalars(times_query.order_by(GateDecisionRow.evaluated_at.desc()).limit(limit))
-        )
-        if not times:
-            return []
-        rows = session.scalars(
-            rows_query.where(GateDecisionRow.evaluated_at >= min(times)).order_by(
-                GateDecisionRow.evaluated_at, GateDecisionRow.id
-            )
-        )
-        grouped: dict[datetime, list[Any]] = {}
-        for row in rows:
-            grouped.setdefault(row.evaluated_at, []).append(decision_from_dict(row.decision))
-        return [Evaluation(at, tuple(decisions)) for at, decisions in grouped.items()]
-
-    def evaluations(self, limit: int, *, comparison_arm: str | None = None) -> list[Evaluation]:
-        """The last `limit` evaluations of the switch's arm (or of `comparison_arm`),
-        oldest first."""
-        with self._translating("reading gate decisions"), self._sessions() as session:
-            return self._evaluations(session, limit, comparison_arm=comparison_arm)
-
-    def latest_evaluation(self, *, comparison_arm: str | None = None) -> Evaluation | None:
-        found = self.evaluations(1, comparison_arm=comparison_arm)
-        return found[0] if found else None
-
-    def prune_gate_decisions(self, before: datetime) -> int:
-        """Delete gate decisions evaluated before `before`; returns how many."""
-        with self._transaction("pruning gate decisions") as session:
-            result = session.execute(
-                delete(GateDecisionRow).where(
-                    GateDecisionRow.evaluated_at < aware(before, "before")
-                )
-            )
-            return int(getattr(result, "rowcount", 0))
-
-    def drift_references(self, arms: str) -> dict[str, ReferenceStats]:
-        """The pinned acceptance-length reference of each category under the arms
-        configuration keyed `arms` (another draft length or drafter has its own)."""
-        query = select(DriftReferenceRow).where(DriftReferenceRow.arms == arms)
-        with self._translating("reading drift references"), self._sessions() as session:
-            return {row.category: reference_from_row(row) for row in session.scalars(query)}
-
-    def pin_drift_references(
-        self,
-        references: Mapping[str, ReferenceStats],
-        at: datetime,
-        arms: str,
-        *,
-        replace: bool = False,
-    ) -> None:
-        """Pin references for categories that have none under `arms`; an existing pin is
-        kept, unless `replace` (a pin grown from more pairs) — and even then only by one
-        measured from more pairs, so two daemons growing the same pin cannot shrink it."""
-        aware(at, "pin time")
-        with self._transaction("pinning drift references") as session:
-            for category, stats in sorted(references.items()):
-                if replace:
-                    session.execute(
-                        delete(DriftReferenceRow).where(
-                            DriftReferenceRow.arms == arms,
-                            DriftReferenceRow.category == category,
-                            DriftReferenceRow.n < stats.n,
-                        )
-                    )
-                values = drift_reference_values(category, stats, at, arms)
-                session.execute(
-                    self._insert_ignoring_duplicates(
-                        DriftReferenceRow, values, ["arms", "category"]
-                    )
-                )
-
-    def unpin_drift_references(self, categories: Collection[str] = ()) -> int:
-        """Forget the pinned references of `categories` under every arms configuration
-        (all when empty); they are pinned again from healthy pairs."""
-        query = delete(DriftReferenceRow)
-        if categories:
-            query = query.where(DriftReferenceRow.category.in_(list(categories)))
-        with self._transaction("unpinning drift references") as session:
-            return int(getattr(session.execute(query), "rowcount", 0))
-
-    def revision_window(self, arm: str, revision: str) -> RevisionWindow | None:
-        """The evidence window of `revision` of `arm`; None when no request named it yet."""
-        with self._translating("reading a revision window"), self._sessions() as session:
-            return self._revision_window(session, arm, revision)
-
-    def _revision_window(self, session: Session, arm: str, revision: str) -> RevisionWindow | None:
-        started = session.scalars(
-            select(RevisionRow.started_at).where(
-                RevisionRow.arm == arm, RevisionRow.revision == revision
-            )
-        ).one_or_none()
-        if started is None:
-            return None
-        ended = session.scalars(
-            select(func.min(RevisionRow.started_at)).where(
-                RevisionRow.arm == arm, RevisionRow.started_at > started
-            )
-        ).one_or_none()
-        return RevisionWindow(arm, revision, started, ended)
-
-    def start_revision(self, arm: str, revision: str, at: datetime) -> RevisionWindow:
-        """Start the window of `revision` of `arm` at `at`, ending the arm's latest one;
-        a revision already started keeps its window (idempotent, also between daemons)."""
-        values = {"arm": arm, "revision": revision, "started_at": aware(at, "revision start")}
-        with self._transaction(f"starting revision {revision!r}") as session:
-            session.execute(
-                self._insert_ignoring_duplicates(RevisionRow, values, ["arm", "revision"])
-            )
-            window = self._revision_window(session, arm, revision)
-        assert window is not None  # inserted above or before
-        return window
+class SqlStore(SqlHistoryStore, SqlSwitchStore):
+    """`Store` on SQLAlchemy: SQLite or PostgreSQL, schema managed by Alembic."""

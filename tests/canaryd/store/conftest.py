@@ -1,7 +1,7 @@
 """Record builders and an open store for the store tests.
 
 The builders are offered as fixtures (`pair`, `failed`, `run_info`, `prompt`) so that test
-modules need no imports from this file.
+modules need no imports from this file; the mapping tests import `unset_columns`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from sqlalchemy import inspect
 
 from canaryd.store import SqlStore
+from canaryd.store.models import Base
 from engine.types import (
     AcceptanceSource,
     ErrorKind,
@@ -27,6 +29,12 @@ from gates.records import Check, PairRecord, PairScores, Prompt, RunInfo
 T0 = datetime(2025, 11, 29, 12, 0, 0, 123456, tzinfo=UTC)
 
 PairFactory = Callable[..., PairRecord]
+
+
+def unset_columns(row: Base) -> set[str]:
+    """Columns of `row` the mapping left unset (the database would store its default)."""
+    columns = {attribute.key for attribute in inspect(type(row)).column_attrs}
+    return columns - set(vars(row))
 
 
 def build_run(run_id: str = "run-1", started_at: datetime = T0) -> RunInfo:

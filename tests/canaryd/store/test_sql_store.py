@@ -17,7 +17,16 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from canaryd.errors import DatabaseError
-from canaryd.store import SqlStore, Store, head_revision, schema_problem
+from canaryd.store import (
+    HistoryStore,
+    SqlHistoryStore,
+    SqlStore,
+    SqlSwitchStore,
+    Store,
+    SwitchStore,
+    head_revision,
+    schema_problem,
+)
 from canaryd.store.database import make_engine
 from engine.types import AcceptanceSource, SpeculativeStats
 from gates import ReferenceStats
@@ -48,6 +57,23 @@ class TestOpen:
         """SqlStore satisfies the Store protocol that the daemon depends on."""
         as_protocol: Store = store
         assert as_protocol.categories() == []
+
+    def test_each_half_opens_alone_and_reads_what_sqlstore_wrote(
+        self, store: SqlStore, database_url: str
+    ) -> None:
+        """`SqlHistoryStore` and `SqlSwitchStore` are each their protocol on their own, over
+        the same database as the `SqlStore` that joins them."""
+        pin = ReferenceStats(2.0, 0.6, 30, 0.6, 0.3)
+        store.pin_drift_references({"code": pin}, T0, "arms-a")
+        with (
+            SqlHistoryStore.open(database_url) as history,
+            SqlSwitchStore.open(database_url) as switch,
+        ):
+            as_history: HistoryStore = history
+            as_switch: SwitchStore = switch
+            assert [run.info.run_id for run in as_history.runs()] == ["run-1"]
+            assert as_switch.drift_references("arms-a") == {"code": pin}
+            assert not hasattr(history, "change_switch") and not hasattr(switch, "save_pair")
 
     def test_empty_database_with_create_is_migrated_to_head(self, database_url: str) -> None:
         """Opening an empty database with create=True creates the schema, as `canaryd once` does."""
