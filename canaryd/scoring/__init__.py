@@ -2,7 +2,7 @@
 
 `score_pair` turns the two `GenerationResult`s of a pair into `PairScores`;
 `evaluate_check` grades one answer against a prompt's `Check`. The text metrics are
-`evaluate` modules shipped in ``metrics/`` and loaded once per process
+`evaluate` modules shipped in ``evaluate_modules/`` and loaded once per process
 (`load_metrics`); see docs/scoring.md for every definition.
 """
 

@@ -1,6 +1,6 @@
 """Loading the `evaluate` metric modules that ship with canaryd, once per process.
 
-The modules live in ``canaryd/scoring/metrics/<name>/<name>.py``. `evaluate.load` given
+The modules live in ``canaryd/scoring/evaluate_modules/<name>/<name>.py``. `evaluate.load` given
 a local directory whose script has the directory's name goes straight to
 ``LocalEvaluationModuleFactory`` (``evaluate.loading.evaluation_module_factory``): it
 never contacts the hub, so loading works with ``HF_HUB_OFFLINE=1`` and no network. It
@@ -26,7 +26,7 @@ from typing import Any
 
 from canaryd.errors import MetricUnavailableError
 
-METRICS_DIR = Path(__file__).resolve().parent / "metrics"
+METRICS_DIR = Path(__file__).resolve().parent / "evaluate_modules"
 
 ROUGE_L = "canaryd_rouge_l"
 CHRF = "canaryd_chrf"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from canaryd.scoring import first_divergence, load_metrics, score_pair, task_score
@@ -164,19 +162,19 @@ class TestScorePair:
         assert task_score(p, "paris") == 1.0
         assert task_score(p, "Lyon") == 0.0
 
-    def test_fast_enough(self) -> None:
-        """Scoring a differing pair of 128-token, ~100-word outputs takes under 5 ms."""
+    def test_a_long_differing_pair(self) -> None:
+        """A differing pair of 128-token, ~100-word outputs diverges at its first differing
+        token and scores below an exact match on every similarity (its cost is a speed
+        figure, not a unit test: the daemon's overhead benchmark measures it)."""
         load_metrics()
         words = [f"word{i % 37}" for i in range(100)]
         baseline = result(" ".join(words), list(range(128)))
         speculative = result(" ".join(words[:40] + words[:60]), [*range(50), *range(1000, 1078)])
-        p = prompt(reference=" ".join(words[:80]))
-        score_pair(p, baseline, speculative)
-        rounds = 50
-        start = time.perf_counter()
-        for _ in range(rounds):
-            score_pair(p, baseline, speculative)
-        assert (time.perf_counter() - start) / rounds < 0.005
+        scores = score_pair(prompt(reference=" ".join(words[:80])), baseline, speculative)
+        assert not scores.exact_match
+        assert scores.first_divergence == 50
+        assert scores.token_edit_similarity < 1.0
+        assert scores.rouge_l < 1.0
 
 
 class TestTeacherScores:

@@ -24,7 +24,7 @@ Args:
 Returns:
     token_edit_similarity: mean similarity over the pairs, 0..1.
 Examples:
-    >>> sim = evaluate.load("canaryd/scoring/metrics/canaryd_token_edit_similarity")
+    >>> sim = evaluate.load("canaryd/scoring/evaluate_modules/canaryd_token_edit_similarity")
     >>> sim.compute(predictions=[[1, 2, 4]], references=[[1, 2, 3, 4]])["token_edit_similarity"]
     0.75
 """

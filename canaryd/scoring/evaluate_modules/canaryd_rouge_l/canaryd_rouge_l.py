@@ -54,7 +54,7 @@ Returns:
     rouge_l_precision: mean LCS / prediction tokens.
     rouge_l_recall: mean LCS / reference tokens.
 Examples:
-    >>> rouge_l = evaluate.load("canaryd/scoring/metrics/canaryd_rouge_l")
+    >>> rouge_l = evaluate.load("canaryd/scoring/evaluate_modules/canaryd_rouge_l")
     >>> rouge_l.compute(predictions=["the cat sat"], references=["the cat sat down"])["rouge_l"]
     0.8571428571428571
 """

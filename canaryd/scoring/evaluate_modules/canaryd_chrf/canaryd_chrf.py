@@ -24,7 +24,7 @@ Args:
 Returns:
     chrf: mean sentence-level chrF over the pairs, 0..100.
 Examples:
-    >>> chrf = evaluate.load("canaryd/scoring/metrics/canaryd_chrf")
+    >>> chrf = evaluate.load("canaryd/scoring/evaluate_modules/canaryd_chrf")
     >>> chrf.compute(predictions=["abc"], references=["abc"])["chrf"]
     100.0
 """
