@@ -14,7 +14,7 @@ from types import FrameType
 import structlog
 
 from canaryd.daemon import sdnotify
-from canaryd.daemon.core import Daemon
+from canaryd.daemon.lifecycle import Daemon
 
 __all__ = ["serve_until_signalled"]
 

@@ -1,0 +1,207 @@
+"""The daemon's scheduled jobs, as the `CycleJobs` mixin of `Daemon`: the pair cycle
+(retry the buffered pairs, then draw `pairs_per_cycle` prompts — live requests for
+`traffic.live_share` of them while any wait — run them on every arm and store them), the
+gate job and the adaptive pace it sets, the capability probe between cycles, retention,
+and the heartbeat that feeds the watchdogs while the soak progresses. A mixin over
+`DaemonState` (see there why): these are the bound methods APScheduler calls."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import structlog
+
+from canaryd.daemon.plan import Plan
+from canaryd.daemon.scheduling import pace_cycles
+from canaryd.daemon.state import DaemonState
+from canaryd.errors import DatabaseError
+from canaryd.pairs.runner import OwnSampling
+from canaryd.traffic.live import live_prompt, own_sampling, stored_record
+from gates.records import PairSource, Prompt
+
+__all__ = ["CycleJobs"]
+
+log = structlog.get_logger(__name__)
+
+
+class CycleJobs(DaemonState):
+    """The pair cycle, gate, probe, retention and heartbeat jobs, and the pair pace."""
+
+    def run_cycle(self) -> None:
+        """One pair cycle: retry the buffered pairs, then run and store `pairs_per_cycle`."""
+        with self._cycle_lock:
+            self._idle.clear()
+            started = self._progress.mark()
+            try:
+                if self._stopping.is_set() or self._plan is None:
+                    return
+                interval = self._pair_interval_s
+                ok = self._cycle(self._plan)
+            except Exception:
+                # A bug in one cycle must not stop the soak; it is logged and counted.
+                log.exception("cycle.failed")
+                ok, interval = False, self._pair_interval_s
+            finally:
+                self._idle.set()
+            finished = self._progress.cycle_finished()
+            self.cycles += 1
+            self.metrics.cycle_finished(time.time(), ok)
+            took = finished - started
+            if took > interval:
+                # APScheduler skips (coalesces) the runs this one overlapped; say so once.
+                log.warning(
+                    "cycle.overrun",
+                    took_s=round(took, 3),
+                    pair_interval_s=interval,
+                    reason="a cycle took longer than the pair interval; cycles run back to "
+                    "back, fewer than configured",
+                )
+
+    def _next_pair(self, plan: Plan) -> tuple[Prompt, OwnSampling | None, PairSource]:
+        """The next prompt, its own sampling (live requests') and its source: a live
+        request for `traffic.live_share` of the pairs while any wait, else a suite's."""
+        live = self._traffic
+        share = plan.settings.traffic.live_share
+        if live is not None and self._mix.next_is_live(share, live.waiting() > 0):
+            request = live.take()
+            self.metrics.traffic_queue.set(len(live))
+            if request is not None:
+                return live_prompt(request), own_sampling(request), "live"
+        return plan.sampler.next(), None, "control"
+
+    def _cycle(self, plan: Plan) -> bool:
+        db_away = not self._pairs.flush()
+        ok = not db_away
+        include_text = plan.settings.logging.include_text
+        store_text = plan.settings.traffic.store_text
+        for _ in range(plan.settings.schedule.pairs_per_cycle):
+            if self._stopping.is_set():
+                break  # stop scheduling new pairs; the one that finished is stored
+            prompt, sampling, source = self._next_pair(plan)
+            group = plan.runner.run_group(prompt, sampling=sampling, source=source)
+            self._progress.mark()
+            try:
+                self.metrics.observe_group(group.records)
+            except Exception:
+                # Nothing an engine sends may cost the pair: it is stored all the same.
+                log.exception("pair.metrics_failed", group_id=group.group_id)
+            for measured in group.records:
+                # A live pair keeps no text unless traffic.store_text says so; its
+                # scores were computed on the whole pair already.
+                record = stored_record(measured, store_text=store_text)
+                if include_text and source == "control":  # a live pair's text: never
+                    log.info(
+                        "pair.text",
+                        pair_id=record.pair_id,
+                        arm=record.arm,
+                        prompt_text=[m.content for m in prompt.messages],
+                        baseline_text=record.baseline.text,
+                        speculative_text=record.speculative.text,
+                    )
+                if db_away:
+                    self._pairs.buffer(record)  # keep the order: after the pairs waiting
+                    continue
+                if not self._pairs.save(record):
+                    db_away, ok = True, False
+        return ok
+
+    def evaluate_gates(self) -> None:
+        """The gate job: hand the gates the current time (they read everything else).
+
+        A run that raises judged nothing and confirmed nothing: it is counted, and after
+        `GATE_FAILURES_NOT_READY` in a row /readyz answers 503 (the state file's
+        `confirmed_at` ages meanwhile, so a router turns speculation off)."""
+        try:
+            self.gates.evaluate(datetime.now(UTC))
+        except Exception as exc:
+            self.gate_failures += 1
+            self.metrics.gate_run_finished(time.time(), ok=False)
+            log.exception(
+                "gates.failed",
+                consecutive_failures=self.gate_failures,
+                reason=f"{type(exc).__name__}: {exc}",
+            )
+        else:
+            self.gate_failures = 0
+            self.metrics.gate_run_finished(time.time(), ok=True)
+        self._pace()
+
+    def _pace(self) -> None:
+        """Adaptive pair rate: while an enforce detector is past `speed_up_at` of its
+        threshold and undecided, pairs run at `max_pairs_per_minute`, so that a suspected
+        fault is decided in minutes, not hours; back to `pair_interval_s` once it decides
+        (the evidence restarts) or fades."""
+        schedule = self.settings.schedule
+        interval = schedule.pair_interval_s
+        progress = self.gates.suspicion
+        if (
+            schedule.max_pairs_per_minute is not None
+            and progress is not None
+            and progress >= schedule.speed_up_at
+        ):
+            interval = min(interval, 60.0 / schedule.max_pairs_per_minute)
+        if interval == self._pair_interval_s:
+            return
+        log.info(
+            "schedule.pace",
+            pair_interval_s=interval,
+            was_s=self._pair_interval_s,
+            detector_progress=None if progress is None else round(progress, 3),
+            reason="an enforce detector is past speed_up_at of its threshold"
+            if interval < schedule.pair_interval_s
+            else "no undecided detector past speed_up_at",
+        )
+        self._pair_interval_s = interval
+        self.metrics.pair_interval.set(interval)
+        if self._scheduler is not None:
+            pace_cycles(self._scheduler, schedule, interval)
+
+    def run_probe(self) -> None:
+        """The probe job (canaryd.daemon.parity): between cycles, so that its burst and
+        long prompts never weigh on a pair's latency; each capability counts as progress."""
+        with self._cycle_lock:
+            if self._stopping.is_set() or self._plan is None:
+                return
+            try:
+                self._parity.run(
+                    self._plan.settings, self._engines, self.store, on_progress=self._progressed
+                )
+            except Exception:
+                log.exception("probe.crashed")  # a bug in the probe must not stop the soak
+
+    def _progressed(self) -> None:
+        self._progress.mark()
+
+    def apply_retention(self) -> None:
+        """The retention job: roll up and remove old rows; erase live text older than
+        `retention.live_text_days` (kept only with `traffic.store_text`)."""
+        settings = self.settings
+        storage = settings.storage
+        now = datetime.now(UTC)
+        try:
+            report = self.store.apply_retention(
+                now, storage.raw_retention_days, storage.rollup_retention_days
+            )
+            erased = self.store.erase_live_text(
+                now - timedelta(days=settings.retention.live_text_days)
+            )
+        except DatabaseError as exc:
+            self.metrics.store_error("retention")
+            log.error("retention.failed", reason=str(exc))
+            return
+        log.info("retention.done", report=repr(report), live_generations_erased=erased)
+
+    def heartbeat(self) -> None:
+        """The heartbeat job: proves the scheduler is alive to metrics and, while cycles
+        progress, to the watchdogs (`heartbeat_hooks`)."""
+        now = time.time()
+        self.last_heartbeat = now
+        self.metrics.heartbeat(now)
+        if not self._progress.progressing():
+            return
+        for hook in self.heartbeat_hooks:
+            try:
+                hook(now)
+            except Exception:
+                log.exception("heartbeat.hook_failed")

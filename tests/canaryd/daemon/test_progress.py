@@ -1,0 +1,40 @@
+"""The soak's progress clock: ages since progress and since the last cycle, and the
+stall it reports against the limit of the moment."""
+
+from __future__ import annotations
+
+import time
+
+from canaryd.daemon.progress import Progress
+
+
+class TestProgress:
+    def test_before_the_first_cycle_the_cycle_age_counts_from_start(self) -> None:
+        """With no cycle finished yet, the last cycle's age is the time since start."""
+        progress = Progress(lambda: 60.0)
+        time.sleep(0.02)
+        assert progress.last_cycle_age_s() >= 0.02
+        assert progress.last_progress_age_s() >= 0.02
+
+    def test_a_mark_resets_the_progress_age_but_not_the_cycle_age(self) -> None:
+        """A pair finishing is progress; only a finished cycle makes the cycle recent."""
+        progress = Progress(lambda: 60.0)
+        time.sleep(0.02)
+        progress.mark()
+        assert progress.last_progress_age_s() < 0.02 <= progress.last_cycle_age_s()
+        finished = progress.cycle_finished()
+        assert finished <= time.monotonic()
+        assert progress.last_cycle_age_s() < 0.02
+
+    def test_stalled_past_the_limit_and_progressing_again_after_a_mark(self) -> None:
+        """Past the limit the soak is not progressing; the limit is read at each call,
+        so a reload's new limit applies at once."""
+        limit = [60.0]
+        progress = Progress(lambda: limit[0])
+        assert progress.progressing()
+        limit[0] = 0.2
+        time.sleep(0.25)
+        assert not progress.progressing()
+        assert not progress.progressing()  # stays stalled (logged once)
+        progress.mark()
+        assert progress.progressing()
