@@ -44,6 +44,10 @@ _GENERATION_LINE = re.compile(r"^# canaryd routes, generation (-?\d+)", re.MULTI
 # category canaryd knows, so it is left to the default rather than quoted wrongly.
 _CATEGORY = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Words a `map` block reads as its own parameters, quoted or not; as a source value each
+# must be escaped with a backslash (nginx's map documentation), or `nginx -t` fails and a
+# category named so (`default` is canaryd's own default model name) never routes.
+MAP_KEYWORDS = frozenset({"default", "hostnames", "include", "volatile"})
 _RELOAD_OUTPUT_TAIL = 300
 
 
@@ -145,7 +149,7 @@ def render_map(
     ]
     skipped = [name for name in found.overrides if not _CATEGORY.match(name)]
     lines += [
-        f'    "{name}" {upstream[target]};'
+        f"    {_map_key(name)} {upstream[target]};"
         for name, target in sorted(found.overrides.items())
         if name not in skipped
     ]
@@ -153,6 +157,11 @@ def render_map(
     if skipped:
         lines.append(f"# categories left to the default (not nginx-safe names): {skipped!r}")
     return "\n".join(lines) + "\n"
+
+
+def _map_key(category: str) -> str:
+    """A category as a map source value: quoted, or backslash-escaped for a map keyword."""
+    return f"\\{category}" if category in MAP_KEYWORDS else f'"{category}"'
 
 
 def map_generation(text: str | None) -> int:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from canaryd.switch.nginx import (
@@ -107,6 +108,46 @@ class TestRenderMap:
         """Option values end up in the config: they must be plain names."""
         with pytest.raises(ValueError, match="must match"):
             render_map(Routes(SPECULATIVE, "on", 1), baseline_upstream="a; b")
+
+
+class TestMapKeywords:
+    KEYWORDS = ("default", "include", "hostnames", "volatile")
+
+    def test_map_keywords_are_escaped_not_quoted(self) -> None:
+        """nginx reads `default`, `include`, `hostnames` and `volatile` as map parameters
+        even quoted; as categories they are backslash-escaped source values."""
+        overrides = {name: BASELINE for name in self.KEYWORDS} | {"code": BASELINE}
+        text = render_map(Routes(SPECULATIVE, "on except these", 4, overrides))
+        for name in self.KEYWORDS:
+            assert f"    \\{name} baseline;\n" in text
+            assert f'"{name}"' not in text
+        assert '    "code" baseline;\n' in text
+
+    def test_real_nginx_takes_the_map_and_routes_a_category_named_default(
+        self, tmp_path: Path
+    ) -> None:
+        """`nginx -t` passes with categories named like map keywords, and a request of the
+        category `default` goes to the baseline while the default stays speculative."""
+        from tests.support.nginx import Nginx
+
+        overrides = {name: BASELINE for name in self.KEYWORDS}
+        map_file = tmp_path / "canaryd-map.conf"
+        map_file.write_text(render_map(Routes(SPECULATIVE, "on", 5, overrides)))
+        server = Nginx.start(
+            tmp_path / "nginx",
+            f"include {map_file};\n"
+            "server { listen 127.0.0.1:{port}; location / { return 200 $canaryd_upstream; } }",
+        )
+        try:
+            for category, upstream in (
+                ("default", BASELINE),
+                ("include", BASELINE),
+                ("qa", SPECULATIVE),
+            ):
+                answer = httpx.get(server.url, headers={"X-Canaryd-Category": category})
+                assert answer.text == upstream, category
+        finally:
+            server.stop()
 
 
 class TestWriteMap:
