@@ -193,7 +193,7 @@ class CanarydMetrics:
         self.probe.failed()
 
     def traffic_request(self, outcome: str, n: int = 1) -> None:
-        """`n` mirrored requests ended as `outcome` (canaryd.traffic.sampling.OUTCOMES)."""
+        """`n` mirrored requests ended as `outcome` (canaryd.traffic.reservoir.OUTCOMES)."""
         self.traffic.request(outcome, n)
 
     def traffic_mix(

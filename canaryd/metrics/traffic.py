@@ -57,7 +57,7 @@ class TrafficMetrics:
         )
 
     def request(self, outcome: str, n: int = 1) -> None:
-        """`n` mirrored requests ended as `outcome` (canaryd.traffic.sampling.OUTCOMES)."""
+        """`n` mirrored requests ended as `outcome` (canaryd.traffic.reservoir.OUTCOMES)."""
         self.requests.labels(outcome=outcome).inc(n)
 
     def mix(

@@ -1,9 +1,9 @@
 """Live traffic: the mirror sink that receives a gateway's copies of production requests
 (`sink`), what each one asks (`requests`), and the bounded sample of them that the daemon
-replays as live pairs (`sampling`)."""
+replays as live pairs (`reservoir`)."""
 
 from canaryd.traffic.requests import LIVE_CATEGORY, LiveRequest, UnusableRequestError
-from canaryd.traffic.sampling import OUTCOMES, LiveSampler, SamplingBounds
+from canaryd.traffic.reservoir import OUTCOMES, LiveSampler, SamplingBounds
 from canaryd.traffic.sink import TrafficSink
 
 __all__ = [

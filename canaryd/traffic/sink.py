@@ -37,7 +37,7 @@ from canaryd.server.app import (
     split_listen,
 )
 from canaryd.traffic.requests import UnusableRequestError, parse_request, split_route
-from canaryd.traffic.sampling import LiveSampler
+from canaryd.traffic.reservoir import LiveSampler
 
 __all__ = ["TrafficSink"]
 
@@ -192,7 +192,7 @@ class TrafficSink:
 
     @property
     def counts(self) -> dict[str, int]:
-        """Requests received, and by outcome (`canaryd.traffic.sampling.OUTCOMES`)."""
+        """Requests received, and by outcome (`canaryd.traffic.reservoir.OUTCOMES`)."""
         return dict(self.sampler.counts)
 
     def start(self) -> None:

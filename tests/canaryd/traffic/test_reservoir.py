@@ -4,7 +4,7 @@ across categories, dedup within a window, long prompts and extra categories coun
 from __future__ import annotations
 
 from canaryd.traffic.requests import LiveRequest, prompt_hash
-from canaryd.traffic.sampling import OUTCOMES, LiveSampler, SamplingBounds
+from canaryd.traffic.reservoir import OUTCOMES, LiveSampler, SamplingBounds
 from engine.types import Message
 
 KEY = b"k" * 32
