@@ -23,14 +23,13 @@ the daemon's `Judge` (`canaryd.server.rollout`) and send its status and JSON obj
 from __future__ import annotations
 
 import asyncio
-import errno
 import hashlib
 import hmac
 import json
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 from urllib.parse import parse_qs
@@ -38,13 +37,28 @@ from urllib.parse import parse_qs
 import structlog
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from canaryd.errors import StatusServerError
 from canaryd.metrics import CanarydMetrics
 from canaryd.redact import redact_value
+from canaryd.server.plumbing import (
+    MAX_CONNECTIONS,
+    REQUEST_DEADLINE_S,
+    Body,
+    BodyTimedOutError,
+    BodyTooLargeError,
+    DeadlineProtocol,
+    Receive,
+    Scope,
+    Send,
+    bind_listen,
+    bound_address,
+    read_body,
+    serve_in_thread,
+    split_listen,
+)
 
 __all__ = [
+    "MAX_BODIES",
     "MAX_BODY_BYTES",
     "MAX_CONNECTIONS",
     "REQUEST_DEADLINE_S",
@@ -61,18 +75,8 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 Probe = Callable[[], tuple[bool, dict[str, Any]]]
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 _JSON = "application/json"
-# A request must arrive whole within this many seconds: a client that trickles its
-# headers (one line every few seconds) is closed instead of holding the connection.
-REQUEST_DEADLINE_S = 5.0
-# Open connections served at once; a request beyond them is answered 503. Connections
-# cost no thread, so this bounds file descriptors, not the probes' latency.
-MAX_CONNECTIONS = 512
 METRICS_TTL_S = 0.25  # concurrent scrapes share one rendering
 _PROBE_THREADS = 4
 _JUDGE_THREADS = 2
@@ -83,6 +87,11 @@ _ENDPOINTS = ["/metrics", "/healthz", "/readyz", SWITCH_PATH, VERDICT_PATH, FLAG
 # A request body (a Flagger payload is a few hundred bytes) larger than this is answered
 # 413 without being read further.
 MAX_BODY_BYTES = 64 * 1024
+# Bodies read at once; a webhook beyond them is answered 503 (Flagger retries) before a
+# byte of its body is read, so slow bodies cannot pile up.
+MAX_BODIES = 16
+# Paths served whatever the connection budget: the probes and the state routers poll.
+RESERVED_PATHS = ("/healthz", "/readyz", SWITCH_PATH)
 
 # What /v1/switch serves: the state file's object, None while there is none.
 SwitchSource = Callable[[], dict[str, Any] | None]
@@ -97,56 +106,6 @@ class Judge(Protocol):
     ) -> tuple[int, dict[str, Any]]: ...
 
     def flagger(self, hook: str, body: bytes) -> tuple[int, dict[str, Any]]: ...
-
-
-def split_listen(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise StatusServerError(listen, "not a host:port address")
-    return host.strip("[]"), int(port)
-
-
-class DeadlineProtocol(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol with a deadline for each whole request: armed when the
-    connection opens and after each answer, cancelled once a request has arrived.
-    (uvicorn's keep-alive timer restarts on every byte received, so a client trickling
-    its headers would otherwise hold the connection for ever.)"""
-
-    _deadline: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm()
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self.cycle is not None and not self.cycle.response_complete:
-            self._disarm()  # the request has arrived: the app answers it
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if not self.transport.is_closing():
-            self._arm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
-    def _arm(self) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(REQUEST_DEADLINE_S, self._expired)
-
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _expired(self) -> None:
-        self._deadline = None
-        if (self.cycle is None or self.cycle.response_complete) and not (
-            self.transport.is_closing()
-        ):
-            self.transport.close()
 
 
 _UNAUTHORIZED = (
@@ -180,6 +139,7 @@ class _App:
         # Verdicts read and evaluate a window of pairs: on threads of their own, so that a
         # burst of rollout tools never keeps a probe waiting.
         self.judging = ThreadPoolExecutor(_JUDGE_THREADS, thread_name_prefix="canaryd-judge")
+        self.bodies = Body(MAX_BODIES, MAX_BODY_BYTES)
         self._rendered: tuple[float, bytes] | None = None
         self._rendering: asyncio.Lock | None = None
 
@@ -291,20 +251,18 @@ class _App:
         """`POST /v1/flagger/<hook>`: the judge's answer to the payload."""
         if self.judge is None:
             return 404, _JSON, _json_body({"status": "not found", "endpoints": _ENDPOINTS})
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return 400, _JSON, _json_body({"status": "bad request", "reason": "no body"})
-            body += message.get("body", b"")
-            if len(body) > MAX_BODY_BYTES:
-                reason = f"the body is larger than {MAX_BODY_BYTES} bytes"
-                return 413, _JSON, _json_body({"status": "too large", "reason": reason})
-            if not message.get("more_body", False):
-                break
-        return await self._judged(
-            self.judge.flagger, path.removeprefix(FLAGGER_PREFIX), bytes(body)
-        )
+        if self.bodies.full:
+            reason = f"{MAX_BODIES} request bodies are being read already; retry"
+            return 503, _JSON, _json_body({"status": "unavailable", "reason": reason})
+        try:
+            body = await read_body(receive, self.bodies)
+        except BodyTooLargeError:
+            reason = f"the body is larger than {MAX_BODY_BYTES} bytes"
+            return 413, _JSON, _json_body({"status": "too large", "reason": reason})
+        except BodyTimedOutError:
+            reason = f"the body did not arrive whole within {REQUEST_DEADLINE_S:g} s"
+            return 400, _JSON, _json_body({"status": "bad request", "reason": reason})
+        return await self._judged(self.judge.flagger, path.removeprefix(FLAGGER_PREFIX), body)
 
     async def _judged(
         self, answer: Callable[..., tuple[int, dict[str, Any]]], *args: Any
@@ -329,91 +287,6 @@ class _App:
             body = await loop.run_in_executor(self.pool, self.metrics.render)
             self._rendered = (time.monotonic(), body)
             return body
-
-
-def bound_address(sock: socket.socket) -> str:
-    """A listening socket's `host:port` (the real port when it was bound to port 0;
-    an IPv6 host in brackets)."""
-    host, port = sock.getsockname()[:2]
-    host = str(host)
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def bind_listen(host: str, port: int, listen: str) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP named: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say
-    # so, else every answer written in two parts waits for a delayed ACK (40 ms).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        # SO_REUSEADDR lets a restarted daemon rebind while old connections sit in
-        # TIME_WAIT; on Linux it still refuses a port another process listens on.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        if isinstance(exc, socket.gaierror):
-            raise StatusServerError(listen, f"cannot resolve host {host!r}") from exc
-        if exc.errno == errno.EADDRINUSE:
-            reason = "address in use"
-        elif exc.errno == errno.EADDRNOTAVAIL:
-            reason = "no such local address"
-        elif exc.errno == errno.EACCES:
-            reason = "permission denied (ports below 1024 need privileges)"
-        else:
-            reason = exc.strerror or type(exc).__name__
-        raise StatusServerError(listen, reason) from exc
-    except UnicodeError as exc:
-        sock.close()
-        raise StatusServerError(listen, f"cannot resolve host {host!r}") from exc
-    sock.setblocking(False)
-    return sock
-
-
-def serve_in_thread(
-    app: Callable[[Scope, Receive, Send], Awaitable[None]],
-    sock: socket.socket,
-    thread_name: str,
-    *,
-    max_connections: int = MAX_CONNECTIONS,
-) -> tuple[uvicorn.Server, threading.Thread]:
-    """Serve the ASGI `app` on the bound `sock` with uvicorn, on its own event loop in a
-    daemon thread (every request whole within `REQUEST_DEADLINE_S`, at most
-    `max_connections` at once); returns once it listens. Stop it with
-    `server.should_exit = True`, then join the thread."""
-    config = uvicorn.Config(
-        app,
-        http=DeadlineProtocol,
-        lifespan="off",
-        access_log=False,
-        log_config=None,
-        log_level="warning",
-        limit_concurrency=max_connections,
-        timeout_keep_alive=int(REQUEST_DEADLINE_S),
-        timeout_graceful_shutdown=1,
-        server_header=False,
-        date_header=False,
-    )
-    server = uvicorn.Server(config)
-    started = threading.Event()
-
-    def serve() -> None:
-        async def main() -> None:
-            task = asyncio.create_task(server.serve(sockets=[sock]))
-            while not server.started and not task.done():
-                await asyncio.sleep(0.005)
-            started.set()
-            await task
-
-        try:
-            asyncio.run(main())
-        finally:
-            started.set()
-
-    thread = threading.Thread(target=serve, name=thread_name, daemon=True)
-    thread.start()
-    started.wait(10)
-    return server, thread
 
 
 class StatusServer:
@@ -459,7 +332,7 @@ class StatusServer:
         host, port = split_listen(self.listen)
         sock = bind_listen(host, port, self.listen)
         app = _App(self.metrics, self._probes, self._switch, self._judge, self._token)
-        server, thread = serve_in_thread(app, sock, "canaryd-status-http")
+        server, thread = serve_in_thread(app, sock, "canaryd-status-http", reserved=RESERVED_PATHS)
         self._server, self._socket, self._app, self._thread = server, sock, app, thread
         log.info("http.listening", address=self.address)
 

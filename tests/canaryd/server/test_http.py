@@ -9,7 +9,7 @@ import socket
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -410,3 +410,89 @@ class TestSwitchEndpoint:
     def test_a_server_without_a_switch_source_says_so(self, client: httpx.Client) -> None:
         assert client.get("/v1/switch").status_code == 503
         assert "/v1/switch" in client.get("/nope").json()["endpoints"]
+
+
+class _YesJudge:
+    """A judge that answers every request yes: the slow-body tests need webhooks to exist."""
+
+    def verdict(
+        self, params: Mapping[str, list[str]], headers: Mapping[str, str]
+    ) -> tuple[int, dict[str, Any]]:
+        return 200, {"verdict": "PASS"}
+
+    def flagger(self, hook: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        return 200, {"hook": hook}
+
+
+def slow_body(host: str, port: int, stop: threading.Event, ended: list[float]) -> None:
+    """A hostile client: a webhook's headers promising 60,000 bytes, then one byte and
+    nothing more; records when the server answered or closed it (seconds after sending)."""
+    started = time.monotonic()
+    try:
+        with socket.create_connection((host, port), timeout=30) as sock:
+            sock.settimeout(0.5)
+            sock.sendall(
+                b"POST /v1/flagger/rollout HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n{"
+            )
+            while not stop.is_set():
+                try:
+                    sock.recv(4096)  # an answer (503) or the end: either way it ended
+                    ended.append(time.monotonic() - started)
+                    return
+                except TimeoutError:
+                    continue
+    except OSError:
+        ended.append(time.monotonic() - started)
+
+
+class TestSlowBodies:
+    SLOW = 512
+
+    def test_probes_and_the_switch_answer_while_512_slow_bodies_are_open(
+        self, metrics: CanarydMetrics, health: Probe, ready: Probe
+    ) -> None:
+        """512 connections that send a webhook's headers and one byte of its body neither
+        starve /healthz, /readyz and /v1/switch (200 within a second each) nor hold their
+        connections: each is answered 503 at once or closed at the request deadline."""
+        server = StatusServer(
+            "127.0.0.1:0",
+            metrics,
+            health,
+            ready,
+            switch=lambda: {"generation": 1, "speculative_enabled": True},
+            judge=_YesJudge(),
+        )
+        server.start()
+        host, port = server.address.rsplit(":", 1)
+        stop, ended = threading.Event(), []
+        clients = [
+            threading.Thread(target=slow_body, args=(host, int(port), stop, ended), daemon=True)
+            for _ in range(self.SLOW)
+        ]
+        latencies: list[float] = []
+        try:
+            for thread in clients:
+                thread.start()
+            time.sleep(1.0)  # every slow client has sent its headers and its byte
+            with httpx.Client(base_url=f"http://{server.address}", timeout=5) as probe:
+                for _ in range(5):
+                    for path in ("/healthz", "/readyz", "/v1/switch"):
+                        started = time.monotonic()
+                        assert probe.get(path).status_code == 200, path
+                        latencies.append(time.monotonic() - started)
+            deadline = time.monotonic() + REQUEST_DEADLINE_S + 5
+            while len(ended) < self.SLOW and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert len(ended) == self.SLOW, f"{len(ended)} of {self.SLOW} slow bodies ended"
+            assert max(ended) < REQUEST_DEADLINE_S + 2
+            assert max(latencies) < 1.0, sorted(latencies)[-5:]
+        finally:
+            stop.set()
+            for thread in clients:
+                thread.join(timeout=5)
+            server.stop()
+        print(
+            f"probes under {self.SLOW} slow bodies: max {max(latencies) * 1000:.1f} ms; "
+            f"slow bodies ended within {max(ended):.1f} s"
+        )
