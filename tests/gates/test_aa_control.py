@@ -8,7 +8,7 @@ from __future__ import annotations
 from gates import GateDecision, GateState, quality_gate
 from gates.config import QualityGateConfig
 from gates.records import PairRecord
-from tests.gates.conftest import at, record, scores
+from gates.testing import at, record, scores
 
 
 def greedy(n: int, every: int, first: int = 0) -> list[PairRecord]:

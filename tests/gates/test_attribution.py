@@ -13,7 +13,7 @@ from gates.attribution import attribute_drift, mix_shift
 from gates.config import DriftGateConfig
 from gates.drift import ReferenceStats
 from gates.records import PairRecord
-from tests.gates.conftest import at, record, result
+from gates.testing import at, record, result
 
 HEALTHY, DROPPED = 2.8, 1.6
 
@@ -23,13 +23,13 @@ def pair(
 ) -> PairRecord:
     steps = 20
     speculative = result(output_tokens=round(length * steps), verify_steps=steps)
-    made = record(
+    return record(
         index,
         baseline=replace(result(), prompt_tokens=prompt_tokens),
         speculative=speculative,
         category=category,
+        source="live" if live else "control",
     )
-    return replace(made, source="live" if live else "control")
 
 
 def soak(

@@ -13,7 +13,7 @@ from gates.config import DriftGateConfig, LatencyGateConfig
 from gates.drift import ReferenceStats, pin_reference
 from gates.records import PairRecord
 from gates.sequential import cusum_bank, gaussian_llr, llr_cusum
-from tests.gates.conftest import at, record, result
+from gates.testing import at, record, result
 
 H = 17.0
 

@@ -12,8 +12,8 @@ from gates.categories import category_arl0, combine_categories, group_by_categor
 from gates.config import QualityGateConfig, SpeedupGateConfig
 from gates.records import PairRecord
 from gates.sequential import lorden_threshold
+from gates.testing import at, record, result, scores
 from gates.window import select
-from tests.gates.conftest import at, record, result, scores
 
 CATEGORIES = ("code", "math", "qa")
 

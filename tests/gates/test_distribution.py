@@ -16,7 +16,7 @@ from gates.config import QualityGateConfig
 from gates.core import GateDecision
 from gates.distribution import ONE_SIDED_CUSUMS, sign_flip_increments
 from gates.records import PairRecord
-from tests.gates.conftest import at, record, scores
+from gates.testing import at, record, scores
 
 NAME = "quality.argmax"
 

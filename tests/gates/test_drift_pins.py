@@ -16,7 +16,7 @@ from gates import GateState, ReferenceStats, drift_gate, grow_references, pin_re
 from gates.config import DriftGateConfig
 from gates.drift import drift_charts, pin_alpha, pin_margin
 from gates.records import PairRecord
-from tests.gates.conftest import at, record, result
+from gates.testing import at, record, result
 
 MEAN, SD = 2.0, 0.6  # a category whose acceptance length has a CV of 0.30
 

@@ -1,7 +1,7 @@
 """The error gate and shared outages: a burst of errors on both arms (a gateway, a network,
 a shared node) makes each arm fail alone too. Judged against the window-long baseline
 rate, those pairs looked like a speculative fault and rolled a healthy deployment back
-(benchmarks/gate_power.py, `deployment_bf16`: 9 false trips in 153,402 pairs before the
+(benchmarks/gate_power, `deployment_bf16`: 9 false trips in 153,402 pairs before the
 screen). The gate now leaves out the pairs around a cluster of baseline failures and
 judges a pair once the pairs after it show whether an outage was starting."""
 
@@ -14,7 +14,7 @@ from gates import GateState, error_gate
 from gates.config import ErrorGateConfig
 from gates.error_rate import shared_outages
 from gates.records import PairRecord
-from tests.gates.conftest import at, record, result
+from gates.testing import at, record, result
 
 CALM = 0.012  # each arm's own failure rate outside an outage
 BURST = 0.3  # each arm's failure rate inside one, independently of the other arm

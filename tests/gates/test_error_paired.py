@@ -11,7 +11,7 @@ from gates import GateState, error_gate
 from gates.config import ErrorGateConfig
 from gates.error_rate import paired_difference_bounds
 from gates.stats import clopper_pearson
-from tests.gates.conftest import at, record, result
+from gates.testing import at, record, result
 
 
 @pytest.mark.parametrize(("p_first", "p_second", "n"), [(0.01, 0.01, 300), (0.015, 0.01, 800)])

@@ -34,7 +34,7 @@ from gates.config import (
     SpeedupGateConfig,
 )
 from gates.records import PairRecord
-from tests.gates.conftest import at, record, result, scores
+from gates.testing import at, record, result, scores
 
 
 def latency_records(n: int, factor: float) -> list[PairRecord]:

@@ -24,7 +24,7 @@ from gates.sequential import (
     sd_upper_bound,
     shift_ladder,
 )
-from tests.gates.conftest import at, record, scores
+from gates.testing import at, record, scores
 
 
 def sampled(deltas: list[float], **fields: float | bool | None) -> list[PairRecord]:
@@ -225,7 +225,7 @@ class TestLatencyMedian:
 
     @staticmethod
     def timed(ratios: list[float]) -> list[PairRecord]:
-        from tests.gates.conftest import result
+        from gates.testing import result
 
         return [
             record(

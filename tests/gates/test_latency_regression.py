@@ -10,7 +10,7 @@ import random
 from gates import GateDecision, GateState, latency_gate
 from gates.config import LatencyGateConfig
 from gates.records import PairRecord
-from tests.gates.conftest import at, record, result
+from gates.testing import at, record, result
 
 PIN = LatencyGateConfig().regression_pin_pairs  # 1,000 by default
 

@@ -11,7 +11,7 @@ from gates import GateState, quality_gate
 from gates.config import QualityGateConfig
 from gates.core import GateDecision
 from gates.records import PairRecord
-from tests.gates.conftest import at, record, scores
+from gates.testing import at, record, scores
 
 NAME = "quality.distribution"
 

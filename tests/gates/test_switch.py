@@ -20,7 +20,7 @@ from gates import (
     Transition,
     step,
 )
-from tests.gates.conftest import T0
+from gates.testing import T0
 
 POLICY = SwitchPolicyConfig()
 K3_OF_5 = SwitchPolicyConfig(trip_k=3, trip_m=5)

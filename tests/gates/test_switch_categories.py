@@ -19,7 +19,7 @@ from gates import (
     Transition,
     step,
 )
-from tests.gates.conftest import T0
+from gates.testing import T0
 
 GLOBAL = SwitchPolicyConfig()
 CATEGORY = SwitchPolicyConfig(scope="category")

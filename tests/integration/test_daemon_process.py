@@ -177,6 +177,7 @@ def assert_consistent(db: Path) -> None:
     )
 
 
+@pytest.mark.slow  # a `canaryd run` subprocess
 class TestConfigErrors:
     def test_a_bad_value_exits_2_with_one_line_naming_file_and_key(self, tmp_path: Path) -> None:
         """An invalid key fails at start: exit 2, one stderr line with the file and the key."""
@@ -196,6 +197,7 @@ class TestConfigErrors:
         assert str(bad) in lines[0] and "schedule.pair_interval_s" in lines[0]
 
 
+@pytest.mark.slow  # a `canaryd run` subprocess
 class TestSigterm:
     def test_sigterm_mid_pair_exits_0_and_leaves_the_database_consistent(
         self, daemons: dict[str, tuple[Daemon, Path]]
@@ -222,6 +224,7 @@ class TestSigterm:
         assert query(db, "SELECT kind FROM runs WHERE finished_at IS NOT NULL") == [("daemon",)]
 
 
+@pytest.mark.slow  # a `canaryd run` subprocess
 class TestSighup:
     def test_reload_applies_a_valid_config_and_survives_a_broken_one(
         self, daemons: dict[str, tuple[Daemon, Path]]

@@ -106,6 +106,7 @@ def prometheus(prometheus_binary: str, tmp_path: Path) -> Iterator[Callable[[str
     log.close()
 
 
+@pytest.mark.slow  # `canaryd run` and Prometheus subprocesses
 class TestPrometheusScrape:
     def test_acceptance_length_per_category_reaches_prometheus(
         self, canaryd: tuple[Daemon, str], prometheus: Callable[[str], str], tmp_path: Path

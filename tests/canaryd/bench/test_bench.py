@@ -32,6 +32,7 @@ from engine.types import (
     SpeculativeStats,
 )
 from gates.records import PairRecord, Prompt
+from gates.testing import record
 
 FAKE_ARMS = """
 [arms.baseline]
@@ -57,16 +58,15 @@ def result(tokens: int, e2e_s: float, ttft_s: float = 0.1, stats: SpeculativeSta
 
 
 def pair(baseline: GenerationResult, speculative: GenerationResult, n: int = 0) -> PairRecord:
-    prompt = Prompt(id=f"p{n}", category="qa", messages=(Message("user", "hi"),), max_tokens=8)
-    return PairRecord(
-        pair_id=f"pair{n}",
-        run_id="run",
-        prompt=prompt,
-        started_at=datetime(2026, 1, 1, tzinfo=UTC),
-        arm_order=("baseline", "speculative"),
+    return record(
+        n,
         baseline=baseline,
         speculative=speculative,
-        scores=None,
+        scored=False,
+        prompt=Prompt(id=f"p{n}", category="qa", messages=(Message("user", "hi"),), max_tokens=8),
+        pair_id=f"pair{n}",
+        run_id="run",
+        started_at=datetime(2026, 1, 1, tzinfo=UTC),
     )
 
 

@@ -203,6 +203,7 @@ class TestProbeErrors:
         assert not database.exists() or not SqlStore.open(f"sqlite:///{database}").runs()
 
 
+@pytest.mark.slow  # a `canaryd probe` subprocess
 class TestProbeAsAUserRunsIt:
     def test_a_subprocess_prints_the_json_and_exits_1_on_a_regression(self, tmp_path: Path) -> None:
         """`python -m canaryd probe --json` in its own process, as a CI job runs it: the

@@ -24,6 +24,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 class TestTrainHeads:
+    @pytest.mark.slow  # trains heads of both kinds
     def test_quick_training_prints_accuracy_per_head_and_saves_both_kinds(self, env: Path) -> None:
         """--quick trains both kinds for a model directory, prints the held-out top-1
         accuracy per head position for each, and leaves the heads in the data dir."""

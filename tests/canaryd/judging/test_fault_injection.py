@@ -11,7 +11,12 @@ import pytest
 
 from gates import GatesConfig, GateState, SwitchMode, SwitchPolicyConfig
 from gates.records import PairRecord
-from tests.gates.conftest import SPECULATIVE, healthy_records, soak
+from tests.support.soak import (  # the autouse fixture quiets the runner's per-pair logs
+    SPECULATIVE,
+    _quiet_pair_logs,  # noqa: F401
+    healthy_records,
+    soak,
+)
 
 PREFIX = 1000  # healthy pairs before a fault: the first 900 pin the drift references
 

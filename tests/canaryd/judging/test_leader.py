@@ -146,6 +146,7 @@ class TestLeadership:
         holder = first.holder()
         assert holder is not None and holder.instance == "host-b:2"
 
+    @pytest.mark.slow  # two holder subprocesses, one killed
     def test_only_one_of_two_processes_leads_and_its_death_frees_the_lock(
         self, holders: Holders, leaderships: Callable[[str], Leadership]
     ) -> None:
@@ -240,6 +241,7 @@ class TestFileLeadership:
 
 
 class TestFleetStart:
+    @pytest.mark.slow  # three subprocesses migrating one database
     def test_daemons_started_together_migrate_an_empty_database_in_turn(
         self, database_url: str
     ) -> None:

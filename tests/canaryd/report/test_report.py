@@ -33,6 +33,7 @@ from canaryd.store.rollup import facts_from_record
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
 from engine.types import GenerationResult, Message, SpeculativeStats
+from gates import testing
 from gates.core import GateDecision, GateMode, GateState
 from gates.drift import ReferenceStats
 from gates.records import PairRecord, Prompt, RunInfo
@@ -104,15 +105,14 @@ def spec_pair(n: int, verify_steps: int, minute: int) -> PairRecord:
         verify_steps=verify_steps, draft_tokens=4 * verify_steps,
         accepted_tokens=6 - verify_steps, accepted_per_position=(6 - verify_steps,),
     )  # fmt: skip
-    return PairRecord(
-        pair_id=f"p{n}",
-        run_id="r",
-        prompt=Prompt(id=f"q{n}", category="qa", messages=(Message("user", "x"),), max_tokens=6),
-        started_at=datetime(2026, 1, 1, 0, minute, tzinfo=UTC),
-        arm_order=("baseline", "speculative"),
+    return testing.record(
+        n,
         baseline=ok,
         speculative=replace(ok, speculative=stats),
-        scores=None,
+        scored=False,
+        prompt=Prompt(id=f"q{n}", category="qa", messages=(Message("user", "x"),), max_tokens=6),
+        run_id="r",
+        started_at=datetime(2026, 1, 1, 0, minute, tzinfo=UTC),
     )
 
 

@@ -22,7 +22,8 @@ from canaryd.store.rollup import (
     rollups_by_hour,
 )
 from engine.types import ErrorKind, GenerationResult, Message, SpeculativeStats
-from gates.records import PairRecord, PairScores, Prompt, RunInfo
+from gates import testing
+from gates.records import PairRecord, Prompt, RunInfo
 
 NOW = datetime(2025, 12, 20, 15, 30, tzinfo=UTC)
 runner = CliRunner()
@@ -66,36 +67,17 @@ def record(
     speculative_error: ErrorKind | None = None,
 ) -> PairRecord:
     speculative = result(speculative_e2e, verify_steps=verify_steps)
-    scores: PairScores | None = PairScores(
-        exact_match=exact,
-        first_divergence=None if exact else 3,
-        token_edit_similarity=1.0,
-        rouge_l=1.0,
-        chrf=100.0,
-        length_ratio=1.0,
-        baseline_loop=False,
-        speculative_loop=False,
-        baseline_task_score=None,
-        speculative_task_score=None,
-        task_score_delta=None,
-    )
     if speculative_error is not None:
         speculative = GenerationResult.failed(speculative_error, "boom", e2e_s=30.0)
-        scores = None
-    return PairRecord(
-        pair_id=pair_id,
-        run_id="run-1",
-        prompt=Prompt(
-            id=f"{category}-1",
-            category=category,
-            messages=(Message(role="user", content="hello"),),
-            max_tokens=16,
-        ),
-        started_at=started_at,
-        arm_order=("baseline", "speculative"),
+    return testing.record(
+        0,
         baseline=result(baseline_e2e),
         speculative=speculative,
-        scores=scores,
+        pair_scores=testing.scores(exact=exact, delta=None, first_divergence=3),
+        prompt=Prompt(f"{category}-1", category, (Message("user", "hello"),), max_tokens=16),
+        pair_id=pair_id,
+        run_id="run-1",
+        started_at=started_at,
     )
 
 

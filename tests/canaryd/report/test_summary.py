@@ -11,6 +11,7 @@ import pytest
 from canaryd.report import ALL, summarise
 from engine.types import AcceptanceSource, GenerationResult, Message, SpeculativeStats
 from gates.records import PairRecord, Prompt
+from gates.testing import record
 
 
 def pair(n: int, stats: SpeculativeStats | None) -> PairRecord:
@@ -18,15 +19,14 @@ def pair(n: int, stats: SpeculativeStats | None) -> PairRecord:
         text="a b c d e f", token_ids=(1, 2, 3, 4, 5, 6), finish_reason="length",
         prompt_tokens=3, output_tokens=6, ttft_s=0.1, tpot_s=0.1, e2e_s=0.6,
     )  # fmt: skip
-    return PairRecord(
-        pair_id=f"p{n}",
-        run_id="r",
-        prompt=Prompt(id=f"q{n}", category="qa", messages=(Message("user", "x"),), max_tokens=6),
-        started_at=datetime(2026, 1, 1, 0, n, tzinfo=UTC),
-        arm_order=("baseline", "speculative"),
+    return record(
+        n,
         baseline=ok,
         speculative=replace(ok, speculative=stats),
-        scores=None,
+        scored=False,
+        prompt=Prompt(id=f"q{n}", category="qa", messages=(Message("user", "x"),), max_tokens=6),
+        run_id="r",
+        started_at=datetime(2026, 1, 1, 0, n, tzinfo=UTC),
     )
 
 

@@ -111,6 +111,7 @@ class TestLossless:
                 continue
             check_identities(result, 3)
 
+    @pytest.mark.slow  # trains heads of both kinds (the module's `trained` fixture)
     @pytest.mark.parametrize("shape", list(SHAPES))
     @pytest.mark.parametrize("kind", ["causal", "independent"])
     def test_trained_heads_on_every_shipped_prompt(
@@ -137,6 +138,7 @@ class TestLossless:
 
 
 class TestSampling:
+    @pytest.mark.slow  # trains heads of both kinds (the module's `trained` fixture)
     def test_seeded_sampling_is_reproducible_and_varies_with_the_seed(
         self, chaotic: Any, trained: dict[HeadKind, DraftHeads]
     ) -> None:
