@@ -37,6 +37,7 @@ import structlog
 from canaryd.config import Settings
 from canaryd.judging.evidence import read_window
 from canaryd.judging.leader import Leadership, leadership_for
+from canaryd.judging.verdict import MAX_REVISIONS
 from canaryd.metrics import CanarydMetrics
 from canaryd.pairs.plan import arm_key
 from canaryd.probe.routing import route_object
@@ -253,6 +254,11 @@ class SwitchGates:
         # Before the drift pins, which read the mode: a pending emergency rollback counts.
         service.adopt_pending()
         arm = self.settings.switch_arm
+        revision = self.settings.switch.revision
+        if revision is not None and store.revision_window(arm, revision) is None:
+            # The configured revision is an explicit write: its evidence window opens here.
+            store.start_revision(arm, revision, now, keep=MAX_REVISIONS)
+            log.info("verdict.revision_started", arm=arm, revision=revision, by="switch.revision")
         records = self._window(store, arm, now)
         state = service.record().state
         references = self._references(store, records, arm, now, state)

@@ -1,9 +1,12 @@
 """A verdict per revision: what `GET /v1/verdict` and the Flagger webhooks answer.
 
 A revision is what the switch's arm serves (a pod-template hash, a Flagger checksum, a git
-sha). Evidence belongs to one revision: its window starts at the first request that names
-it (`SwitchStore.start_revision`) and ends where the arm's next revision starts, so the
-pairs measured before it never judge it. `VerdictService.judge` runs every gate
+sha). Evidence belongs to one revision: its window starts only when an explicit write opens
+it (`open_revision`: Flagger's `pre-rollout` or `rollout` hook, `POST /v1/verdict`, or
+`switch.revision` in the config, which the gate job opens) and ends where the arm's next
+revision starts, so the pairs measured before it never judge it. A read never writes: a
+revision nobody opened reads NODATA and creates nothing. At most `MAX_REVISIONS` windows
+are kept per arm; opening one more forgets the oldest. `VerdictService.judge` runs every gate
 (`gates.cycle.judge`, pure) over the arm's pairs in that window, cut at the leader's last
 completed gate run (`evaluated_at`): a verdict is as current as the gates' own judging, and
 canaryd refuses to judge (`CannotJudgeError`) when the database is away or that run is
@@ -31,7 +34,7 @@ from canaryd.errors import BadRequestError, CannotJudgeError, DatabaseError
 from canaryd.judging.evidence import read_window
 from canaryd.pairs.plan import arm_key
 from canaryd.redact import redact_value
-from canaryd.store import SqlStore, Store
+from canaryd.store import RevisionWindow, SqlStore, Store
 from gates import GateDecision
 from gates.cycle import Verdict, judge
 from gates.records import BASELINE_ARM, PairRecord
@@ -45,6 +48,12 @@ __all__ = [
 ]
 
 log = structlog.get_logger(__name__)
+
+# Evidence windows kept per arm: opening one more forgets the oldest (retention forgets
+# ended ones after `storage.raw_retention_days` anyway).
+MAX_REVISIONS = 100
+# How much of a client's unknown value a reason repeats.
+ECHO_CHARS = 64
 
 # Verdicts kept per (query, gate run, window, settings): a rollout tool polling between two
 # gate runs costs two small reads, not a read and evaluation of the whole window.
@@ -148,15 +157,51 @@ class VerdictService:
                 self._store.close()
             self._store = None
 
-    def judge(self, query: VerdictQuery) -> RevisionVerdict:
-        """The verdict of `query.revision`; starts its window when no request named it yet.
+    def judge(self, query: VerdictQuery, *, start: bool = False) -> RevisionVerdict:
+        """The verdict of `query.revision`. With `start` (an authenticated write: a Flagger
+        hook, `POST /v1/verdict`) its window is opened first when none is; without, nothing
+        is written, and a revision nobody opened reads NODATA.
 
         Raises `CannotJudgeError` when the database is away or no gate run completed within
         the freshness bound, `BadRequestError` for a category the store has never seen."""
         try:
+            if start:
+                self._open(query.revision)
             return self._judge(query)
         except DatabaseError as exc:
             raise CannotJudgeError(f"the database is away: {exc}") from exc
+
+    def open_revision(self, revision: str) -> RevisionWindow:
+        """Open the evidence window of `revision` of the switch's arm now, ending the arm's
+        current one; a revision already opened keeps its window. Raises `CannotJudgeError`
+        when the database is away, `BadRequestError` when the config pins another revision
+        (`switch.revision`)."""
+        try:
+            return self._open(revision)
+        except DatabaseError as exc:
+            raise CannotJudgeError(f"the database is away: {exc}") from exc
+
+    def _open(self, revision: str) -> RevisionWindow:
+        settings = self.settings
+        served = settings.switch.revision
+        if served is not None and revision != served:
+            raise BadRequestError(
+                "revision",
+                f"the speculative arm serves revision {served!r} (switch.revision); "
+                "another revision's window cannot be opened",
+            )
+        store = self._opened()
+        arm = settings.switch_arm
+        window = store.revision_window(arm, revision)
+        if window is None:
+            window = store.start_revision(arm, revision, self._clock(), keep=MAX_REVISIONS)
+            log.info(
+                "verdict.revision_started",
+                arm=arm,
+                revision=revision,
+                started_at=window.started_at.isoformat(),
+            )
+        return window
 
     def _judge(self, query: VerdictQuery) -> RevisionVerdict:
         settings = self.settings
@@ -179,9 +224,12 @@ class VerdictService:
         if query.category is not None:
             known = store.categories()
             if query.category not in known:
+                shown = ", ".join(known[:20]) + (
+                    f" (+{len(known) - 20} more)" if len(known) > 20 else ""
+                )
                 raise BadRequestError(
                     "category",
-                    f"unknown category {query.category!r}; known: {', '.join(known) or 'none'}",
+                    f"unknown category {query.category[:ECHO_CHARS]!r}; known: {shown or 'none'}",
                 )
         arm = settings.switch_arm
         revision = query.revision
@@ -219,12 +267,14 @@ class VerdictService:
             )
         window = store.revision_window(arm, revision)
         if window is None:
-            window = store.start_revision(arm, revision, now)
-            log.info(
-                "verdict.revision_started",
-                arm=arm,
-                revision=revision,
-                started_at=window.started_at.isoformat(),
+            opener = (
+                "the gate job opens it at its next run (switch.revision)"
+                if served is not None
+                else "open it with Flagger's pre-rollout or rollout hook or POST "
+                f"/v1/verdict?revision={revision}"
+            )
+            return answer(
+                "NODATA", f"no evidence window is open for revision {revision!r}: {opener}"
             )
         if completed < window.started_at:
             return answer(

@@ -23,6 +23,7 @@ the daemon's `Judge` (`canaryd.server.rollout`) and send its status and JSON obj
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import json
@@ -102,7 +103,7 @@ class Judge(Protocol):
     Called on threads of its own (it reads the database); it never raises for a request."""
 
     def verdict(
-        self, params: Mapping[str, list[str]], headers: Mapping[str, str]
+        self, params: Mapping[str, list[str]], headers: Mapping[str, str], *, write: bool = False
     ) -> tuple[int, dict[str, Any]]: ...
 
     def flagger(self, hook: str, body: bytes) -> tuple[int, dict[str, Any]]: ...
@@ -155,6 +156,8 @@ class _App:
             extra = [(b"www-authenticate", b'Bearer realm="canaryd"')]
         elif method == "POST" and path.startswith(FLAGGER_PREFIX):
             status, content_type, body = await self.flagger(path, receive)
+        elif method == "POST" and path == VERDICT_PATH:
+            status, content_type, body = await self.verdict(scope, receive)
         elif method not in ("GET", "HEAD"):
             status, content_type, body = 405, _JSON, b'{"status": "method not allowed"}'
         elif path == SWITCH_PATH:
@@ -236,16 +239,39 @@ class _App:
             return 304, _JSON, b"", headers
         return 200, _JSON, body, headers
 
-    async def verdict(self, scope: Scope) -> tuple[int, str, bytes]:
-        """`GET /v1/verdict`: the judge's answer to the query string and headers."""
+    async def verdict(self, scope: Scope, receive: Receive | None = None) -> tuple[int, str, bytes]:
+        """`GET /v1/verdict`: the judge's answer to the query string and headers; `POST`
+        (with `receive`) the same after opening the revision's window, its body ignored."""
         if self.judge is None:
             return 404, _JSON, _json_body({"status": "not found", "endpoints": _ENDPOINTS})
-        params = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        if receive is not None:
+            refused = await self._drained(receive)
+            if refused is not None:
+                return refused
+        query = scope.get("query_string", b"").decode("latin-1")
+        params = parse_qs(query, keep_blank_values=True)
         headers = {
             name.decode("latin-1").lower(): value.decode("latin-1")
             for name, value in scope.get("headers") or []
         }
-        return await self._judged(self.judge.verdict, params, headers)
+        return await self._judged(
+            functools.partial(self.judge.verdict, write=receive is not None), params, headers
+        )
+
+    async def _drained(self, receive: Receive) -> tuple[int, str, bytes] | None:
+        """Read a body whole within the bounds (None), or the answer that refuses it."""
+        if self.bodies.full:
+            reason = f"{MAX_BODIES} request bodies are being read already; retry"
+            return 503, _JSON, _json_body({"status": "unavailable", "reason": reason})
+        try:
+            await read_body(receive, self.bodies)
+        except BodyTooLargeError:
+            reason = f"the body is larger than {MAX_BODY_BYTES} bytes"
+            return 413, _JSON, _json_body({"status": "too large", "reason": reason})
+        except BodyTimedOutError:
+            reason = f"the body did not arrive whole within {REQUEST_DEADLINE_S:g} s"
+            return 400, _JSON, _json_body({"status": "bad request", "reason": reason})
+        return None
 
     async def flagger(self, path: str, receive: Receive) -> tuple[int, str, bytes]:
         """`POST /v1/flagger/<hook>`: the judge's answer to the payload."""

@@ -1,6 +1,13 @@
 """The progressive-delivery endpoints' answers: `GET /v1/verdict` (canaryd's body, or
-Kayenta's judge result with `format=kayenta`) and Flagger's webhooks
-`POST /v1/flagger/{rollout,confirm-promotion,rollback}`.
+Kayenta's judge result with `format=kayenta`), `POST /v1/verdict` (the same answer, after
+opening the revision's evidence window when none is open) and Flagger's webhooks
+`POST /v1/flagger/{pre-rollout,rollout,confirm-promotion,rollback}`.
+
+Reads never write: `GET /v1/verdict`, `confirm-promotion` and `rollback` judge a revision's
+window as it is, and a revision nobody opened reads NODATA. Only `POST /v1/verdict`,
+`pre-rollout` and `rollout` open a window (guarded by `server.auth_token` when one is set).
+Every input is parsed strictly (whole-string patterns, ASCII digits with bounds) and a bad
+one is answered 400 with a short reason that repeats at most `ECHO_CHARS` of it.
 
 `ProgressiveDelivery` turns a request's query, headers or body into a `VerdictQuery`
 (bad input: 400 naming the key), asks `VerdictService` for the verdict and answers with
@@ -35,28 +42,43 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-FLAGGER_HOOKS = ("rollout", "confirm-promotion", "rollback")
+FLAGGER_HOOKS = ("pre-rollout", "rollout", "confirm-promotion", "rollback")
+# The hooks that may open a revision's window (the others only read).
+OPENING_HOOKS = frozenset({"pre-rollout", "rollout"})
 # The revision may come in a header instead of the query (a caller whose URL is fixed).
 REVISION_HEADER = "x-canaryd-revision"
 QUERY_KEYS = ("revision", "min_pairs", "category", "format")
 FORMATS = ("canaryd", "kayenta")
 MAX_MIN_PAIRS = 1_000_000
+ECHO_CHARS = 64  # of a client's bad value, at most this much is repeated in a reason
 _REVISION = re.compile(REVISION_PATTERN)
 
 Answer = tuple[int, dict[str, Any]]
 
 
+def _echo(value: str) -> str:
+    """A client's value as a reason may repeat it: its first `ECHO_CHARS`, repr-quoted."""
+    return repr(value[:ECHO_CHARS]) + ("…" if len(value) > ECHO_CHARS else "")
+
+
 def _revision(value: str, key: str) -> str:
-    if not _REVISION.match(value):
+    if not _REVISION.fullmatch(value):
         raise BadRequestError(
-            key, f"{value!r} is not a revision: 1 to 128 printable ASCII characters, no spaces"
+            key, f"{_echo(value)} is not a revision: 1 to 128 printable ASCII characters, no spaces"
         )
     return value
 
 
 def _min_pairs(value: str, key: str) -> int:
-    if not value.isdigit() or int(value) > MAX_MIN_PAIRS:
-        raise BadRequestError(key, f"{value!r} is not a whole number from 0 to {MAX_MIN_PAIRS}")
+    digits = len(str(MAX_MIN_PAIRS))
+    if not (value.isascii() and value.isdecimal() and len(value) <= digits):
+        raise BadRequestError(
+            key, f"{_echo(value)} is not a whole number from 0 to {MAX_MIN_PAIRS}"
+        )
+    if int(value) > MAX_MIN_PAIRS:
+        raise BadRequestError(
+            key, f"{_echo(value)} is not a whole number from 0 to {MAX_MIN_PAIRS}"
+        )
     return int(value)
 
 
@@ -72,7 +94,9 @@ def verdict_query(
     """The query of a `GET /v1/verdict` and its format; `BadRequestError` names the key."""
     unknown = sorted(set(params) - set(QUERY_KEYS))
     if unknown:
-        raise BadRequestError(unknown[0], f"unknown query key; expected {', '.join(QUERY_KEYS)}")
+        raise BadRequestError(
+            unknown[0][:ECHO_CHARS], f"unknown query key; expected {', '.join(QUERY_KEYS)}"
+        )
     for key, values in params.items():
         if len(values) > 1:
             raise BadRequestError(key, f"given {len(values)} times; give it once")
@@ -81,8 +105,8 @@ def verdict_query(
     if "revision" in given and header is not None and header != given["revision"]:
         raise BadRequestError(
             "revision",
-            f"the query names {given['revision']!r} but the {REVISION_HEADER} header "
-            f"{header!r}; give one",
+            f"the query names {_echo(given['revision'])} but the {REVISION_HEADER} header "
+            f"{_echo(header)}; give one",
         )
     revision = given.get("revision", header)
     if revision is None:
@@ -93,7 +117,7 @@ def verdict_query(
         )
     form = given.get("format", "canaryd")
     if form not in FORMATS:
-        raise BadRequestError("format", f"{form!r}; expected one of {', '.join(FORMATS)}")
+        raise BadRequestError("format", f"{_echo(form)}; expected one of {', '.join(FORMATS)}")
     query = VerdictQuery(
         revision=_revision(revision, "revision"),
         min_pairs=_min_pairs(given["min_pairs"], "min_pairs") if "min_pairs" in given else 0,
@@ -107,8 +131,12 @@ def flagger_query(body: bytes) -> tuple[VerdictQuery, dict[str, str]]:
     `category` may come in `metadata`), and who asked; `BadRequestError` names the field."""
     try:
         payload = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequestError("body", f"not JSON: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise BadRequestError("body", f"not JSON: {exc.msg} at {exc.pos}") from None
+    except RecursionError:
+        raise BadRequestError("body", "nested too deeply") from None
+    except ValueError:  # not UTF-8, or an integer too long to read
+        raise BadRequestError("body", "not UTF-8 JSON with readable numbers") from None
     if not isinstance(payload, dict):
         raise BadRequestError("body", "not a JSON object (Flagger sends name, namespace, …)")
     for key in ("name", "namespace", "phase", "checksum"):
@@ -137,7 +165,7 @@ def flagger_query(body: bytes) -> tuple[VerdictQuery, dict[str, str]]:
 def _flagger_yes(hook: str, verdict: RevisionVerdict) -> bool:
     """Whether a hook's answer is yes: a rollout goes on unless FAIL; a promotion needs a
     fresh PASS; a rollback happens only on FAIL."""
-    if hook == "rollout":
+    if hook in OPENING_HOOKS:
         return verdict.verdict != "FAIL"
     if hook == "confirm-promotion":
         return verdict.verdict == "PASS" and verdict.fresh
@@ -150,12 +178,15 @@ class ProgressiveDelivery:
     def __init__(self, service: VerdictService) -> None:
         self.service = service
 
-    def verdict(self, params: Mapping[str, list[str]], headers: Mapping[str, str]) -> Answer:
-        """`GET /v1/verdict`: 200 with every verdict (FAIL included), 400 for bad input,
-        503 only when canaryd cannot judge."""
+    def verdict(
+        self, params: Mapping[str, list[str]], headers: Mapping[str, str], *, write: bool = False
+    ) -> Answer:
+        """`GET /v1/verdict` (and, with `write`, `POST`, which first opens the revision's
+        window): 200 with every verdict (FAIL included), 400 for bad input, 503 only when
+        canaryd cannot judge."""
         try:
             query, form = verdict_query(params, headers)
-            verdict = self.service.judge(query)
+            verdict = self.service.judge(query, start=write)
         except BadRequestError as exc:
             return 400, {"status": "bad request", "key": exc.key, "reason": str(exc)}
         except CannotJudgeError as exc:
@@ -175,7 +206,22 @@ class ProgressiveDelivery:
             }
         try:
             query, canary = flagger_query(body)
-            verdict = self.service.judge(query)
+            if hook == "pre-rollout":
+                window = self.service.open_revision(query.revision)
+                log.info(
+                    "verdict.flagger",
+                    hook=hook,
+                    canary=f"{canary['namespace']}/{canary['name']}",
+                    phase=canary["phase"],
+                    revision=query.revision,
+                    answer=200,
+                )
+                return 200, {
+                    "hook": hook,
+                    "revision": window.revision,
+                    "started_at": window.started_at.isoformat(),
+                }
+            verdict = self.service.judge(query, start=hook in OPENING_HOOKS)
         except BadRequestError as exc:
             return 400, {"status": "bad request", "key": exc.key, "reason": str(exc)}
         except CannotJudgeError as exc:

@@ -295,14 +295,34 @@ class SqlSwitchStore(SqlDatabase):
         ).one_or_none()
         return RevisionWindow(arm, revision, started, ended)
 
-    def start_revision(self, arm: str, revision: str, at: datetime) -> RevisionWindow:
+    def start_revision(
+        self, arm: str, revision: str, at: datetime, *, keep: int | None = None
+    ) -> RevisionWindow:
         """Start the window of `revision` of `arm` at `at`, ending the arm's latest one;
-        a revision already started keeps its window (idempotent, also between daemons)."""
+        a revision already started keeps its window (idempotent, also between daemons).
+        With `keep`, only the arm's `keep` newest windows stay; older ones are forgotten
+        (a window ends where the next starts, so the newer ones do not change)."""
         values = {"arm": arm, "revision": revision, "started_at": aware(at, "revision start")}
         with self._transaction(f"starting revision {revision!r}") as session:
             session.execute(
                 self._insert_ignoring_duplicates(RevisionRow, values, ["arm", "revision"])
             )
+            if keep is not None:
+                oldest_kept = session.scalars(
+                    select(RevisionRow.started_at)
+                    .where(RevisionRow.arm == arm)
+                    .order_by(RevisionRow.started_at.desc())
+                    .offset(keep - 1)
+                    .limit(1)
+                ).one_or_none()
+                if oldest_kept is not None:
+                    session.execute(
+                        delete(RevisionRow).where(
+                            RevisionRow.arm == arm,
+                            RevisionRow.started_at < oldest_kept,
+                            RevisionRow.revision != revision,
+                        )
+                    )
             window = self._revision_window(session, arm, revision)
         assert window is not None  # inserted above or before
         return window

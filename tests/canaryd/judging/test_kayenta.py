@@ -189,7 +189,7 @@ class TestOverHttp:
     def test_format_kayenta_serves_the_same_verdict(self, world: World) -> None:
         """`format=kayenta` answers the revision's verdict in Kayenta's shape: a failing
         revision is Fail with a High liveness result."""
-        world.verdict(revision="bad")
+        world.open(revision="bad")
         world.pairs(10, error_rate=1.0)
         answer = world.verdict(revision="bad", format="kayenta")
         assert answer.status_code == 200

@@ -36,21 +36,27 @@ def store(database_url: str) -> Iterator[SqlStore]:
 
 
 def judge(service: VerdictService, revision: str, **query: object) -> RevisionVerdict:
+    """A read: judges the revision's window as it is."""
     return service.judge(VerdictQuery(revision, **query))  # type: ignore[arg-type]
+
+
+def opened(service: VerdictService, revision: str, **query: object) -> RevisionVerdict:
+    """A write (a Flagger rollout hook, POST /v1/verdict): opens the window, then judges."""
+    return service.judge(VerdictQuery(revision, **query), start=True)  # type: ignore[arg-type]
 
 
 class TestRevisionWindows:
     def test_each_revision_is_judged_on_its_own_pairs(
         self, store: SqlStore, database_url: str, tmp_path: Path
     ) -> None:
-        """A's first request starts its window (NODATA, not fresh, until a gate run
+        """A's first opening request starts its window (NODATA, not fresh, until a gate run
         follows); A's healthy pairs PASS; B starts later and FAILs on its dead arm's pairs
         alone; A then keeps its final verdict on its own pairs, no longer fresh."""
         soak = Soak(store)
         clock = Clock(soak.base)
         service = VerdictService(settings(database_url, tmp_path), store=store, clock=clock)
         store.record_gate_run(soak.base - timedelta(seconds=1))
-        started = judge(service, "rev-a")
+        started = opened(service, "rev-a")
         assert (started.verdict, started.fresh, started.pairs) == ("NODATA", False, 0)
         assert "no gate run has completed since" in started.reason
 
@@ -62,7 +68,7 @@ class TestRevisionWindows:
         assert passed.speculative_enabled is True and passed.generation == 0
 
         clock.now += timedelta(milliseconds=100)
-        assert judge(service, "rev-b").verdict == "NODATA"  # B starts: A's window ends
+        assert opened(service, "rev-b").verdict == "NODATA"  # B starts: A's window ends
         clock.now = soak.pairs(10, error_rate=1.0)
         store.record_gate_run(clock.now)
         failed = judge(service, "rev-b")
@@ -80,14 +86,14 @@ class TestRevisionWindows:
         clock = Clock(soak.base)
         service = VerdictService(settings(database_url, tmp_path), store=store, clock=clock)
         store.record_gate_run(soak.base - timedelta(seconds=1))
-        judge(service, "rev-a")
+        opened(service, "rev-a")
         clock.now = soak.pairs(10)
         store.record_gate_run(clock.now)
         held = judge(service, "rev-a", min_pairs=30)
         assert held.verdict == "NODATA"
         assert held.reason == "10 pairs of revision 'rev-a', fewer than min_pairs=30"
         clock.now += timedelta(milliseconds=100)
-        judge(service, "rev-b")
+        opened(service, "rev-b")
         clock.now = soak.pairs(10, error_rate=1.0)
         store.record_gate_run(clock.now)
         assert judge(service, "rev-b", min_pairs=30).verdict == "FAIL"
@@ -101,7 +107,7 @@ class TestRevisionWindows:
         clock = Clock(soak.base)
         service = VerdictService(settings(database_url, tmp_path), store=store, clock=clock)
         store.record_gate_run(soak.base - timedelta(seconds=1))
-        judge(service, "rev-a")
+        opened(service, "rev-a")
         clock.now = soak.pairs(18)
         store.record_gate_run(clock.now)
         category = store.pairs()[0].prompt.category
@@ -115,7 +121,7 @@ class TestRevisionWindows:
         self, store: SqlStore, database_url: str, tmp_path: Path
     ) -> None:
         """With `switch.revision`, a request for another revision is NODATA naming the
-        key, and starts no window."""
+        key, and starts no window; opening another is refused naming the key."""
         soak = Soak(store)
         configured = settings(database_url, tmp_path)
         configured = configured.model_copy(
@@ -127,8 +133,56 @@ class TestRevisionWindows:
         assert other.verdict == "NODATA" and not other.fresh
         assert "serves revision 'rev-a' (switch.revision), not 'rev-b'" in other.reason
         assert store.revision_window("speculative", "rev-b") is None
-        judge(service, "rev-a")
+        with pytest.raises(BadRequestError, match=r"^revision: .*switch.revision"):
+            opened(service, "rev-b")
+        assert store.revision_window("speculative", "rev-b") is None
+        opened(service, "rev-a")
         assert store.revision_window("speculative", "rev-a") is not None
+
+
+class TestReadsNeverWrite:
+    def test_a_read_of_another_revision_changes_no_verdict(
+        self, store: SqlStore, database_url: str, tmp_path: Path
+    ) -> None:
+        """A read naming an unknown revision is NODATA, creates no window and leaves the
+        judged revision's window, freshness and verdict as they were; a read before a
+        revision is opened never hands it the old pods' pairs."""
+        soak = Soak(store)
+        clock = Clock(soak.base)
+        service = VerdictService(settings(database_url, tmp_path), store=store, clock=clock)
+        store.record_gate_run(soak.base - timedelta(seconds=1))
+        early = judge(service, "rev-next")
+        assert early.verdict == "NODATA" and "no evidence window is open" in early.reason
+        opened(service, "rev-good")
+        clock.now = soak.pairs(10, error_rate=1.0)
+        store.record_gate_run(clock.now)
+        before = judge(service, "rev-good")
+        assert (before.verdict, before.fresh) == ("FAIL", True)
+        for evil in ("evil", "rev-next", "x" * 128):
+            read = judge(service, evil)
+            assert read.verdict == "NODATA" and read.pairs == 0
+            assert store.revision_window("speculative", evil) is None
+        after = judge(service, "rev-good")
+        assert (after.verdict, after.fresh, after.pairs) == ("FAIL", True, 10)
+
+    def test_windows_per_arm_are_capped(
+        self, store: SqlStore, database_url: str, tmp_path: Path
+    ) -> None:
+        """Opening more than MAX_REVISIONS windows forgets the oldest, keeps the newest."""
+        from canaryd.judging.verdict import MAX_REVISIONS
+
+        soak = Soak(store)
+        clock = Clock(soak.base)
+        service = VerdictService(settings(database_url, tmp_path), store=store, clock=clock)
+        for index in range(MAX_REVISIONS + 5):
+            clock.now = soak.base + timedelta(seconds=index)
+            service.open_revision(f"rev-{index}")
+        kept = [
+            index
+            for index in range(MAX_REVISIONS + 5)
+            if store.revision_window("speculative", f"rev-{index}") is not None
+        ]
+        assert kept == list(range(5, MAX_REVISIONS + 5))
 
 
 class TestCannotJudge:

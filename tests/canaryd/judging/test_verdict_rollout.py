@@ -1,4 +1,4 @@
-"""`GET /v1/verdict` polled as Argo Rollouts' web provider polls it, while a new revision
+"""`POST /v1/verdict` polled as the shipped Argo template's web metric polls it, while a new revision
 that breaks the speculative arm rolls out behind the same URL: the daemon in-process over
 two loopback OpenAI-compatible servers, a real SQLite file and real HTTP, driven cycle by
 cycle so that nothing depends on timing."""
@@ -75,7 +75,9 @@ listen = "127.0.0.1:0"
 
 
 def poll(daemon: Daemon, revision: str) -> httpx.Response:
-    return httpx.get(
+    """One measurement as the shipped Argo template takes it: a POST, which opens the
+    revision's window on the first measurement and only reads afterwards."""
+    return httpx.post(
         f"http://{daemon.address}/v1/verdict", params={"revision": revision}, timeout=10
     )
 
@@ -90,10 +92,11 @@ class TestArgoPollsANewRevision:
         within 12 pairs; B's verdicts count only its own pairs, and A's window ended where
         B's began."""
         running, speculative = daemon
-        assert poll(running, "rev-a").status_code == 503  # no gate run has completed yet
+        # No gate run has completed yet: 503, but the write has opened A's window.
+        assert poll(running, "rev-a").status_code == 503
         running.evaluate_gates()
-        first = poll(running, "rev-a").json()  # starts A's window
-        assert (first["verdict"], first["fresh"], first["pairs"]) == ("NODATA", False, 0)
+        first = poll(running, "rev-a").json()
+        assert (first["verdict"], first["fresh"], first["pairs"]) == ("NODATA", True, 0)
         for _ in range(12):
             running.run_cycle()
         running.evaluate_gates()

@@ -58,6 +58,10 @@ class World:
     def verdict(self, **params: str) -> httpx.Response:
         return self.client.get("/v1/verdict", params=params)
 
+    def open(self, **params: str) -> httpx.Response:
+        """POST /v1/verdict: opens the revision's window, then answers as GET does."""
+        return self.client.post("/v1/verdict", params=params)
+
     def flagger(self, hook: str, checksum: str, **metadata: str) -> httpx.Response:
         payload = {
             "name": "vllm-spec",
@@ -84,16 +88,16 @@ def world(tmp_path: Path) -> Iterator[World]:
 def states(world: World) -> None:
     """Four revisions in four states: `old` PASSed and was superseded, `good` PASSes
     fresh, `bad` FAILs on its own dead arm, `new` has no pairs yet (NODATA)."""
-    world.verdict(revision="old")
+    world.open(revision="old")
     world.pairs(10)
     world.later()
-    world.verdict(revision="good")
+    world.open(revision="good")
     world.pairs(10)
     world.later()
-    world.verdict(revision="bad")
+    world.open(revision="bad")
     world.pairs(10, error_rate=1.0)
     world.later()
-    world.verdict(revision="new")
+    world.open(revision="new")
 
 
 class TestVerdictEndpoint:
@@ -129,7 +133,7 @@ class TestVerdictEndpoint:
 
     def test_the_revision_may_come_in_a_header(self, world: World) -> None:
         """`X-Canaryd-Revision` names the revision when the query does not."""
-        world.verdict(revision="good")
+        world.open(revision="good")
         world.pairs(10)
         answer = world.client.get("/v1/verdict", headers={"X-Canaryd-Revision": "good"})
         assert answer.status_code == 200
@@ -147,6 +151,10 @@ class TestVerdictEndpoint:
             ("?revision=a&format=xml", "format", "'xml'; expected one of canaryd, kayenta"),
             ("?revision=a&category=", "category", "empty"),
             ("?revision=a&category=nope", "category", "unknown category 'nope'"),
+            ("?revision=a&min_pairs=%C2%B2", "min_pairs", "'²' is not a whole number"),
+            ("?revision=a&min_pairs=%D9%A3", "min_pairs", "is not a whole number"),
+            ("?revision=abc%0A", "revision", "is not a revision"),
+            ("?revision=a&category=" + "c" * 5000, "category", "unknown category 'ccc"),
         ],
     )
     def test_bad_input_is_400_naming_the_key(
@@ -249,6 +257,12 @@ class TestFlaggerWebhooks:
                 b'"metadata": {"min_pairs": "many"}}',
                 "metadata.min_pairs",
             ),
+            (b"[" * 20_000 + b"]" * 20_000, "body"),
+            (
+                b'{"name": "a", "namespace": "b", "phase": "c", "checksum": ' + b"9" * 5000 + b"}",
+                "body",
+            ),
+            (b'{"name": "\xff"}', "body"),
         ],
     )
     def test_a_payload_that_is_not_flaggers_is_400_naming_the_field(
@@ -258,11 +272,12 @@ class TestFlaggerWebhooks:
         answer = world.client.post("/v1/flagger/rollout", content=body)
         assert answer.status_code == 400
         assert answer.json()["key"] == key, answer.json()
+        assert len(answer.text) < 1024 and "Traceback" not in answer.text
 
     def test_unknown_hooks_large_bodies_and_no_judge(self, world: World, tmp_path: Path) -> None:
-        """An unknown hook is 404 naming the three; a body over the limit is 413; without
+        """An unknown hook is 404 naming the others; a body over the limit is 413; without
         a completed gate run the hooks answer 503 (Flagger retries), never a verdict."""
-        unknown = world.client.post("/v1/flagger/pre-rollout", json={})
+        unknown = world.client.post("/v1/flagger/post-rollout", json={})
         assert unknown.status_code == 404 and "confirm-promotion" in unknown.json()["reason"]
         huge = world.client.post("/v1/flagger/rollout", content=b" " * (MAX_BODY_BYTES + 1))
         assert huge.status_code == 413
