@@ -4,7 +4,7 @@ hits both arms roll a healthy speculative arm back (issue #23)?
 A real deployment has error bursts that are nobody's fault in particular: a gateway
 restarts, a network path flaps, a shared node is drained. Inside one, each arm fails on
 its own too, so a window-long comparison sees a cluster of speculative-only failures. The
-full `gate_power.py` run found them to be the only false-trip source on its
+full `gate_power` run found them to be the only false-trip source on its
 `deployment_bf16` model (9 trips in 153,402 pairs, all by the error gate). It sees about
 one burst per 5,000 pairs; this benchmark simulates thousands of them, each with the
 production gates evaluated as the daemon does.

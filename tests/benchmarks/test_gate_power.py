@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import statistics
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +24,8 @@ from gates.liveness import liveness_gate
 from gates.sequential import lorden_threshold
 
 pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
 
 FAULTS = (
     "drift_30pct_one_category",
@@ -110,7 +116,7 @@ class TestGatePower:
                 "optimal_pairs",
                 "optimal_within_tolerance_pairs",
                 "tripped_by",
-                # the names the issue's bar reads (#23)
+                # the names the documented bar reads
                 "canaryd_pairs_ci95",
                 "kayenta_tolerant_pairs_median",
                 "oracle_at_tolerance_pairs",
@@ -338,3 +344,29 @@ class TestDeploymentNoise:
         spec_only = sum(1 for r in noisy if r.baseline.ok and not r.speculative.ok)
         base_only = sum(1 for r in noisy if not r.baseline.ok and r.speculative.ok)
         assert abs(spec_only - base_only) < 4 * (spec_only + base_only) ** 0.5
+
+
+class TestCommand:
+    @pytest.mark.parametrize(
+        "invocation",
+        [["benchmarks/gate_power"], ["-m", "benchmarks.gate_power"]],
+        ids=["folder", "module"],
+    )
+    def test_both_invocations_reach_the_command(self, invocation: list[str]) -> None:
+        """`python benchmarks/gate_power` and `python -m benchmarks.gate_power`, run from
+        the repository root without PYTHONPATH as the docs say, both reach the command:
+        exit 0 and the help names the benchmark and its options."""
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        run = subprocess.run(
+            [sys.executable, *invocation, "--help"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert "How often the production gates roll back healthy traffic" in run.stdout
+        for option in ("--quick", "--out", "--jobs", "--refit"):
+            assert option in run.stdout

@@ -1,0 +1,159 @@
+"""The faults injected after a healthy prefix and canaryd's time to catch them: each
+`Fault` is an update to a noise model's speculative arm (`faults`: a 30 % acceptance drop
+in one category, found by bisection in `drift_rate_for`, slower e2e, errors, corruption,
+a verify bug on the bf16 deployment). `canaryd_pairs_to_trip` judges the pairs from the
+onset with the product's judging path and switch policy at the 60 s cadence (screened,
+replayed where a detector nears its threshold) until the switch rolls back;
+`minutes_on_schedule` turns its pairs into wall-clock minutes on the shipped schedule."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.gate_power.noise import NoiseModel
+from benchmarks.gate_power.streams import FaultStream, PairStream, default_prompts
+from benchmarks.gate_power.trips import alarms
+from canaryd.config import ScheduleConfig
+from gates import (
+    Evaluation,
+    GatesConfig,
+    GateState,
+    ReferenceStats,
+    SwitchMode,
+    SwitchState,
+    liveness_gate,
+    step,
+)
+from gates.cycle import evaluate_all, latest_window, suspicion, window_bounds
+from gates.records import PairRecord
+
+PREFIX_PAIRS = 1_500
+
+
+SCREEN_MARGIN = 0.9  # replay the 60 s cadence once a CUSUM peak reaches this share of h
+DRIFT_CATEGORY = "code"
+DRIFT_DROP = 0.30
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    metric: str  # what the Kayenta judge and the oracle watch
+    update: dict[str, Any]
+    base: str = "realistic"  # the noise model the fault is injected into
+
+
+def faults(drift_rate: float) -> list[Fault]:
+    return [
+        Fault(
+            "drift_30pct_one_category",
+            "acceptance",
+            {"acceptance_rate_by_category": {DRIFT_CATEGORY: drift_rate}},
+        ),
+        Fault("latency_x1.5", "e2e", {"latency_factor": 1.5}),
+        Fault("errors_5pct", "error", {"error_rate": 0.05}),
+        Fault("corruption_3pct", "mismatch", {"corrupt_rate": 0.03}),
+        Fault("mismatch_80pct", "mismatch", {"corrupt_rate": 0.8}),
+        # A real verify bug on a bf16 deployment whose greedy pairs already diverge on
+        # numeric ties (3 %): 30 % real divergences on top of them.
+        Fault("greedy_verify_bf16", "mismatch", {"corrupt_rate": 0.3}, base="deployment_bf16"),
+    ]
+
+
+def category_acceptance(model: NoiseModel, category: str, n: int, seed: int) -> list[float]:
+    """Acceptance lengths of `n` pairs of one category (real pair runner)."""
+    only = {c: float(c == category) for c in {p.category for p in default_prompts()}}
+    stream = PairStream(model, seed, weights=only)
+    return [
+        length
+        for r in stream.take(n)
+        if r.speculative.ok and (length := r.speculative.acceptance_length) is not None
+    ]
+
+
+def drift_rate_for(model: NoiseModel, category: str, drop: float, seed: int) -> float:
+    """The category's acceptance rate at which its mean acceptance length falls by
+    `drop`, by bisection on the fake (common random numbers keep it monotone)."""
+
+    def mean_length(rate: float) -> float:
+        faulty = model.with_speculative(acceptance_rate_by_category={category: rate})
+        return statistics.fmean(category_acceptance(faulty, category, 240, seed))
+
+    target = (1.0 - drop) * statistics.fmean(category_acceptance(model, category, 240, seed))
+    low, high = 0.0, model.speculative.acceptance_rate
+    for _ in range(9):
+        middle = (low + high) / 2
+        low, high = (middle, high) if mean_length(middle) < target else (low, middle)
+    return round((low + high) / 2, 4)
+
+
+def canaryd_pairs_to_trip(
+    prefix: Sequence[PairRecord],
+    stream: FaultStream,
+    config: GatesConfig,
+    references: dict[str, ReferenceStats],
+    *,
+    screen: int,
+    every: int = 6,
+) -> tuple[int | None, str | None, int, int | None]:
+    """(pairs from the onset to the trip, the tripping gate, evaluations run, the first
+    screened evaluation at which an undecided enforce detector was past the schedule's
+    `speed_up_at`: where the daemon's adaptive pace would have sped pairs up — a
+    screened point, so never earlier than the daemon would)."""
+    _, longest_pairs = window_bounds(config)
+    screen = max(every, screen // every * every)
+    state = SwitchState()
+    history: list[Evaluation] = []
+    evaluations = 0
+
+    def evaluate(n: int) -> Evaluation:
+        nonlocal evaluations
+        window = latest_window(
+            [*prefix[-(longest_pairs or len(prefix)) :], *stream.upto(n)], config
+        )
+        now = window[-1].started_at
+        evaluations += 1
+        decisions = evaluate_all(window, config, now=now, references=references, since=state.since)
+        return Evaluation(now, tuple(decisions))
+
+    live = config.liveness.window_pairs or longest_pairs or 10_000
+
+    def live_failed(n: int) -> bool:
+        window = [*prefix[-live:], *stream.upto(n)[-live:]][-live:]
+        decision = liveness_gate(window, config.liveness, now=window[-1].started_at)
+        return decision.enforced and decision.state is GateState.FAIL
+
+    speed_up_at = ScheduleConfig().speed_up_at
+    faster: int | None = None
+    end = screen
+    while end <= stream.cap:
+        screened = evaluate(end)
+        if faster is None and suspicion(screened.decisions) >= speed_up_at:
+            faster = end
+        points = range(end - screen + every, end + 1, every)
+        hot = bool(alarms(screened.decisions, SCREEN_MARGIN)) or any(live_failed(n) for n in points)
+        for n in points if hot else [end]:
+            evaluation = screened if n == end else evaluate(n)
+            history.append(evaluation)
+            state = step(state, history[-20:], config.policy, now=evaluation.at).state
+            if state.mode is SwitchMode.ROLLED_BACK:
+                return n, state.actor.removeprefix("gate:"), evaluations, faster
+        end += screen
+    return None, None, evaluations, faster
+
+
+def minutes_on_schedule(pairs: int | None, faster: int | None) -> float | None:
+    """Wall-clock minutes for `pairs` on the shipped schedule (`ScheduleConfig()`): one
+    pair every `pair_interval_s` until the adaptive pace sped up (pair `faster`), then
+    `max_pairs_per_minute`. None when the run did not trip within the cap."""
+    if pairs is None:
+        return None
+    schedule = ScheduleConfig()
+    slow = schedule.pair_interval_s
+    rate = schedule.max_pairs_per_minute
+    fast = min(60.0 / rate, slow) if rate else slow
+    before = pairs if faster is None else min(pairs, faster)
+    return round((before * slow + (pairs - before) * fast) / 60.0, 1)

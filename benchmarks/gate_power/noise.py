@@ -1,0 +1,179 @@
+"""The noise models the benchmark simulates: the seeded fake-engine arms of `realistic`
+and `embedded_fit` (acceptance rates fitted to the embedded model's measured speedups,
+`fit.fit_embedded` redoes the fit) and `deployment_bf16`, the realistic arms on a bf16
+GPU deployment (`DeploymentNoise`: diurnal load and shared queueing, error bursts,
+timeouts and numeric-tie divergence, applied pair by pair by `Deployed`). Simulated time
+starts at `T0`, one pair every `DESIGN_SPACING_S` seconds unless a caller says otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from canaryd.pairs.runner import PairParams
+from engine.config import FakeEngineConfig
+from engine.types import ErrorKind, GenerationResult
+from gates import GatesConfig
+from gates.records import PairRecord
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+DESIGN_SPACING_S = 10.0
+
+
+# --- noise models -----------------------------------------------------------------------
+
+EMBEDDED_SPEEDUP = {
+    "translation": 1.70,
+    "rag": 1.78,
+    "summarisation": 1.09,
+    "math": 0.97,
+    "qa": 0.88,
+    "multi_turn": 0.81,
+    "extraction": 1.00,
+    "code": 1.00,
+    "structured": 1.00,
+}
+# Fitted by `fit_embedded` (seed 0, 720 requests per category and bisection step).
+EMBEDDED_ACCEPTANCE_RATE = {
+    "code": 0.4368,
+    "extraction": 0.4424,
+    "math": 0.4191,
+    "multi_turn": 0.3022,
+    "qa": 0.3624,
+    "rag": 0.7151,
+    "structured": 0.4428,
+    "summarisation": 0.4917,
+    "translation": 0.6876,
+}
+
+
+@dataclass(frozen=True)
+class DeploymentNoise:
+    """What a real GPU deployment adds to every pair, applied to the runner's records:
+    a diurnal load (1 + `diurnal` × sin over 24 h of simulated time) and a queueing delay
+    shared by both arms of a pair (exponential, mean `queue_s` × load, added to TTFT and
+    e2e: within-pair correlated); error bursts (entered with probability `burst_rate` per
+    pair, `burst_pairs` long on average, each arm failing alone with probability
+    `burst_failure` inside); timeouts on `timeout_rate` of each arm's requests; and on
+    `tie_rate` of the greedy pairs whose outputs agreed, a numeric-tie divergence (bf16
+    kernels picking the other of two nearly tied tokens: margin below half of
+    `quality.tie_margin_nats`). Sampled pairs come from the noise model
+    (`NoiseModel.sampled_share`), each arm with its own seed."""
+
+    diurnal: float = 0.4
+    queue_s: float = 0.05
+    burst_rate: float = 1.0 / 5_000
+    burst_pairs: float = 30.0
+    burst_failure: float = 0.3
+    timeout_rate: float = 0.002
+    tie_rate: float = 0.03
+    tie_margin_nats: float = 0.1
+
+
+class Deployed:
+    """A `DeploymentNoise` applied pair by pair with its own seeded generator."""
+
+    def __init__(self, noise: DeploymentNoise, seed: int) -> None:
+        self.noise = noise
+        self.rng = random.Random(seed * 104_729 + 17)
+        self.burst_left = 0
+
+    def _fail(self, result: GenerationResult, kind: ErrorKind, e2e: float) -> GenerationResult:
+        return GenerationResult.failed(kind, "deployment noise", e2e, result.prompt_tokens)
+
+    def _delay(self, result: GenerationResult, delay: float) -> GenerationResult:
+        if not result.ok:
+            return result
+        ttft = None if result.ttft_s is None else result.ttft_s + delay
+        return replace(result, ttft_s=ttft, e2e_s=result.e2e_s + delay)
+
+    def apply(self, record: PairRecord) -> PairRecord:
+        noise, rng = self.noise, self.rng
+        seconds = (record.started_at - T0).total_seconds()
+        load = 1.0 + noise.diurnal * math.sin(2.0 * math.pi * seconds / 86_400.0)
+        delay = rng.expovariate(1.0 / (noise.queue_s * load))
+        arms = [self._delay(record.baseline, delay), self._delay(record.speculative, delay)]
+        if self.burst_left == 0 and rng.random() < noise.burst_rate:
+            self.burst_left = max(1, round(rng.expovariate(1.0 / noise.burst_pairs)))
+        in_burst = self.burst_left > 0
+        self.burst_left = max(0, self.burst_left - 1)
+        for i, arm in enumerate(arms):
+            if not arm.ok:
+                continue
+            if in_burst and rng.random() < noise.burst_failure:
+                arms[i] = self._fail(arm, ErrorKind.HTTP, arm.e2e_s)
+            elif rng.random() < noise.timeout_rate:
+                arms[i] = self._fail(arm, ErrorKind.TIMEOUT, 60.0)
+        scores = record.scores if all(a.ok for a in arms) else None
+        if (
+            scores is not None
+            and scores.exact_match
+            and record.temperature <= 0.0
+            and rng.random() < noise.tie_rate
+        ):
+            tokens = max(1, record.speculative.output_tokens)
+            scores = replace(
+                scores,
+                exact_match=False,
+                first_divergence=rng.randrange(tokens),
+                divergence_margin=rng.uniform(0.0, noise.tie_margin_nats / 2.0),
+            )
+        return replace(record, baseline=arms[0], speculative=arms[1], scores=scores)
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    name: str
+    baseline: FakeEngineConfig
+    speculative: FakeEngineConfig
+    params: PairParams = field(default_factory=PairParams)
+    deployment: DeploymentNoise | None = None
+    # The share of pairs sampled at `sampled_temperature` (the rest greedy), as mirrored
+    # live traffic brings them; their seeds follow `params.seed_per_arm`.
+    sampled_share: float = 0.0
+    sampled_temperature: float = 0.7
+
+    def with_speculative(self, **update: Any) -> NoiseModel:
+        return replace(self, speculative=self.speculative.model_copy(update=update))
+
+
+def realistic() -> NoiseModel:
+    arm = FakeEngineConfig(latency_sigma=0.5, tail_rate=0.02, tail_factor=5.0, error_rate=0.01)
+    return NoiseModel(
+        "realistic", arm, arm.model_copy(update={"speculative": True, "acceptance_sd": 0.15})
+    )
+
+
+def deployment_bf16() -> NoiseModel:
+    """The realistic arms on a bf16 GPU deployment (`DeploymentNoise`): correlated
+    queueing, diurnal load, error bursts and timeouts, numeric-tie divergence on 3 % of
+    greedy pairs; 30 % of the pairs sampled at temperature 0.7 with a seed per arm (two
+    independent draws of a lossless sampler: the quality gate's sampled-pair detectors
+    see exactly exchangeable noise)."""
+    model = realistic()
+    return replace(
+        model,
+        name="deployment_bf16",
+        deployment=DeploymentNoise(tie_margin_nats=GatesConfig().quality.tie_margin_nats),
+        params=replace(model.params, seed_per_arm=True),
+        sampled_share=0.3,
+    )
+
+
+def embedded_fit(rates: dict[str, float] | None = None) -> NoiseModel:
+    arm = FakeEngineConfig(
+        ttft_s=0.08, tpot_s=1 / 26.6, latency_sigma=0.2, tail_rate=0.01, tail_factor=3.0
+    )
+    speculative = arm.model_copy(
+        update={
+            "speculative": True,
+            "num_draft_tokens": 8,
+            "acceptance_sd": 0.15,
+            "acceptance_rate_by_category": dict(rates or EMBEDDED_ACCEPTANCE_RATE),
+        }
+    )
+    return NoiseModel("embedded_fit", arm, speculative, PairParams(max_tokens=96))

@@ -1,0 +1,94 @@
+"""The daemon's pair loop in simulated time: `PairStream` runs the real `PairRunner` over
+a noise model's seeded fake engines and the shipped prompt suites (`StratifiedSampler`),
+stamping pair i at `first + i` spacings after `T0`; `FaultStream` holds the pairs after a
+fault's onset, generated on demand up to a cap, so that every judge reads the same ones.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import timedelta
+
+from benchmarks.gate_power.noise import DESIGN_SPACING_S, T0, Deployed, NoiseModel
+from canaryd.pairs.runner import OwnSampling, PairRunner
+from canaryd.pairs.sampler import StratifiedSampler
+from canaryd.pairs.suites import load_default_suites
+from engine.fake import FakeEngine
+from gates.records import PairRecord, Prompt
+
+_PROMPTS: list[Prompt] = []
+
+
+def default_prompts() -> list[Prompt]:
+    if not _PROMPTS:
+        _PROMPTS.extend(p for suite in load_default_suites() for p in suite.prompts)
+    return _PROMPTS
+
+
+class PairStream:
+    """The daemon's pair loop in simulated time: seeded engines and sampler, pair i
+    starting `first + i` spacings after T0."""
+
+    def __init__(
+        self,
+        model: NoiseModel,
+        seed: int,
+        *,
+        spacing_s: float = DESIGN_SPACING_S,
+        first: int = 0,
+        weights: dict[str, float] | None = None,
+    ) -> None:
+        self.runner = PairRunner(
+            FakeEngine(model.baseline.model_copy(update={"seed": seed})),
+            FakeEngine(model.speculative.model_copy(update={"seed": seed})),
+            run_id=f"{model.name}-{seed}",
+            params=model.params,
+            seed=seed,
+        )
+        self.sampler = StratifiedSampler(default_prompts(), weights=weights, seed=seed)
+        self.spacing = timedelta(seconds=spacing_s)
+        self.index = first
+        self.deployed = (
+            Deployed(model.deployment, seed + first) if model.deployment is not None else None
+        )
+        self.model = model
+        self.sampled = random.Random(seed * 15_485_863 + first)
+
+    def _run(self, prompt: Prompt) -> PairRecord:
+        model = self.model
+        if model.sampled_share and self.sampled.random() < model.sampled_share:
+            own = OwnSampling(
+                temperature=model.sampled_temperature,
+                top_p=1.0,
+                max_tokens=model.params.max_tokens or prompt.max_tokens,
+            )
+            return self.runner.run_group(prompt, sampling=own).records[0]
+        return self.runner.run_pair(prompt)
+
+    def take(self, n: int) -> list[PairRecord]:
+        out = []
+        for _ in range(n):
+            record = self._run(self.sampler.next())
+            record = replace(record, started_at=T0 + self.index * self.spacing)
+            if self.deployed is not None:
+                record = self.deployed.apply(record)
+            out.append(record)
+            self.index += 1
+        return out
+
+
+class FaultStream:
+    """The pairs after a fault's onset, generated on demand up to `cap`."""
+
+    def __init__(self, stream: PairStream, cap: int) -> None:
+        self.stream = stream
+        self.cap = cap
+        self.records: list[PairRecord] = []
+
+    def upto(self, n: int) -> list[PairRecord]:
+        n = min(n, self.cap)
+        if n > len(self.records):
+            self.records.extend(self.stream.take(max(n - len(self.records), 200)))
+            del self.records[self.cap :]
+        return self.records[:n]
