@@ -227,11 +227,17 @@ def _report(
                 f"speculative_enabled={str(enabled).lower()}"
                 + (": speculation is still ON)" if enabled else ")")
             )
+            cause = str(report.failures[STATE_FILE_ACTUATOR])
+            fix = (
+                "Find the process that holds the state file's lock (`fuser -v` names it; a "
+                "frozen writer), stop it"
+                if "held the lock" in cause
+                else "Fix the file's directory (space, permissions)"
+            )
             typer.echo(
                 f"canaryd: warning: the database holds generation {state.generation}, but "
                 f"the state file {str(service.state_file)!r} could not be written: "
-                f"production still reads {reads}. Fix the file's directory (space, "
-                "permissions), then rerun this command",
+                f"production still reads {reads}. {fix}, then rerun this command",
                 err=True,
             )
         typer.echo(

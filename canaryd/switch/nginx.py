@@ -143,7 +143,7 @@ def render_map(
     lines = [
         f"# canaryd routes, generation {found.generation}: rendered by `canaryd switch "
         "nginx-map`; do not edit",
-        f"# {' '.join(found.why.split())}",  # one line: a reason may hold newlines
+        f"# {_one_line(found.why)}",  # a reason may hold newlines
         f"map {header_variable(header)} ${variable} {{",
         f"    default {upstream[found.default]};",
     ]
@@ -157,6 +157,11 @@ def render_map(
     if skipped:
         lines.append(f"# categories left to the default (not nginx-safe names): {skipped!r}")
     return "\n".join(lines) + "\n"
+
+
+def _one_line(text: str) -> str:
+    """`text` on one line: a switch reason may hold newlines (anyone with the CLI sets it)."""
+    return " ".join(text.split())
 
 
 def _map_key(category: str) -> str:
@@ -204,10 +209,10 @@ def write_map(
             f"{path}: kept generation {on_file} (generation {found.generation} is older)",
         )
     if current is not None and _routing_lines(current) == _routing_lines(text):
-        return MapWrite(False, False, f"{path}: unchanged ({found.why})")
+        return MapWrite(False, False, f"{path}: unchanged ({_one_line(found.why)})")
     _replace(path, text)
     if not reload_command:
-        return MapWrite(True, False, f"{path}: written ({found.why})")
+        return MapWrite(True, False, f"{path}: written ({_one_line(found.why)})")
     try:
         _reload(reload_command, timeout_s)
     except RuntimeError:
@@ -219,7 +224,7 @@ def write_map(
         else:
             _replace(path, current)
         raise
-    return MapWrite(True, True, f"{path}: written and reloaded ({found.why})")
+    return MapWrite(True, True, f"{path}: written and reloaded ({_one_line(found.why)})")
 
 
 def _routing_lines(text: str) -> list[str]:

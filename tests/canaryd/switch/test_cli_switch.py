@@ -151,6 +151,7 @@ class TestStateFileLockHeld:
         assert result.exit_code == 1
         assert "switch rolled back: mode=rolled_back" in result.output
         assert "held the lock" in result.stderr and "production still reads" in result.stderr
+        assert "space, permissions" not in result.stderr and "fuser" in result.stderr
         shown = runner.invoke(app, ["switch", "status", "--json", *url], env=env)
         assert json.loads(shown.stdout)["mode"] == "rolled_back"
 

@@ -151,6 +151,13 @@ class TestMapKeywords:
 
 
 class TestWriteMap:
+    def test_the_message_is_one_line_whatever_the_reason(self, tmp_path: Path) -> None:
+        """What `canaryd switch nginx-map` prints stays one line for a reason with newlines."""
+        found = Routes(BASELINE, "switch off: a\nb\r\nc", 2)
+        done = write_map(tmp_path / "map.conf", render_map(found), found)
+        assert "\n" not in done.message and "\r" not in done.message
+        assert "a b c" in done.message
+
     def test_an_unchanged_route_is_not_rewritten_nor_reloaded(self, tmp_path: Path) -> None:
         """A new generation that routes the same needs no reload."""
         path = tmp_path / "routes.conf"
