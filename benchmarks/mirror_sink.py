@@ -126,6 +126,8 @@ def serve_sink(port: int, window_s: float) -> None:
         hash_key=KEY,
         max_prompts_per_minute=PER_MINUTE,
         max_per_category_per_minute=PER_CATEGORY,
+        # the categories the requests below name (with `live`, max_categories in all)
+        categories=["bench", *(f"category{i}" for i in range(30))],
     )
     per_window: list[dict[str, int]] = []
     sampler = LiveSampler(SamplingBounds.of(config), seed=0, window_s=window_s)
@@ -331,10 +333,13 @@ async def _flood(url: str, bodies: list[dict[str, Any]], concurrency: int) -> No
         try:
             for body in queue:
                 data = json.dumps(body).encode()
+                # The category header a gateway sets: here the request's model names it.
+                category = str(body.get("model", "")).encode()
                 writer.write(
                     b"POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\n"
+                    b"X-Canaryd-Category: %s\r\n"
                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                    % (host.encode(), len(data), data)
+                    % (host.encode(), category, len(data), data)
                 )
                 head = await reader.readuntil(b"\r\n\r\n")
                 length = 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -238,6 +238,10 @@ class ServerConfig(_Section):
         return listen
 
 
+# A live category is named like a suite's (canaryd.pairs.suites.CATEGORY_PATTERN).
+_LIVE_CATEGORY_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
 class TrafficConfig(_Section):
     """The mirror sink: live production requests, copied by a gateway (nginx `mirror`,
     Envoy `request_mirror_policies`, Istio `mirror`), replayed as live pairs beside the
@@ -251,8 +255,21 @@ class TrafficConfig(_Section):
     category_header: str = Field(
         default="X-Canaryd-Category",
         pattern=r"^[A-Za-z0-9-]{1,64}$",
-        description="request header naming a live request's category; else its `model`, "
-        "else its route prefix (`/<route>/v1/...`), else `live`",
+        description="request header the gateway sets (stripping the client's) to name a "
+        "live request's category; only values listed in `categories` count. The body's "
+        "`model` and the path never name one",
+    )
+    categories: list[str] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="the live categories the gateway's header may name (lower-case "
+        "letter, then up to 31 lower-case letters, digits or underscores); any other "
+        "value, or none, is `unknown_category`. Empty: every live request is `live`",
+    )
+    unknown_category: Literal["live", "refuse"] = Field(
+        default="live",
+        description="a request whose header names no listed category: `live` (the generic "
+        "live category) or `refuse` (answered 422, counted `unlisted`, never sampled)",
     )
     auth_token: SecretStr | None = Field(
         default=None,
@@ -321,6 +338,17 @@ class TrafficConfig(_Section):
     def _host_port(cls, listen: str | None) -> str | None:
         return None if listen is None else ServerConfig._host_port(listen)
 
+    @field_validator("categories")
+    @classmethod
+    def _category_names(cls, categories: list[str]) -> list[str]:
+        for category in categories:
+            if not _LIVE_CATEGORY_PATTERN.fullmatch(category):
+                raise ValueError(
+                    f"{category[:40]!r} is not a category name: a lower-case letter, then "
+                    "up to 31 lower-case letters, digits or underscores"
+                )
+        return list(dict.fromkeys(categories))
+
     @model_validator(mode="after")
     def _keyed(self) -> TrafficConfig:
         if self.listen is not None and self.hash_key is None:
@@ -336,6 +364,28 @@ class TrafficConfig(_Section):
                         ),
                         loc=("hash_key",),
                         input=None,
+                    )
+                ],
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _categories_fit(self) -> TrafficConfig:
+        wanted = len(self.categories) + (self.unknown_category == "live")
+        if wanted > self.max_categories:
+            raise ValidationError.from_exception_data(
+                "TrafficConfig",
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError(
+                            "categories",
+                            "{wanted} live categories (the listed ones, and `live` for the "
+                            "rest) exceed traffic.max_categories = {cap}: raise "
+                            "max_categories or list fewer",
+                            {"wanted": wanted, "cap": self.max_categories},
+                        ),
+                        loc=("categories",),
+                        input=self.categories,
                     )
                 ],
             )

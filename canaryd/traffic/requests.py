@@ -5,7 +5,12 @@ category and the sampling a live pair replays it with, and the keyed hash that n
 `system`, `developer` (read as `system`), `user` and `assistant`; a content list is read
 for its text parts) and a `POST /v1/completions` body (one `prompt` string, replayed as
 one user message). Anything else is `UnusableRequestError`, with a reason that names the field,
-never its value: bodies are user data, and nothing here logs them.
+never its value: bodies are user data, and nothing here logs them. That holds for hostile
+bodies too — invalid UTF-8, text with lone surrogates, numbers with thousands of digits,
+nesting thousands deep: each is an `UnusableRequestError` with a fixed reason, raised
+outside the handler of the error that found it, so no traceback or exception context
+carries the body along. The category is not read from the body (see
+`canaryd.traffic.categories`): the caller passes it in.
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ COMPLETIONS_PATH: Final = "/v1/completions"
 LIVE_CATEGORY: Final = "live"  # the category of a request nothing else names
 # A category is a suite category's shape (suites.CATEGORY_PATTERN), so that live ones
 # serve as metric labels and per-category switch keys like suite ones.
-_CATEGORY: Final = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+_CATEGORY: Final = re.compile(r"[a-z][a-z0-9_]{0,31}")
+# Lone surrogates: JSON's \ud800 escapes decode to them, and no engine can encode them.
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 _NOT_LABEL: Final = re.compile(r"[^a-z0-9_]+")
 _ROLES: Final[dict[str, Role]] = {
     "system": "system",
@@ -80,13 +87,13 @@ def category_label(value: str | None) -> str | None:
     if not value:
         return None
     label = _NOT_LABEL.sub("_", value.strip().lower())[:32].rstrip("_")
-    return label if _CATEGORY.match(label) else None
+    return label if _CATEGORY.fullmatch(label) else None
 
 
 def split_route(path: str) -> tuple[str | None, str] | None:
     """(`route`, endpoint) of a request path: `/v1/chat/completions` has no route,
-    `/code/v1/chat/completions` the route `code` (a gateway that mirrors each of its
-    routes under its own prefix names the category that way); None for another path."""
+    `/code/v1/chat/completions` the route `code` (accepted, never a category: the path
+    is the client's); None for another path."""
     for endpoint in (CHAT_PATH, COMPLETIONS_PATH):
         if path == endpoint:
             return None, endpoint
@@ -105,9 +112,15 @@ def prompt_hash(key: bytes, messages: tuple[Message, ...]) -> str:
     return hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()
 
 
+def _unicode(text: str, where: str) -> str:
+    if not text.isascii() and _SURROGATE.search(text):
+        raise UnusableRequestError(f"{where}: text that is not valid Unicode (a lone surrogate)")
+    return text
+
+
 def _text(content: Any, where: str) -> str:
     if isinstance(content, str):
-        return content
+        return _unicode(content, where)
     if isinstance(content, list):
         parts = []
         for part in content:
@@ -117,7 +130,7 @@ def _text(content: Any, where: str) -> str:
             if not isinstance(text, str):
                 raise UnusableRequestError(f"{where}: a text part without text")
             parts.append(text)
-        return "".join(parts)
+        return _unicode("".join(parts), where)
     raise UnusableRequestError(f"{where}: content is neither a string nor a list of parts")
 
 
@@ -128,7 +141,7 @@ def _messages(body: dict[str, Any], endpoint: str) -> tuple[Message, ...]:
             prompt = prompt[0]
         if not isinstance(prompt, str) or not prompt:
             raise UnusableRequestError("prompt: not one non-empty string")
-        return (Message(role="user", content=prompt),)
+        return (Message(role="user", content=_unicode(prompt, "prompt")),)
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         raise UnusableRequestError("messages: not a non-empty list")
@@ -137,7 +150,8 @@ def _messages(body: dict[str, Any], endpoint: str) -> tuple[Message, ...]:
         where = f"messages[{index}]"
         if not isinstance(item, dict):
             raise UnusableRequestError(f"{where}: not an object")
-        role = _ROLES.get(str(item.get("role")))
+        given = item.get("role")
+        role = _ROLES.get(given) if isinstance(given, str) else None
         if role is None:
             raise UnusableRequestError(f"{where}.role: not system, developer, user or assistant")
         messages.append(Message(role=role, content=_text(item.get("content"), where)))
@@ -175,7 +189,7 @@ def _stop(body: dict[str, Any]) -> tuple[str, ...]:
         or not all(isinstance(s, str) and s for s in stops)
     ):
         raise UnusableRequestError(f"stop: not a string or a list of at most {_MAX_STOP} strings")
-    return tuple(stops)
+    return tuple(_unicode(stop, "stop") for stop in stops)
 
 
 def parse_request(
@@ -184,27 +198,40 @@ def parse_request(
     *,
     hash_key: bytes,
     max_tokens_cap: int,
-    header_category: str | None = None,
-    route: str | None = None,
+    category: str = LIVE_CATEGORY,
 ) -> LiveRequest:
-    """The live request in a mirrored body; the category is the header's, else the
-    body's `model`, else the route's, else `live` (each when it makes a category).
-    Sampling absent from the body is the API's default (temperature 1, top_p 1,
-    `max_tokens` the cap); streaming is ignored (the sink never streams)."""
+    """The live request in a mirrored body, in `category` (the caller's, from the
+    gateway: `canaryd.traffic.categories`). Sampling absent from the body is the API's
+    default (temperature 1, top_p 1, `max_tokens` the cap); streaming is ignored (the
+    sink never streams). Every unusable body, however malformed, is
+    `UnusableRequestError` and nothing else."""
+    reason: str
     try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise UnusableRequestError("body: not JSON") from None
+        return _parse(raw, endpoint, hash_key, max_tokens_cap, category)
+    except UnusableRequestError:
+        raise
+    except RecursionError:
+        reason = "body: nested too deeply"
+    except UnicodeError:
+        reason = "body: not valid UTF-8 text"
+    except json.JSONDecodeError:
+        reason = "body: not JSON"
+    except ValueError:
+        reason = "body: not JSON this sink reads (a number with too many digits?)"
+    except (OverflowError, TypeError):
+        reason = "body: a value out of range"
+    # Raised here, outside the handlers, so that the error carries no context: the
+    # original exceptions quote the body.
+    raise UnusableRequestError(reason)
+
+
+def _parse(
+    raw: bytes, endpoint: str, hash_key: bytes, max_tokens_cap: int, category: str
+) -> LiveRequest:
+    body = json.loads(raw)
     if not isinstance(body, dict):
         raise UnusableRequestError("body: not a JSON object")
     messages = _messages(body, endpoint)
-    model = body.get("model")
-    category = (
-        category_label(header_category)
-        or category_label(model if isinstance(model, str) else None)
-        or category_label(route)
-        or LIVE_CATEGORY
-    )
     top_p = _number(body, "top_p", 1.0, 0.0, 1.0)
     if top_p <= 0:
         raise UnusableRequestError("top_p: not a number in (0, 1]")

@@ -39,8 +39,10 @@ WINDOW_S: Final = 60.0
 # `rate_limited` (beyond the per-minute bounds), `duplicate`, `too_long`, `categories`
 # (its category would exceed max_categories in its window), `queue_full` (chosen while
 # the queue was full: the daemon runs fewer live pairs than arrive); and, at the HTTP
-# layer, `unauthorized`, `too_large` (body over max_body_bytes), `unusable` (not a body a
-# pair can replay), `not_found`.
+# layer, `unauthorized`, `too_large` (body over max_body_bytes), `too_slow` (body not
+# whole within the request deadline), `unusable` (not a body a pair can replay, however
+# malformed), `unlisted` (no category of traffic.categories, refused by
+# traffic.unknown_category), `not_found`.
 OUTCOMES: Final = (
     "sampled",
     "rate_limited",
@@ -50,7 +52,9 @@ OUTCOMES: Final = (
     "queue_full",
     "unauthorized",
     "too_large",
+    "too_slow",
     "unusable",
+    "unlisted",
     "not_found",
 )
 
@@ -123,7 +127,7 @@ class LiveSampler:
 
     def count(self, outcome: str, n: int = 1) -> None:
         """Count `n` requests received and never offered, under `outcome` (the HTTP
-        layer's: unauthorized, too large, unusable, not found)."""
+        layer's: unauthorized, too large, too slow, unusable, unlisted, not found)."""
         with self._lock:
             self.counts["received"] += n
             self._count(outcome, n)

@@ -2,26 +2,30 @@
 
 `TrafficSink` serves `POST /v1/chat/completions` and `POST /v1/completions` (also under a
 route prefix, `/<route>/v1/...`) on `traffic.listen`, with uvicorn on its own event loop
-in a daemon thread, as the status server does (`canaryd.server.app.serve_in_thread`: every
-request whole within `REQUEST_DEADLINE_S`, a connection cap). A gateway may wait for the
-mirror's answer, so every request is answered at once with a small 202 — never an
-engine's answer, never a stream, whatever `stream` says: the body is parsed and offered
-to the `LiveSampler`, which queues a bounded, fair sample for the daemon's live pairs.
-With `traffic.auth_token` set a request needs it as a bearer token (401 otherwise); a
-body over `traffic.max_body_bytes` is answered 413 unread. Bodies are never logged; a
-rejected request's log line (at most one a minute per reason) names its headers with the
-`traffic.redact_headers` masked.
+in a daemon thread, as the status server does (`canaryd.server.app.serve_in_thread`: a
+request deadline, a connection cap). A gateway may wait for the mirror's answer, so every
+request is answered at once with a small 202 — never an engine's answer, never a stream,
+whatever `stream` says: the body is parsed and offered to the `LiveSampler`, which queues
+a bounded, fair sample for the daemon's live pairs. The category is the gateway's header
+when `traffic.categories` lists it, else `live` (or 422 with `traffic.unknown_category =
+"refuse"`; `canaryd.traffic.categories`). With `traffic.auth_token` set a request needs it
+as a bearer token (401 otherwise). The body is read whole within `REQUEST_DEADLINE_S` of
+the request's start (408 otherwise) and up to `traffic.max_body_bytes` (413 beyond, the
+rest unread); a body no pair can replay, however malformed, is 400. Every request is
+counted under one outcome. Bodies are never logged, nor is any exception raised while
+reading one; a rejected request's log line (at most one a minute per outcome, with the
+number left out since the last) names its headers with `traffic.redact_headers` masked.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import socket
 import threading
-import time
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, Final
 
 import structlog
 import uvicorn
@@ -31,13 +35,16 @@ from canaryd.errors import StatusServerError, TrafficSinkError
 from canaryd.redact import MASK
 from canaryd.server.app import (
     MAX_CONNECTIONS,
+    REQUEST_DEADLINE_S,
     bind_listen,
     bound_address,
     serve_in_thread,
     split_listen,
 )
+from canaryd.traffic.categories import CategoryPolicy
 from canaryd.traffic.requests import UnusableRequestError, parse_request, split_route
 from canaryd.traffic.reservoir import LiveSampler
+from canaryd.traffic.throttle import LogThrottle
 
 __all__ = ["TrafficSink"]
 
@@ -45,26 +52,41 @@ log = structlog.get_logger(__name__)
 
 Scope = MutableMapping[str, Any]
 _ACCEPTED = b'{"status":"accepted"}'
-_REJECTION_LOG_S = 60.0  # one log line per reason at most this often
+_REJECTION_LOG_S: Final = 60.0  # one log line per outcome at most this often
+_SHOWN_CHARS: Final = 256  # a logged path or header value is cut to this many characters
 
 
 def _json(data: dict[str, Any]) -> bytes:
     return json.dumps(data, sort_keys=True).encode()
 
 
+def _shown(value: str) -> str:
+    return value if len(value) <= _SHOWN_CHARS else value[:_SHOWN_CHARS] + "…"
+
+
+class _BodyRejectedError(Exception):
+    """The body cannot be read: `outcome` (too_large, too_slow) says why."""
+
+    def __init__(self, outcome: str) -> None:
+        self.outcome = outcome
+        super().__init__(outcome)
+
+
 class _SinkApp:
     """The ASGI app: answer, then offer the parsed request to the sampler."""
 
-    def __init__(self, config: TrafficConfig, sampler: LiveSampler) -> None:
+    def __init__(self, config: TrafficConfig, sampler: LiveSampler, deadline_s: float) -> None:
         self.config = config
         self.sampler = sampler
+        self.deadline_s = deadline_s
         token = config.auth_token
         self.token = token.get_secret_value().encode() if token is not None else None
         key = config.hash_key
         self.hash_key = key.get_secret_value().encode() if key is not None else b""
         self.category_header = config.category_header.lower().encode("latin-1")
+        self.categories = CategoryPolicy.of(config)
         self.redacted = {name.lower() for name in config.redact_headers}
-        self._logged: dict[str, float] = {}
+        self.throttle = LogThrottle(_REJECTION_LOG_S)
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -92,7 +114,7 @@ class _SinkApp:
                     "endpoints": ["POST /v1/chat/completions", "POST /v1/completions"],
                 }
             )
-        route, endpoint = split
+        _route, endpoint = split
         headers = dict(scope.get("headers") or [])
         if not self.authorized(headers):
             self.reject("unauthorized", scope)
@@ -102,26 +124,53 @@ class _SinkApp:
                     "reason": "needs Authorization: Bearer <traffic.auth_token>",
                 }
             )
-        raw = await self.read_body(headers, receive)
-        if raw is None:
-            self.reject("too_large", scope)
-            limit = self.config.max_body_bytes
-            return 413, _json({"status": "too large", "reason": f"body over {limit} bytes"})
-        header_category = headers.get(self.category_header)
+        category = self.category(scope, headers)
+        if category is None:
+            reason = "no category of traffic.categories named"
+            self.reject("unlisted", scope, reason, hide=self.category_header)
+            return 422, _json(
+                {
+                    "status": "refused",
+                    "reason": f"the {self.config.category_header} header names no category "
+                    "of traffic.categories (traffic.unknown_category = refuse)",
+                }
+            )
+        try:
+            raw = await self.read_body(headers, receive)
+        except _BodyRejectedError as rejected:
+            return self.body_rejected(rejected.outcome, scope)
+        return self.accept(raw, endpoint, category, scope)
+
+    def accept(self, raw: bytes, endpoint: str, category: str, scope: Scope) -> tuple[int, bytes]:
+        """Parse and offer a whole body: 202, or 400 for any body a pair cannot replay."""
+        reason: str | None = None
         try:
             request = parse_request(
                 raw,
                 endpoint,
                 hash_key=self.hash_key,
                 max_tokens_cap=self.config.max_tokens,
-                header_category=header_category.decode("latin-1") if header_category else None,
-                route=route,
+                category=category,
             )
         except UnusableRequestError as exc:
-            self.reject("unusable", scope, exc.reason)
-            return 400, _json({"status": "unusable", "reason": exc.reason})
+            reason = exc.reason
+        except Exception as exc:
+            # A parser bug is still a 400, never a 500 with uvicorn's traceback; only the
+            # type's name is shown, as the exception's text may quote the body.
+            reason = f"body: unreadable ({type(exc).__name__})"
+        if reason is not None:
+            self.reject("unusable", scope, reason)
+            return 400, _json({"status": "unusable", "reason": reason})
         self.sampler.offer(request)
         return 202, _ACCEPTED
+
+    def body_rejected(self, outcome: str, scope: Scope) -> tuple[int, bytes]:
+        self.reject(outcome, scope)
+        if outcome == "too_large":
+            limit = self.config.max_body_bytes
+            return 413, _json({"status": "too large", "reason": f"body over {limit} bytes"})
+        reason = f"the body did not arrive whole within {self.deadline_s:g} s"
+        return 408, _json({"status": "too slow", "reason": reason})
 
     def authorized(self, headers: dict[bytes, bytes]) -> bool:
         if self.token is None:
@@ -129,56 +178,92 @@ class _SinkApp:
         scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
         return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token)
 
-    async def read_body(self, headers: dict[bytes, bytes], receive: Any) -> bytes | None:
-        """The whole body, or None once it is over the limit (the rest is not read)."""
+    def category(self, scope: Scope, headers: dict[bytes, bytes]) -> str | None:
+        """The request's live category from the gateway's header (None: refused); an
+        unlisted value is logged (not shown) at most once a minute."""
+        given = headers.get(self.category_header)
+        value = given.decode("latin-1") if given else None
+        category = self.categories.category(value)
+        if value and category is not None and self.categories.listed(value) is None:
+            self.note("traffic.category_unlisted", "unlisted", scope, hide=self.category_header)
+        return category
+
+    async def read_body(self, headers: dict[bytes, bytes], receive: Any) -> bytes:
+        """The whole body, read within `deadline_s` and up to `max_body_bytes`; else
+        `_BodyRejectedError` (too_large: the rest is not read; too_slow: the deadline
+        passed, or the connection closed, before the last byte)."""
         limit = self.config.max_body_bytes
         declared = headers.get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > limit:
-            return None
+        if declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
+            raise _BodyRejectedError("too_large")
         body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return bytes(body)
-            body += message.get("body", b"")
-            if len(body) > limit:
-                return None
-            if not message.get("more_body", False):
-                return bytes(body)
+        try:
+            async with asyncio.timeout(self.deadline_s):
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        raise _BodyRejectedError("too_slow")  # the client is gone
+                    body += message.get("body", b"")
+                    if len(body) > limit:
+                        raise _BodyRejectedError("too_large")
+                    if not message.get("more_body", False):
+                        return bytes(body)
+        except TimeoutError:
+            pass
+        raise _BodyRejectedError("too_slow")
 
-    def reject(self, outcome: str, scope: Scope, reason: str = "") -> None:
-        """Count a rejected request; log it (never its body) once a minute per outcome."""
+    def reject(self, outcome: str, scope: Scope, reason: str = "", *, hide: bytes = b"") -> None:
+        """Count a rejected request; log it (never its body) at most once a minute per
+        outcome."""
         self.sampler.count(outcome)
-        now = time.monotonic()
-        if now - self._logged.get(outcome, -_REJECTION_LOG_S) < _REJECTION_LOG_S:
+        self.note("traffic.rejected", outcome, scope, reason, hide=hide)
+
+    def note(
+        self, event: str, outcome: str, scope: Scope, reason: str = "", *, hide: bytes = b""
+    ) -> None:
+        """A log line for `outcome` unless one was written within the minute; it says
+        how many were left out since. Redacted headers, and the `hide` one, are masked."""
+        suppressed = self.throttle.admit(f"{event}:{outcome}")
+        if suppressed is None:
             return
-        self._logged[outcome] = now
         shown = {
-            name.decode("latin-1").lower(): (
-                MASK if name.decode("latin-1").lower() in self.redacted else value.decode("latin-1")
+            _shown(name.decode("latin-1").lower()): (
+                MASK
+                if name.decode("latin-1").lower() in self.redacted or name.lower() == hide
+                else _shown(value.decode("latin-1"))
             )
             for name, value in scope.get("headers") or []
         }
         log.warning(
-            "traffic.rejected",
+            event,
             outcome=outcome,
             reason=reason or outcome,
-            path=scope["path"],
+            path=_shown(scope["path"]),
             headers=shown,
-            note="further rejections for this reason within a minute are only counted",
+            suppressed=suppressed,
+            note=f"further lines for this outcome within {_REJECTION_LOG_S:g} s are only "
+            "counted; suppressed: those left out since the last line",
         )
 
 
 class TrafficSink:
     """The mirror sink on `config.listen`, offering what it receives to `sampler`;
-    started and stopped by the daemon (or a test: port 0, then `address`)."""
+    started and stopped by the daemon (or a test: port 0, then `address`). A body must
+    arrive whole within `body_deadline_s` of its request's start."""
 
-    def __init__(self, config: TrafficConfig, sampler: LiveSampler) -> None:
+    def __init__(
+        self,
+        config: TrafficConfig,
+        sampler: LiveSampler,
+        *,
+        body_deadline_s: float = REQUEST_DEADLINE_S,
+    ) -> None:
         if config.listen is None:
             raise ValueError("TrafficSink needs traffic.listen")
         self.listen = config.listen
         self.config = config
         self.sampler = sampler
+        self.body_deadline_s = body_deadline_s
         self._server: uvicorn.Server | None = None
         self._socket: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -204,7 +289,7 @@ class TrafficSink:
             sock = bind_listen(host, port, self.listen)
         except StatusServerError as exc:
             raise TrafficSinkError(self.listen, exc.reason) from exc
-        app = _SinkApp(self.config, self.sampler)
+        app = _SinkApp(self.config, self.sampler, self.body_deadline_s)
         server, thread = serve_in_thread(
             app, sock, "canaryd-traffic-sink", max_connections=MAX_CONNECTIONS
         )

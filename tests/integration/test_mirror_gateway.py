@@ -164,6 +164,7 @@ listen = "127.0.0.1:0"
 state_file = "{tmp_path / "switch.json"}"
 [traffic]
 listen = "127.0.0.1:0"
+categories = ["live_code", "live_chat"]
 live_share = 0.5
 max_prompts_per_minute = 100
 max_per_category_per_minute = 100

@@ -49,12 +49,22 @@ class TestTrafficConfig:
             ("live_share = 1.5", "traffic.live_share"),
             ('category_header = "X Bad"', "traffic.category_header"),
             ("max_prompts_per_minute = 0", "traffic.max_prompts_per_minute"),
+            ('categories = ["Code Review"]', "traffic.categories"),
+            ('unknown_category = "drop"', "traffic.unknown_category"),
+            ('categories = ["a", "b"]\nmax_categories = 2', "traffic.categories"),
         ],
     )
     def test_bad_values_name_their_key(self, tmp_path: Path, text: str, key: str) -> None:
         """Each bad `[traffic]` value fails naming its key."""
         with pytest.raises(ConfigError, match=rf"{key.replace('.', '[.]')}: "):
             load_settings(write(tmp_path, f"[traffic]\n{text}\n"))
+
+    def test_categories_are_listed_once_and_unknown_is_live(self, tmp_path: Path) -> None:
+        """The allowlist is read as given (duplicates once); unlisted requests are `live`
+        unless `unknown_category = "refuse"`."""
+        text = '[traffic]\ncategories = ["live_code", "support", "live_code"]\n'
+        traffic = load_settings(write(tmp_path, text)).traffic
+        assert (traffic.categories, traffic.unknown_category) == (["live_code", "support"], "live")
 
     def test_retention_must_be_positive(self, tmp_path: Path) -> None:
         """retention.live_text_days must be greater than 0."""

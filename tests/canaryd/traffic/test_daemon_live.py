@@ -1,6 +1,7 @@
 """The daemon with a mirror sink, on fake arms: a mirrored request becomes a stored live
-pair in its own category, with its own sampling and no text (the database file holds
-none of the prompt); suites keep running as the control beside it."""
+pair in its listed category, with its own sampling and no text (the database file holds
+none of the prompt); suites keep running as the control beside it; malformed mirrored
+bodies leave no trace of their text in the log, the database or `/metrics`."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from canaryd.config import load_settings
+from canaryd.config import LoggingConfig, load_settings
 from canaryd.daemon import Daemon
+from canaryd.logs import configure_logging
 from canaryd.traffic.requests import prompt_hash
 from engine.types import Message
 from tests.canaryd.daemon.test_daemon import FAKE_ARMS, fast_schedule, wait_for, write_config
+from tests.canaryd.traffic.test_sink_hostile import MARKER, malformed_bodies
 
 KEY = "0123456789abcdef0123456789abcdef"
 SECRET = "zebra quartz ledger secret prompt"
@@ -90,7 +93,9 @@ class TestLivePairs:
         """The request is stored as a live pair: its category from the header, its own
         temperature, max_tokens capped, the keyed hash as prompt id, no messages, no
         output text or token ids; the database file holds no trace of the prompt."""
-        daemon = make_daemon('[traffic]\nlisten = "127.0.0.1:0"\nlive_share = 0.5\n')
+        daemon = make_daemon(
+            '[traffic]\nlisten = "127.0.0.1:0"\nlive_share = 0.5\ncategories = ["support"]\n'
+        )
         mirror(daemon)
         (pair,) = wait_for(lambda: live_pairs(daemon), what="a live pair")
         _, category, temperature, prompt_id, messages, max_tokens = pair
@@ -130,3 +135,42 @@ class TestLivePairs:
         assert SECRET in str(pair[4])
         texts = rows(daemon, "SELECT text FROM generations WHERE pair_id = :pair", pair=pair[0])
         assert all(row[0] for row in texts)
+
+
+class TestHostileBodies:
+    def test_malformed_bodies_leave_no_text_in_log_database_or_metrics(
+        self,
+        make_daemon: Callable[..., Daemon],
+        tmp_path: Path,
+        capfd: pytest.CaptureFixture[str],
+    ) -> None:
+        """Malformed mirrored bodies (lone surrogate, 5,000-digit integer, 20k-deep
+        nesting, invalid UTF-8) are 400 and counted `unusable` in `/metrics`; their
+        marker text is in no log line, no database file and no metric."""
+        configure_logging(LoggingConfig(level="DEBUG"), json=True)
+        daemon = make_daemon(
+            '[traffic]\nlisten = "127.0.0.1:0"\nlive_share = 1.0\nstore_text = true\n'
+        )
+        bodies = malformed_bodies()
+        for raw in bodies.values():
+            answer = httpx.post(
+                f"http://{daemon.traffic_address}/v1/chat/completions", content=raw, timeout=10
+            )
+            assert answer.status_code == 400
+        assert daemon.traffic is not None
+        daemon.traffic.flush()
+        wait_for(
+            lambda: rows(daemon, "SELECT 1 FROM pairs WHERE source = 'control'"),
+            what="pairs after the bodies",
+        )
+        scraped = httpx.get(f"http://{daemon.address}/metrics", timeout=10).text
+        assert f'canaryd_traffic_requests_total{{outcome="unusable"}} {len(bodies)}.0' in scraped
+        assert MARKER not in scraped
+        assert not live_pairs(daemon)
+        daemon.stop()
+        for path in tmp_path.rglob("*"):
+            if path.is_file():
+                assert MARKER.encode() not in path.read_bytes(), path
+        captured = capfd.readouterr()
+        assert "traffic.rejected" in captured.err
+        assert MARKER not in captured.out + captured.err

@@ -1,5 +1,6 @@
 """Reading a mirrored OpenAI body: messages, own sampling (max_tokens capped), the
-category from header, model, route or `live`, and the keyed prompt hash."""
+category the caller gives (never the body's), the keyed prompt hash, and hostile bodies
+that are unusable without a trace of their text."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ class TestParseRequest:
             256,
             ("\n\n",),
         )
-        assert request.category == "llama_3_1_8b_instruct"
+        assert request.category == "live"
 
     def test_completions_prompt_is_one_user_message_with_api_defaults(self) -> None:
         """A completions body without sampling gets the API's defaults."""
@@ -92,14 +93,70 @@ class TestParseRequest:
         assert caught.value.reason.startswith(reason)
 
 
+MARKER = "zebra-ledger-marker"
+
+
+def hostile_bodies() -> list[Any]:
+    """Bodies that once made parsing raise something else than UnusableRequestError, each
+    with the marker in its text."""
+    user = {"role": "user", "content": f"my card is {MARKER}"}
+    surrogate = {"messages": [{"role": "user", "content": f"{MARKER} \udc80"}]}
+    return [
+        pytest.param(json.dumps(surrogate).encode(), id="lone-surrogate"),
+        pytest.param(
+            json.dumps({"prompt": f"{MARKER} \ud800"}).encode(), id="lone-surrogate-prompt"
+        ),
+        pytest.param(
+            json.dumps({"messages": [user], "stop": ["\udfff"]}).encode(), id="surrogate-stop"
+        ),
+        pytest.param(
+            json.dumps({"messages": [user]}).encode()[:-1]
+            + b', "max_tokens": '
+            + b"7" * 5000
+            + b"}",
+            id="5000-digit-integer",
+        ),
+        pytest.param(
+            json.dumps({"messages": [user]}).encode()[:-1]
+            + b', "x": '
+            + b"[" * 20_000
+            + b"]" * 20_000
+            + b"}",
+            id="20k-deep",
+        ),
+        pytest.param(
+            f'{{"messages": [{{"role": "user", "content": "{MARKER} '.encode() + b'\xff\xfe"}]}',
+            id="invalid-utf-8",
+        ),
+        pytest.param(
+            json.dumps({"messages": [{"role": [[MARKER]], "content": MARKER}]}).encode(),
+            id="role-not-a-string",
+        ),
+        pytest.param(
+            json.dumps({"messages": [user], "temperature": 10**400}).encode(), id="huge-int"
+        ),
+    ]
+
+
+class TestHostileBodies:
+    @pytest.mark.parametrize("raw", hostile_bodies())
+    def test_each_is_unusable_without_its_text(self, raw: bytes) -> None:
+        """Each malformed body is UnusableRequestError; neither its reason nor anything
+        chained to it (cause, context) holds the body's text."""
+        with pytest.raises(UnusableRequestError) as caught:
+            parse(raw)
+        error = caught.value
+        assert MARKER not in error.reason
+        assert error.__cause__ is None
+        assert error.__context__ is None
+
+
 class TestCategory:
-    def test_header_then_model_then_route_then_live(self) -> None:
-        """The header wins; else the model; else the route prefix; else `live`."""
+    def test_the_category_is_the_callers_never_the_bodys(self) -> None:
+        """The category is the one passed in (the gateway's); the body's `model` never
+        names one, and without one it is `live`."""
         body = {"messages": [{"role": "user", "content": "q"}], "model": "gpt-4o"}
-        assert parse(body, header_category="Code Review", route="chat").category == "code_review"
-        assert parse(body, route="chat").category == "gpt_4o"
-        del body["model"]
-        assert parse(body, route="support").category == "support"
+        assert parse(body, category="support").category == "support"
         assert parse(body).category == "live"
 
     def test_unusable_labels_fall_through(self) -> None:

@@ -1,5 +1,6 @@
 """The mirror sink over real HTTP on loopback: a small 202 at once (never a stream),
-bearer-token auth, the body-size cap, unknown paths, and every request counted."""
+bearer-token auth, the body-size cap, unknown paths, live categories only from the
+gateway's header and the allowlist, and every request counted."""
 
 from __future__ import annotations
 
@@ -19,7 +20,12 @@ from canaryd.traffic import LiveSampler, SamplingBounds, TrafficSink
 
 KEY = "k" * 32
 TOKEN = "sink-token-for-tests"
-CHAT = {"model": "m", "messages": [{"role": "user", "content": "secret prompt"}], "stream": True}
+HEADER = "X-Canaryd-Category"
+CHAT: dict[str, Any] = {
+    "model": "m",
+    "messages": [{"role": "user", "content": "secret prompt"}],
+    "stream": True,
+}
 
 
 def config(**changes: Any) -> TrafficConfig:
@@ -30,7 +36,8 @@ def config(**changes: Any) -> TrafficConfig:
 def sink(request: pytest.FixtureRequest) -> Iterator[TrafficSink]:
     changes = getattr(request, "param", {})
     made = config(**changes)
-    sampler = LiveSampler(SamplingBounds.of(made), seed=0)
+    # One sampling minute for the whole test (a real clock may cross into the next).
+    sampler = LiveSampler(SamplingBounds.of(made), seed=0, clock=lambda: 0.0)
     with TrafficSink(made, sampler) as started:
         yield started
 
@@ -40,21 +47,29 @@ def post(sink: TrafficSink, path: str, body: Any, **kwargs: Any) -> httpx.Respon
         return client.post(path, content=json.dumps(body).encode(), **kwargs)
 
 
+def taken_categories(sink: TrafficSink) -> list[str]:
+    """End the sampling minute; the categories of everything it queued, sorted."""
+    sink.sampler.flush()
+    taken = []
+    while (request := sink.sampler.take()) is not None:
+        taken.append(request.category)
+    return sorted(taken)
+
+
 class TestAnswers:
+    @pytest.mark.parametrize("sink", [{"categories": ["code"]}], indirect=True)
     def test_chat_and_completions_answer_202_and_are_offered(self, sink: TrafficSink) -> None:
         """Both endpoints (and a route prefix) answer a small JSON 202, not a stream, and
         the requests reach the sampler with their category."""
         answers = [
-            post(sink, "/v1/chat/completions", CHAT),
+            post(sink, "/v1/chat/completions", CHAT, headers={HEADER: "code"}),
             post(sink, "/v1/completions", {"prompt": "p"}),
             post(sink, "/code/v1/chat/completions", {"messages": CHAT["messages"][:1]}),
         ]
         assert [a.status_code for a in answers] == [202, 202, 202]
         assert answers[0].json() == {"status": "accepted"}
         assert answers[0].headers["content-type"] == "application/json"
-        sink.sampler.flush()
-        taken = [sink.sampler.take(), sink.sampler.take()]
-        assert sorted(item.category for item in taken if item is not None) == ["live", "m"]
+        assert taken_categories(sink) == ["code", "live"]
         # the third repeated the first one's messages: a duplicate
         assert sink.counts["duplicate"] == 1
         assert sink.counts["received"] == 3
@@ -84,6 +99,57 @@ class TestAnswers:
         with httpx.Client(base_url=f"http://{sink.address}", timeout=5) as client:
             assert client.post("/v1/chat/completions", content=chunks()).status_code == 413
         assert sink.counts["too_large"] == 2
+
+
+class TestCategories:
+    @pytest.mark.parametrize(
+        "sink", [{"categories": ["live_code"], "max_prompts_per_minute": 20}], indirect=True
+    )
+    def test_only_listed_header_values_make_categories(self, sink: TrafficSink) -> None:
+        """Junk categories, from the header, the body's `model` or the path, are all the
+        one `live` category: 40 of them take one category's share of the sample, and
+        the listed `live_code` keeps its own."""
+        for i in range(40):
+            body = {"model": f"junk{i}", "messages": [{"role": "user", "content": f"j{i}"}]}
+            assert post(sink, f"/junk{i}/v1/chat/completions", body).status_code == 202
+            headers = {HEADER: f"junk_header_{i}"}
+            body = {"messages": [{"role": "user", "content": f"h{i}"}]}
+            assert post(sink, "/v1/chat/completions", body, headers=headers).status_code == 202
+        for i in range(4):
+            body = {"messages": [{"role": "user", "content": f"code {i}"}]}
+            answer = post(sink, "/v1/chat/completions", body, headers={HEADER: "Live-Code"})
+            assert answer.status_code == 202
+        assert taken_categories(sink) == ["live", "live", "live_code", "live_code"]
+        assert sink.counts["categories"] == 0
+
+    @pytest.mark.parametrize("sink", [{"categories": ["support"]}], indirect=True)
+    def test_unlisted_values_are_logged_once_without_the_value(self, sink: TrafficSink) -> None:
+        """Requests naming unlisted categories make one rate-limited log line that masks
+        the header's value (a client's, when the gateway does not strip it)."""
+        with structlog.testing.capture_logs() as logs:
+            for i in range(5):
+                headers = {HEADER: f"junk_value_{i}"}
+                assert post(sink, "/v1/chat/completions", CHAT, headers=headers).status_code == 202
+        (line,) = [entry for entry in logs if entry["event"] == "traffic.category_unlisted"]
+        assert line["headers"][HEADER.lower()] == "***"
+        assert line["suppressed"] == 0
+        assert "junk_value" not in repr(logs)
+
+    @pytest.mark.parametrize(
+        "sink", [{"categories": ["support"], "unknown_category": "refuse"}], indirect=True
+    )
+    def test_refuse_answers_422_and_counts_unlisted(self, sink: TrafficSink) -> None:
+        """With unknown_category = "refuse", a request without a listed category is 422,
+        counted `unlisted` and never sampled; a listed one is accepted."""
+        assert post(sink, "/v1/chat/completions", CHAT).status_code == 422
+        junk = post(sink, "/v1/chat/completions", CHAT, headers={HEADER: "junk"})
+        assert junk.status_code == 422
+        assert "junk" not in junk.text
+        assert (
+            post(sink, "/v1/chat/completions", CHAT, headers={HEADER: "support"}).status_code == 202
+        )
+        assert taken_categories(sink) == ["support"]
+        assert (sink.counts["unlisted"], sink.counts["received"]) == (2, 3)
 
 
 class TestAuth:
