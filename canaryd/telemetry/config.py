@@ -1,0 +1,296 @@
+"""The `[telemetry]` configuration: where each arm's production telemetry comes from, and
+which of its series give which signal.
+
+Each arm (`[telemetry.arms.<arm>]`, named as in `[arms]`) has one source:
+- a direct scrape of Prometheus text expositions: `metrics_url`, one URL or a list of
+  them, one per replica (each replica is scraped and the arm's counts are their sum);
+- or PromQL against a Prometheus-compatible API: `prometheus_url` with `selector` (label
+  matchers naming the arm's series) and, per signal, a query in `queries` that replaces
+  the shipped template for the arm's `kind`.
+`kind` picks the shipped table of series (`canaryd.telemetry.signals`): `vllm`, `sglang`,
+`gateway` (with `gateway = "istio" | "envoy" | "ingress-nginx"`), or `custom`, whose
+`[telemetry.arms.<arm>.signals]` names every series itself. On the other kinds `signals`
+replaces single entries of the shipped table (an older vLLM's ITL histogram, say). An
+arm's `labels` are label matchers every series it reads must satisfy: on an endpoint that
+serves several deployments (a gateway, a shared Prometheus federation) they pick the
+arm's own series. Label matchers are regular expressions matched against the whole label
+value, as PromQL's `=~` does; a plain value matches itself.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from engine.bounds import check_bounds
+
+ArmKind = Literal["vllm", "sglang", "gateway", "custom"]
+GatewayFlavour = Literal["istio", "envoy", "ingress-nginx"]
+CounterSignal = Literal["requests", "errors", "drafts", "draft_tokens", "accepted_tokens"]
+HistogramSignal = Literal["e2e", "ttft", "itl"]
+GaugeSignal = Literal["running", "waiting", "acceptance_length", "acceptance_rate"]
+Signal = Literal[
+    "requests",
+    "errors",
+    "drafts",
+    "draft_tokens",
+    "accepted_tokens",
+    "e2e",
+    "ttft",
+    "itl",
+    "running",
+    "waiting",
+    "acceptance_length",
+    "acceptance_rate",
+]
+COUNTER_SIGNALS: tuple[CounterSignal, ...] = (
+    "requests",
+    "errors",
+    "drafts",
+    "draft_tokens",
+    "accepted_tokens",
+)
+HISTOGRAM_SIGNALS: tuple[HistogramSignal, ...] = ("e2e", "ttft", "itl")
+GAUGE_SIGNALS: tuple[GaugeSignal, ...] = (
+    "running",
+    "waiting",
+    "acceptance_length",
+    "acceptance_rate",
+)
+
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    _bounded = field_validator("*")(check_bounds)
+
+
+def _matchers(labels: dict[str, str]) -> dict[str, str]:
+    """Label matchers, checked: Prometheus label names, compilable regular expressions."""
+    for name, pattern in labels.items():
+        if not _LABEL_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not a Prometheus label name")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(
+                f"label {name!r}: {pattern!r} is not a regular expression: {exc}"
+            ) from exc
+    return labels
+
+
+def _http_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in {"http", "https"} or not parts.netloc:
+        raise ValueError(f"{url!r} is not an http:// or https:// URL with a host")
+    return url
+
+
+class SeriesSpec(_Strict):
+    """Which samples of an exposition give one signal: the series named `series` whose
+    labels match `labels`, summed (a gauge of acceptance: averaged)."""
+
+    series: str = Field(
+        description="the sample name as exposed (a counter with or without `_total`, e.g. "
+        "`vllm:request_success_total`); a histogram's base name, whose `_bucket` samples "
+        "are read"
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="label → regular expression the whole value must match (PromQL `=~`); "
+        "only matching series count, and a counter keeps these labels apart while it "
+        "checks for resets (every other label is summed away)",
+    )
+    scale: float = Field(
+        default=1.0,
+        gt=0,
+        description="histograms: seconds per unit of the bucket bounds (`le`); 0.001 for a "
+        "histogram in milliseconds (Istio, Envoy)",
+    )
+
+    @field_validator("series")
+    @classmethod
+    def _series_name(cls, series: str) -> str:
+        if not _METRIC_NAME.fullmatch(series):
+            raise ValueError(f"{series!r} is not a Prometheus metric name")
+        return series
+
+    @field_validator("labels")
+    @classmethod
+    def _label_matchers(cls, labels: dict[str, str]) -> dict[str, str]:
+        return _matchers(labels)
+
+
+class SignalMap(_Strict):
+    """Which series give each signal; an unset signal is not read (its value is None).
+
+    Counters: `requests` (finished requests), `errors` (those that failed), and the
+    speculative decoding counters `drafts`, `draft_tokens`, `accepted_tokens`.
+    Histograms: `e2e`, `ttft`, `itl` (seconds, or `scale`d). Gauges: `running`, `waiting`
+    (requests in the batch and in the queue, summed over replicas), and an engine's own
+    `acceptance_length` / `acceptance_rate` where it reports no counters (averaged)."""
+
+    requests: SeriesSpec | None = None
+    errors: SeriesSpec | None = None
+    drafts: SeriesSpec | None = None
+    draft_tokens: SeriesSpec | None = None
+    accepted_tokens: SeriesSpec | None = None
+    e2e: SeriesSpec | None = None
+    ttft: SeriesSpec | None = None
+    itl: SeriesSpec | None = None
+    running: SeriesSpec | None = None
+    waiting: SeriesSpec | None = None
+    acceptance_length: SeriesSpec | None = None
+    acceptance_rate: SeriesSpec | None = None
+
+    def spec(self, signal: Signal) -> SeriesSpec | None:
+        value: SeriesSpec | None = getattr(self, signal)
+        return value
+
+    def overridden_by(self, other: SignalMap) -> SignalMap:
+        """This map with every signal `other` sets explicitly replaced by `other`'s."""
+        return self.model_copy(
+            update={name: getattr(other, name) for name in other.model_fields_set}
+        )
+
+
+class TelemetryArmConfig(_Strict):
+    """One arm's telemetry source (`[telemetry.arms.<arm>]`): `metrics_url` or
+    `prometheus_url`, never both."""
+
+    kind: ArmKind = Field(
+        default="vllm",
+        description="the shipped table of series: vllm, sglang, gateway (see `gateway`), or "
+        "custom (`signals` names every series)",
+    )
+    gateway: GatewayFlavour | None = Field(
+        default=None,
+        description="kind = gateway: whose HTTP counters (istio, envoy, ingress-nginx)",
+    )
+    metrics_url: tuple[str, ...] = Field(
+        default=(),
+        description="direct scrape: the Prometheus text exposition of each replica, one URL "
+        "or a list of them; the arm's counts are the replicas' sum",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="label matchers every series of this arm must satisfy (e.g. "
+        '`destination_workload = "llm-speculative"` on a gateway, `model_name` on a '
+        "server with several models)",
+    )
+    signals: SignalMap | None = Field(
+        default=None,
+        description="kind = custom: the series of each signal; other kinds: replaces "
+        "single entries of the shipped table",
+    )
+    prometheus_url: str | None = Field(
+        default=None,
+        description="PromQL source: the base URL of a Prometheus-compatible API "
+        "(`/api/v1/query` is appended)",
+    )
+    selector: str = Field(
+        default="",
+        max_length=1000,
+        description="PromQL source: label matchers naming this arm's series, put inside "
+        'each template\'s braces (e.g. `namespace="llm",pod=~"spec-.*"`)',
+    )
+    queries: dict[Signal, str] = Field(
+        default_factory=dict,
+        description="PromQL source: a query per signal replacing the shipped template "
+        "(`$selector` and `$range` are substituted)",
+    )
+
+    @field_validator("metrics_url", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return (value,) if isinstance(value, str) else value
+
+    @field_validator("metrics_url")
+    @classmethod
+    def _urls(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
+        for url in urls:
+            _http_url(url)
+        if len(set(urls)) != len(urls):
+            raise ValueError("a replica's URL is listed twice: it would be counted twice")
+        return urls
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _prometheus(cls, url: str | None) -> str | None:
+        return None if url is None else _http_url(url)
+
+    @field_validator("labels")
+    @classmethod
+    def _label_matchers(cls, labels: dict[str, str]) -> dict[str, str]:
+        return _matchers(labels)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TelemetryArmConfig:
+        if bool(self.metrics_url) == (self.prometheus_url is not None):
+            raise ValueError(
+                "set exactly one source: metrics_url (direct scrape) or prometheus_url (PromQL)"
+            )
+        if (self.kind == "gateway") != (self.gateway is not None):
+            raise ValueError(
+                'kind = "gateway" needs gateway = "istio", "envoy" or "ingress-nginx", '
+                "and only it takes one"
+            )
+        if self.kind == "custom" and self.metrics_url and self.signals is None:
+            raise ValueError('kind = "custom" needs [signals]: the series of each signal')
+        if self.kind == "custom" and self.prometheus_url is not None and not self.queries:
+            raise ValueError('kind = "custom" with prometheus_url needs [queries]')
+        if self.prometheus_url is not None and (self.signals is not None or self.labels):
+            raise ValueError(
+                "signals and labels select series of a direct scrape; with prometheus_url "
+                "use selector and queries"
+            )
+        if self.metrics_url and (self.queries or self.selector):
+            raise ValueError(
+                "selector and queries are PromQL; with metrics_url use labels and signals"
+            )
+        return self
+
+    @property
+    def direct(self) -> bool:
+        """True for a direct scrape, False for PromQL."""
+        return bool(self.metrics_url)
+
+
+class TelemetryConfig(_Strict):
+    """Production telemetry of the arms (`[telemetry]`): how often and how much to scrape,
+    and each arm's source. No arms: no telemetry."""
+
+    scrape_interval_s: float = Field(
+        default=15.0, ge=1.0, description="seconds between two scrapes of every arm"
+    )
+    timeout_s: float = Field(
+        default=5.0, gt=0, description="a replica's whole answer, connection included"
+    )
+    max_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=64 * 1024,
+        le=256 * 1024 * 1024,
+        description="a larger exposition is refused (counted as a failed scrape)",
+    )
+    arms: dict[str, TelemetryArmConfig] = Field(
+        default_factory=dict,
+        description="one source per arm, named as in [arms] (`baseline` and the speculative arms)",
+    )
+
+    @model_validator(mode="after")
+    def _timeout_within_interval(self) -> TelemetryConfig:
+        if self.timeout_s > self.scrape_interval_s:
+            raise ValueError(
+                f"timeout_s ({self.timeout_s:g}) exceeds scrape_interval_s "
+                f"({self.scrape_interval_s:g}): a slow replica would delay the next scrape"
+            )
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.arms)

@@ -1,0 +1,168 @@
+"""The `[telemetry]` models (canaryd.telemetry.config), the shipped tables of series
+(canaryd.telemetry.signals) and the PromQL templates (canaryd.telemetry.promql): one
+source per arm, replicas as a list, a gateway named, a custom table required, bad
+matchers and names refused with the key; the tables name the series the servers export."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from canaryd.errors import ConfigError
+from canaryd.telemetry.config import TelemetryArmConfig, TelemetryConfig
+from canaryd.telemetry.promql import render, templates
+from canaryd.telemetry.scrape import ScrapeSource
+from canaryd.telemetry.signals import GATEWAYS, SGLANG, VLLM, sample_names, signal_map
+from canaryd.telemetry.sources import open_source
+
+URL = "http://10.0.0.1:8000/metrics"
+
+
+def arm(**fields: Any) -> TelemetryArmConfig:
+    return TelemetryArmConfig.model_validate(fields)
+
+
+class TestArmConfig:
+    def test_metrics_url_takes_one_url_or_a_list(self) -> None:
+        """One string is one replica; a list is one per replica."""
+        assert arm(metrics_url=URL).metrics_url == (URL,)
+        two = arm(metrics_url=[URL, "http://10.0.0.2:8000/metrics"])
+        assert len(two.metrics_url) == 2 and two.direct
+
+    @pytest.mark.parametrize(
+        ("fields", "message"),
+        [
+            ({}, "exactly one source"),
+            ({"metrics_url": URL, "prometheus_url": "http://prom:9090"}, "exactly one source"),
+            ({"metrics_url": "ftp://x/metrics"}, "not an http:// or https:// URL"),
+            ({"metrics_url": [URL, URL]}, "listed twice"),
+            ({"metrics_url": URL, "kind": "gateway"}, "needs gateway"),
+            ({"metrics_url": URL, "gateway": "istio"}, "only it takes one"),
+            ({"metrics_url": URL, "kind": "custom"}, "needs [signals]"),
+            ({"metrics_url": URL, "labels": {"model": "("}}, "not a regular expression"),
+            ({"metrics_url": URL, "labels": {"1bad": "x"}}, "not a Prometheus label name"),
+            ({"metrics_url": URL, "signals": {"errors": {"series": "a b"}}}, "metric name"),
+            ({"metrics_url": URL, "selector": 'pod="x"'}, "selector and queries are PromQL"),
+            ({"prometheus_url": "http://prom:9090", "labels": {"a": "b"}}, "use selector"),
+            ({"metrics_url": URL, "unknown": 1}, "Extra inputs are not permitted"),
+        ],
+    )
+    def test_a_bad_arm_is_refused_with_its_reason(
+        self, fields: dict[str, Any], message: str
+    ) -> None:
+        with pytest.raises(ValidationError, match=message.replace("[", r"\[")):
+            arm(**fields)
+
+    def test_the_section_bounds_its_figures(self) -> None:
+        """Defaults scrape every 15 s within 5 s and 8 MiB; no arms is no telemetry."""
+        config = TelemetryConfig()
+        assert (config.scrape_interval_s, config.timeout_s, config.max_bytes) == (
+            15.0,
+            5.0,
+            8 * 1024 * 1024,
+        )
+        assert not config.enabled
+        with pytest.raises(ValidationError, match="max_bytes"):
+            TelemetryConfig(max_bytes=10)
+        section = TelemetryConfig.model_validate(
+            {"arms": {"baseline": {"metrics_url": URL}, "speculative": {"metrics_url": URL}}}
+        )
+        assert section.enabled and set(section.arms) == {"baseline", "speculative"}
+
+
+class TestTables:
+    def test_vllm_names_its_real_series(self) -> None:
+        """Finish reasons (errors: `error`), the three latency histograms, the scheduler
+        gauges and the three speculative decoding counters."""
+        assert VLLM.requests is not None and VLLM.requests.series == "vllm:request_success_total"
+        assert VLLM.errors is not None and VLLM.errors.labels == {"finished_reason": "error"}
+        assert VLLM.itl is not None and VLLM.itl.series == "vllm:inter_token_latency_seconds"
+        assert VLLM.accepted_tokens is not None
+        assert VLLM.accepted_tokens.series == "vllm:spec_decode_num_accepted_tokens_total"
+
+    def test_sglang_has_no_error_counter_and_acceptance_gauges(self) -> None:
+        assert SGLANG.errors is None and SGLANG.drafts is None
+        assert SGLANG.acceptance_length is not None
+        assert SGLANG.acceptance_length.series == "sglang:spec_accept_length"
+
+    def test_gateways_count_5xx_and_scale_milliseconds(self) -> None:
+        """Istio counts the destination's report only; millisecond histograms scale."""
+        istio = GATEWAYS["istio"]
+        assert istio.errors is not None
+        assert istio.errors.labels == {"reporter": "destination", "response_code": "5.."}
+        assert istio.e2e is not None and istio.e2e.scale == 0.001
+        assert GATEWAYS["ingress-nginx"].e2e is not None
+        assert GATEWAYS["ingress-nginx"].e2e.scale == 1.0
+
+    def test_signals_replace_single_entries_of_the_shipped_table(self) -> None:
+        """An older vLLM's ITL histogram replaces the shipped one; the rest stays."""
+        config = arm(
+            metrics_url=URL, signals={"itl": {"series": "vllm:time_per_output_token_seconds"}}
+        )
+        table = signal_map(config)
+        assert table.itl is not None and table.itl.series == "vllm:time_per_output_token_seconds"
+        assert table.e2e == VLLM.e2e
+        custom = arm(metrics_url=URL, kind="custom", signals={"requests": {"series": "x_total"}})
+        assert signal_map(custom).errors is None
+
+    def test_sample_names(self) -> None:
+        """Counters are found with and without `_total`, histograms by their buckets."""
+        assert sample_names("requests", "a_total") == ("a", "a_total")
+        assert sample_names("e2e", "lat_seconds") == ("lat_seconds_bucket",)
+        assert sample_names("running", "run") == ("run",)
+
+
+class TestPromql:
+    def test_templates_are_rendered_with_selector_and_range(self) -> None:
+        """Counters become a summed increase over the interval, histograms bucket
+        increases by `le`; an empty selector leaves no stray comma."""
+        config = arm(prometheus_url="http://prom:9090", selector='namespace="llm"')
+        queries = templates(config)
+        assert render(queries["errors"], selector='namespace="llm"', range_s=15) == (
+            'sum(increase(vllm:request_success_total{finished_reason="error",'
+            'namespace="llm"}[15s]))'
+        )
+        assert render(queries["e2e"], selector="", range_s=14.6) == (
+            "sum by (le) (increase(vllm:e2e_request_latency_seconds_bucket{}[15s]))"
+        )
+        assert render(queries["errors"], selector="", range_s=15).count(",}") == 0
+
+    def test_queries_replace_templates(self) -> None:
+        config = arm(
+            prometheus_url="http://prom:9090",
+            kind="gateway",
+            gateway="envoy",
+            queries={"requests": "sum(rate(x[$range]))"},
+        )
+        assert templates(config)["requests"] == "sum(rate(x[$range]))"
+        assert "envoy_cluster_upstream_rq_xx" in templates(config)["errors"]
+
+
+class TestOpenSource:
+    def test_a_direct_arm_opens_a_scrape_and_a_promql_arm_is_refused(self) -> None:
+        """The factory scrapes `metrics_url` arms with the section's timeout and cap; a
+        `prometheus_url` arm, or an arm without a source, is a ConfigError naming the key."""
+        config = TelemetryConfig.model_validate(
+            {
+                "timeout_s": 3,
+                "arms": {
+                    "baseline": {"metrics_url": URL},
+                    "speculative": {"prometheus_url": "http://prom:9090"},
+                },
+            }
+        )
+        source = open_source("baseline", config)
+        try:
+            assert isinstance(source, ScrapeSource) and source.timeout_s == 3
+        finally:
+            source.close()
+        with pytest.raises(ConfigError, match=r"telemetry\.arms\.speculative\.prometheus_url"):
+            open_source("speculative", config)
+        with pytest.raises(ConfigError, match=r"telemetry\.arms\.other: no telemetry source"):
+            open_source("other", config)
+
+    def test_the_timeout_fits_in_the_interval(self) -> None:
+        with pytest.raises(ValidationError, match="exceeds scrape_interval_s"):
+            TelemetryConfig(scrape_interval_s=5, timeout_s=10)

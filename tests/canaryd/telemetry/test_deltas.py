@@ -1,0 +1,165 @@
+"""The arithmetic between two scrapes (canaryd.telemetry.deltas): histogram quantiles as
+Prometheus' `histogram_quantile` computes them, checked against known distributions;
+counter and histogram increases across resets; buckets of several replicas summed; a
+reader that keeps only the labels its matchers name, so the state between two scrapes
+does not grow with per-request labels."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from canaryd.telemetry.config import SeriesSpec, SignalMap
+from canaryd.telemetry.deltas import (
+    BucketCounts,
+    TelemetryWindow,
+    add_buckets,
+    counter_increase,
+    histogram_increase,
+    histogram_quantile,
+    telemetry_window,
+)
+from canaryd.telemetry.scrape import parse_exposition
+from canaryd.telemetry.signals import VLLM, ArmReading, SignalReader
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+INF = float("inf")
+
+
+def observed(values: np.ndarray, bounds: list[float]) -> BucketCounts:
+    """The buckets prometheus-client's Histogram fills with `values`, read back through
+    the exposition and the reader."""
+    registry = CollectorRegistry()
+    histogram = Histogram("latency_seconds", "test", buckets=bounds, registry=registry)
+    for value in values:
+        histogram.observe(float(value))
+    reader = SignalReader(SignalMap(e2e=SeriesSpec(series="latency_seconds")))
+    samples = parse_exposition(generate_latest(registry).decode())
+    groups = reader.read("r", samples).histograms["e2e"]
+    return BucketCounts.of(add_buckets(groups.values()))
+
+
+class TestHistogramQuantile:
+    def test_uniform_values_give_exact_quantiles(self) -> None:
+        """Values spread evenly over (0, 10] in unit buckets: linear interpolation inside
+        a bucket is exact, so the q-quantile is 10 q."""
+        values = (np.arange(10_000) + 0.5) / 1000.0
+        buckets = observed(values, [float(b) for b in range(1, 11)])
+        for q in (0.1, 0.25, 0.5, 0.9, 0.99):
+            assert buckets.quantile(q) == pytest.approx(10 * q, abs=1e-9)
+
+    def test_exponential_values_land_within_their_bucket(self) -> None:
+        """20,000 draws of an exponential (mean 1 s) in vLLM-like buckets: each quantile
+        lies in the bucket holding the true one, within 10 % of the sample's own
+        quantile where the buckets are fine."""
+        rng = np.random.default_rng(0)
+        values = rng.exponential(1.0, 20_000)
+        bounds = [0.1 * k for k in range(1, 51)]
+        buckets = observed(values, bounds)
+        for q in (0.5, 0.9, 0.99):
+            estimate = buckets.quantile(q)
+            true = -math.log(1 - q)
+            assert estimate is not None
+            assert math.floor(estimate * 10) == pytest.approx(math.floor(true * 10), abs=1)
+            assert estimate == pytest.approx(float(np.quantile(values, q)), rel=0.1)
+
+    def test_prometheus_edge_cases(self) -> None:
+        """A rank in the +inf bucket is the largest finite bound; no observations, or no
+        +inf bucket, is None; q outside [0, 1] is refused."""
+        tail = BucketCounts((1.0, 2.0, INF), (10.0, 10.0, 20.0))
+        assert histogram_quantile(0.99, tail) == 2.0
+        assert histogram_quantile(0.5, BucketCounts((1.0, INF), (0.0, 0.0))) is None
+        assert histogram_quantile(0.5, BucketCounts((1.0, 2.0), (1.0, 2.0))) is None
+        with pytest.raises(ValueError, match="outside"):
+            histogram_quantile(1.5, tail)
+
+    def test_buckets_are_made_monotone(self) -> None:
+        """A bucket counting fewer than its lower neighbour is raised to it."""
+        assert BucketCounts.of({1.0: 5.0, 2.0: 4.0, INF: 6.0}).cumulative == (5.0, 5.0, 6.0)
+
+
+class TestIncreases:
+    def test_counter_increase(self) -> None:
+        """The difference; after a decrease, a restart or a first sight, the new value."""
+        assert counter_increase(10.0, 15.0, restarted=False) == 5.0
+        assert counter_increase(10.0, 3.0, restarted=False) == 3.0
+        assert counter_increase(10.0, 15.0, restarted=True) == 15.0
+        assert counter_increase(None, 4.0, restarted=False) == 4.0
+
+    def test_histogram_increase(self) -> None:
+        """Bucket-wise differences, or the whole later histogram when any bucket went
+        down, the bounds changed, or the replica restarted."""
+        before = {1.0: 2.0, INF: 4.0}
+        assert histogram_increase(before, {1.0: 5.0, INF: 9.0}, False) == {1.0: 3.0, INF: 5.0}
+        assert histogram_increase(before, {1.0: 1.0, INF: 6.0}, False) == {1.0: 1.0, INF: 6.0}
+        assert histogram_increase(before, {2.0: 1.0, INF: 6.0}, False) == {2.0: 1.0, INF: 6.0}
+        assert histogram_increase(before, {1.0: 5.0, INF: 9.0}, True) == {1.0: 5.0, INF: 9.0}
+
+    def test_buckets_of_different_bounds_add_as_steps(self) -> None:
+        """A histogram without a bound counts there what it counts at its next lower one."""
+        total = add_buckets([{1.0: 2.0, INF: 4.0}, {0.5: 1.0, 2.0: 3.0, INF: 3.0}])
+        assert total == {0.5: 1.0, 1.0: 3.0, 2.0: 5.0, INF: 7.0}
+
+
+class TestReader:
+    def test_per_request_labels_are_summed_away(self) -> None:
+        """A thousand series that differ only by a label no matcher names read as one
+        group: the state kept between scrapes does not grow with them."""
+        registry = CollectorRegistry()
+        requests = Counter(
+            "vllm:request_success", "t", ["finished_reason", "request_id"], registry=registry
+        )
+        for index in range(1000):
+            requests.labels("stop" if index % 10 else "error", f"r{index}").inc()
+        reading = SignalReader(VLLM).read("r", parse_exposition(generate_latest(registry).decode()))
+        assert reading.counters["requests"] == {(): 1000.0}
+        assert reading.counters["errors"] == {(("finished_reason", "error"),): 100.0}
+
+    def test_arm_labels_select_series(self) -> None:
+        """The arm's label matchers are regular expressions over the whole value."""
+        text = (
+            'vllm:request_success_total{model_name="spec-7b",finished_reason="stop"} 5\n'
+            'vllm:request_success_total{model_name="spec-7b-old",finished_reason="stop"} 9\n'
+        )
+        reader = SignalReader(VLLM, {"model_name": "spec-7b"})
+        assert sum(reader.read("r", parse_exposition(text)).counters["requests"].values()) == 5
+
+
+class TestWindow:
+    def test_a_new_replica_has_no_start_to_count_from(self) -> None:
+        """A replica first read in the later scrape is named and not counted."""
+        reader = SignalReader(VLLM)
+
+        def reading(at: datetime, *urls: str) -> ArmReading:
+            samples = parse_exposition('vllm:request_success_total{finished_reason="stop"} 7\n')
+            replicas = tuple(reader.read(url, samples) for url in urls)
+            return ArmReading("spec", at, reader.mapped, replicas)
+
+        window = telemetry_window(reading(T0, "a"), reading(T0 + timedelta(seconds=15), "a", "b"))
+        assert (window.replicas, window.requests, window.new_replicas) == (1, 0, ("b",))
+        with pytest.raises(ValueError, match="out of order"):
+            telemetry_window(reading(T0, "a"), reading(T0, "a"))
+
+    def test_acceptance_and_count_interval(self) -> None:
+        """Acceptance from the counters (1 + accepted ÷ drafts, accepted ÷ draft tokens),
+        else the engine's gauges; the count interval caps errors at the requests and is
+        None without an error count."""
+        end = T0 + timedelta(seconds=15)
+        counted = TelemetryWindow(
+            "spec", T0, end, 1, requests=10, errors=12, drafts=4, draft_tokens=16,
+            accepted_tokens=6,
+        )  # fmt: skip
+        assert counted.acceptance_length == pytest.approx(2.5)
+        assert counted.acceptance_rate == pytest.approx(0.375)
+        interval = counted.count_interval()
+        assert interval is not None and (interval.requests, interval.errors) == (10, 10)
+        reported = TelemetryWindow(
+            "spec", T0, end, 1, requests=10, reported_acceptance_length=3.1,
+            reported_acceptance_rate=0.7,
+        )  # fmt: skip
+        assert (reported.acceptance_length, reported.acceptance_rate) == (3.1, 0.7)
+        assert reported.count_interval() is None
