@@ -4,12 +4,18 @@
 PostgreSQL schema on the server named by CANARYD_TEST_PG_URL (set by `make test` from
 `.ci/services.sh`). Without that variable the PostgreSQL case is skipped, except under
 CI=true, where a missing server is a failure rather than a silent pass.
+
+Every test also ends with no thread of its own still running: a thread it started must
+finish within two seconds of the test and its fixtures ending.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +24,17 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 PG_URL_ENV = "CANARYD_TEST_PG_URL"
+# How long a thread a test started may take to finish after the test (and its fixtures).
+THREAD_GRACE_S = 2.0
+# True: a thread still running after the grace fails the test; False: it is only warned.
+FAIL_ON_LEFT_THREADS = True
+# Threads a library starts once per process and keeps: tqdm's monitor (started by the first
+# progress bar, e.g. transformers' save_pretrained) outlives every bar by design.
+PROCESS_WIDE_THREADS = frozenset({"tqdm_monitor"})
+
+
+class ThreadLeftRunningWarning(UserWarning):
+    """A test (or one of its function-scoped fixtures) left a thread running."""
 
 
 def postgres_base_url() -> str:
@@ -89,3 +106,26 @@ def _no_installed_config(monkeypatch: pytest.MonkeyPatch) -> None:
     from canaryd import config
 
     monkeypatch.setattr(config, "DEFAULT_CONFIG_PATH", Path("/nonexistent/canaryd/canaryd.toml"))
+
+
+@pytest.fixture(autouse=True)
+def _no_thread_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every thread a test starts is finished when it ends: engines, servers and pools are
+    closed by the test or its fixtures. Threads of module- and session-scoped fixtures are
+    started before this fixture and are not counted."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + THREAD_GRACE_S
+    left = [
+        t for t in threading.enumerate() if t not in before and t.name not in PROCESS_WIDE_THREADS
+    ]
+    while left and time.monotonic() < deadline:
+        left[0].join(timeout=max(0.0, deadline - time.monotonic()))
+        left = [t for t in left if t.is_alive()]
+    if not left:
+        return
+    names = ", ".join(sorted(t.name for t in left))
+    message = f"{request.node.nodeid} left {len(left)} thread(s) running: {names}"
+    if FAIL_ON_LEFT_THREADS:
+        pytest.fail(message, pytrace=False)
+    warnings.warn(message, ThreadLeftRunningWarning, stacklevel=1)
