@@ -5,7 +5,12 @@
 the rest, and end-to-end around the whole call, retries included. Every failure becomes a
 `GenerationResult` with its `ErrorKind` — refused or cut connections `connection`,
 connect/read/total timeouts `timeout`, HTTP errors `http` with the status, malformed
-chunks `invalid` — and nothing is raised.
+chunks `invalid`, a stream past its byte cap `invalid_output` — and nothing is raised.
+
+Every read is bounded: the whole generation (queueing, scrapes, retries and every byte of
+the stream) by one deadline (`timeouts.total`, lowered by the request's `timeout_s`), the
+stream by `engine.sse.output_byte_cap(max_tokens)` bytes (past it the stream is closed),
+error bodies, metrics pages and scoring answers by fixed byte limits.
 
 Why async under a sync facade: the Engine protocol is synchronous (the pair runner calls
 arms one after the other), but shutdown must cancel requests that are in flight and a
@@ -36,7 +41,6 @@ import threading
 import time
 import zlib
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
@@ -45,6 +49,14 @@ import structlog
 from engine import acceptance, prompt_logprobs
 from engine.config import OpenAIEngineConfig
 from engine.errors import EngineConfigError
+from engine.sse import (
+    StreamedAnswer,
+    StreamFailure,
+    output_byte_cap,
+    read_at_most,
+    read_capped,
+    read_events,
+)
 from engine.types import (
     AcceptanceSource,
     ErrorKind,
@@ -64,31 +76,10 @@ _BACKOFF_S = 0.2  # first retry delay; doubles each attempt
 _MAX_RETRY_AFTER_S = 10.0
 _DETAIL_CHARS = 300
 _PROMPT_IDS_CACHED = 16
+_ERROR_BODY_BYTES = 64 * 1024  # of an error answer: its message, never a whole stream
+_METRICS_PAGE_BYTES = 8 * 1024 * 1024  # a vLLM page is ~0.1-1 MB
+_JSON_ANSWER_BYTES = 64 * 1024 * 1024  # prompt log-probs: ~150 bytes a token of a long context
 _T = TypeVar("_T")
-
-
-class _Failure(Exception):  # noqa: N818  (a result in flight, not an error condition)
-    """Carries a failed result out of the streaming code to `_generate`."""
-
-    def __init__(self, error: ErrorKind, detail: str, http_status: int | None = None) -> None:
-        super().__init__(detail)
-        self.error, self.detail, self.http_status = error, detail, http_status
-
-
-@dataclass(slots=True)
-class _Stream:
-    """What one streamed response carried, filled chunk by chunk."""
-
-    parts: list[str] = field(default_factory=list)
-    ttft_s: float | None = None
-    content_chunks: int = 0
-    data_lines: int = 0
-    finish_reason: str | None = None
-    done: bool = False
-    usage: dict[str, Any] | None = None
-    timings: dict[str, Any] | None = None  # llama.cpp
-    meta_info: dict[str, Any] | None = None  # SGLang
-    metrics: dict[str, Any] | None = None  # vLLM --per-request-spec-decode-metrics
 
 
 class OpenAIEngine:
@@ -285,9 +276,10 @@ class OpenAIEngine:
         """POST `body`, return the decoded JSON answer (httpx.HTTPError on a failed status,
         ValueError on a body that is not JSON)."""
         assert self._client is not None
-        response = await self._client.post(path, json=body, headers={"Accept": "application/json"})
-        response.raise_for_status()
-        return response.json()
+        headers = {"Accept": "application/json"}
+        async with self._client.stream("POST", path, json=body, headers=headers) as response:
+            response.raise_for_status()
+            return json.loads(await read_capped(response, _JSON_ANSWER_BYTES))
 
     # -- generation -----------------------------------------------------------------
 
@@ -364,7 +356,7 @@ class OpenAIEngine:
                 f"no complete answer within {limit:g} s",
                 time.perf_counter() - started,
             )
-        except _Failure as failure:
+        except StreamFailure as failure:
             return GenerationResult.failed(
                 failure.error,
                 failure.detail,
@@ -373,7 +365,9 @@ class OpenAIEngine:
             )
         return self._result(stream, e2e, before, after)
 
-    async def _stream_with_retries(self, request: GenerationRequest, started: float) -> _Stream:
+    async def _stream_with_retries(
+        self, request: GenerationRequest, started: float
+    ) -> StreamedAnswer:
         assert self._client is not None
         cfg = self.config
         path = "/v1/chat/completions" if cfg.api == "chat" else "/v1/completions"
@@ -384,18 +378,24 @@ class OpenAIEngine:
             try:
                 async with self._client.stream("POST", path, json=body) as response:
                     if response.status_code >= 400:
-                        text = (await response.aread()).decode(errors="replace")
+                        message = await read_at_most(response, _ERROR_BODY_BYTES)
+                        text = message.decode(errors="replace")
                         if response.status_code in _RETRY_STATUSES and attempt < cfg.max_retries:
                             delay = _retry_after(response.headers.get("retry-after"), delay)
                             log.info("openai.retry", status=response.status_code, delay_s=delay)
                         else:
-                            raise _Failure(
+                            raise StreamFailure(
                                 ErrorKind.HTTP,
                                 f"HTTP {response.status_code}: {text[:_DETAIL_CHARS]}",
                                 response.status_code,
                             )
                     else:
-                        return await self._consume(response, started)
+                        return await read_events(
+                            response,
+                            chat=cfg.api == "chat",
+                            started=started,
+                            cap=output_byte_cap(request.sampling.max_tokens),
+                        )
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 if attempt >= cfg.max_retries:
                     kind = (
@@ -403,87 +403,14 @@ class OpenAIEngine:
                         if isinstance(exc, httpx.ConnectTimeout)
                         else ErrorKind.CONNECTION
                     )
-                    raise _Failure(kind, f"{type(exc).__name__}: {exc}") from exc
+                    raise StreamFailure(kind, f"{type(exc).__name__}: {exc}") from exc
                 log.info("openai.retry", error=type(exc).__name__, delay_s=delay)
             except httpx.TimeoutException as exc:
-                raise _Failure(ErrorKind.TIMEOUT, f"{type(exc).__name__}: {exc}") from exc
+                raise StreamFailure(ErrorKind.TIMEOUT, f"{type(exc).__name__}: {exc}") from exc
             except httpx.HTTPError as exc:  # cut stream, reset, protocol error
-                raise _Failure(ErrorKind.CONNECTION, f"{type(exc).__name__}: {exc}") from exc
+                raise StreamFailure(ErrorKind.CONNECTION, f"{type(exc).__name__}: {exc}") from exc
             attempt += 1
             await asyncio.sleep(delay)
-
-    async def _consume(self, response: httpx.Response, started: float) -> _Stream:
-        """Read the event stream to `[DONE]`; raise `_Failure` on anything malformed."""
-        chat = self.config.api == "chat"
-        stream = _Stream()
-        async for line in response.aiter_lines():
-            if not line.startswith("data:"):
-                continue  # blank separators, `event:`/`id:` fields, `:` keep-alive comments
-            data = line[5:].strip()
-            stream.data_lines += 1
-            if data == "[DONE]":
-                stream.done = True
-                break
-            try:
-                chunk = json.loads(data)
-            except ValueError as exc:
-                raise _Failure(ErrorKind.INVALID, f"malformed chunk: {data[:120]!r}") from exc
-            if not isinstance(chunk, dict):
-                raise _Failure(ErrorKind.INVALID, f"chunk is not an object: {data[:120]!r}")
-            self._read_chunk(chunk, stream, chat, started)
-        if stream.data_lines == 0:
-            raise _Failure(
-                ErrorKind.INVALID,
-                "no server-sent events in the response "
-                f"(content-type {response.headers.get('content-type')!r})",
-            )
-        if not stream.done and stream.finish_reason is None:
-            raise _Failure(
-                ErrorKind.CONNECTION,
-                f"stream ended before [DONE] after {stream.data_lines} events",
-            )
-        return stream
-
-    @staticmethod
-    def _read_chunk(chunk: dict[str, Any], stream: _Stream, chat: bool, started: float) -> None:
-        if "error" in chunk:  # vLLM and others report failures inside a 200 stream
-            error = chunk["error"]
-            code = error.get("code") if isinstance(error, dict) else None
-            status = code if isinstance(code, int) else 500
-            raise _Failure(
-                ErrorKind.HTTP, f"error event: {json.dumps(error)[:_DETAIL_CHARS]}", status
-            )
-        for key in ("usage", "timings", "meta_info", "metrics"):
-            value = chunk.get(key)
-            if isinstance(value, dict):
-                setattr(stream, key, value)
-        choices = chunk.get("choices")
-        if choices is None and stream.usage is None and stream.timings is None:
-            raise _Failure(ErrorKind.INVALID, f"chunk without choices: {json.dumps(chunk)[:120]}")
-        if not isinstance(choices, list | None):
-            raise _Failure(ErrorKind.INVALID, "choices is not a list")
-        for choice in choices or ():
-            if not isinstance(choice, dict):
-                raise _Failure(ErrorKind.INVALID, "choice is not an object")
-            if choice.get("index", 0) != 0:
-                continue
-            if chat:
-                delta = choice.get("delta") or {}
-                piece = delta.get("content") if isinstance(delta, dict) else None
-            else:
-                piece = choice.get("text")
-            if piece is not None and not isinstance(piece, str):
-                raise _Failure(ErrorKind.INVALID, f"content is {type(piece).__name__}, not text")
-            if piece:
-                if stream.ttft_s is None:
-                    stream.ttft_s = time.perf_counter() - started
-                stream.parts.append(piece)
-                stream.content_chunks += 1
-            if isinstance(choice.get("meta_info"), dict):
-                stream.meta_info = choice["meta_info"]
-            reason = choice.get("finish_reason")
-            if isinstance(reason, str):
-                stream.finish_reason = reason
 
     # -- acceptance -----------------------------------------------------------------
 
@@ -494,21 +421,24 @@ class OpenAIEngine:
         if not cfg.metrics_url:
             return None
         try:
-            response = await self._client.get(cfg.metrics_url, headers={"Accept": "*/*"})
-            response.raise_for_status()
+            async with self._client.stream(
+                "GET", cfg.metrics_url, headers={"Accept": "*/*"}
+            ) as response:
+                response.raise_for_status()
+                page = await read_capped(response, _METRICS_PAGE_BYTES)
             if cfg.server_kind == "vllm":
-                return acceptance.Scrape(acceptance.vllm_counters(response.text))
+                return acceptance.Scrape(acceptance.vllm_counters(page.decode(errors="replace")))
             if cfg.server_kind == "tgi":
-                return acceptance.Scrape(acceptance.tgi_counters(response.text))
+                return acceptance.Scrape(acceptance.tgi_counters(page.decode(errors="replace")))
             if cfg.server_kind == "sglang":
-                return acceptance.Scrape({}, acceptance.sglang_avg_accept_length(response.json()))
+                return acceptance.Scrape({}, acceptance.sglang_avg_accept_length(json.loads(page)))
         except (httpx.HTTPError, ValueError) as exc:
             log.warning("openai.metrics_unreadable", url=cfg.metrics_url, error=str(exc))
         return None
 
     def _acceptance(
         self,
-        stream: _Stream,
+        stream: StreamedAnswer,
         output_tokens: int,
         before: acceptance.Scrape | None,
         after: acceptance.Scrape | None,
@@ -541,7 +471,7 @@ class OpenAIEngine:
 
     def _result(
         self,
-        stream: _Stream,
+        stream: StreamedAnswer,
         e2e: float,
         before: acceptance.Scrape | None,
         after: acceptance.Scrape | None,

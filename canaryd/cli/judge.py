@@ -1,6 +1,7 @@
 """`canaryd judge`: the one-shot pre-deploy judge. It runs pairs of a baseline and a
 candidate (two OpenAI-compatible URLs, or the arms of `--config`) one after another until
-the enforce gates decide or the budget (`--pairs`, `--max-minutes`) runs out, stops early
+the enforce gates decide or the budget (`--pairs`, `--max-minutes`; never more than
+`DEFAULT_MAX_MINUTES` unless `--max-minutes` says so) runs out, stops early
 on a decision, stores everything as a run of kind `judge` (`canaryd report --run ID` draws
 it) and exits 0 on PASS, 1 on FAIL, 3 (or `--undecided-exit`) on INCONCLUSIVE or NODATA,
 and 2 on a configuration or infrastructure problem, as every command does. The gates and
@@ -42,6 +43,7 @@ from canaryd.pairs.plan import (
 )
 from canaryd.scoring import load_metrics
 from canaryd.store import SqlStore
+from engine.base import Engine
 from gates import GateDecision, GateMode
 from gates.cycle import Verdict
 from gates.cycle import judge as judge_window
@@ -51,6 +53,9 @@ __all__ = ["EXIT_CODES", "judge"]
 
 EXIT_CODES: dict[Verdict, int] = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3, "NODATA": 3}
 DEFAULT_PAIRS = 200
+# Without --max-minutes the run still ends: 200 pairs of two 120 s timeouts each could
+# otherwise take 13 hours. An hour is several times what a healthy pair of servers needs.
+DEFAULT_MAX_MINUTES = 60.0
 
 
 def _number(value: float | None) -> str:
@@ -89,7 +94,14 @@ def judge(
     ] = None,
     max_minutes: Annotated[
         float | None,
-        typer.Option("--max-minutes", min=0.01, help="at most this long (instead of --pairs)"),
+        typer.Option(
+            "--max-minutes",
+            min=0.01,
+            help="at most this long, with no pair limit (instead of --pairs); without it, "
+            f"at most {DEFAULT_MAX_MINUTES:g} minutes whatever --pairs says (the pair running "
+            "then finishes)",
+            show_default=False,
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the verdict as JSON")] = False,
     undecided_exit: Annotated[
@@ -114,6 +126,7 @@ def judge(
     arm = settings.switch_arm
     err = Console(stderr=True)
     store = SqlStore.open(settings.storage.resolved_url(), create=True)
+    engines: dict[str, Engine] = {}
     try:
         references = store.drift_references(arm_key(settings, arm))
         gates = settings.gates
@@ -123,12 +136,13 @@ def judge(
             )
         load_metrics()  # scoring's imports, before the clock of the time to a decision
         engines = load_arms(settings, err)
-        budget_config = {"judge": {"pairs": budget, "max_minutes": max_minutes}}
+        minutes = DEFAULT_MAX_MINUTES if max_minutes is None else max_minutes
+        budget_config = {"judge": {"pairs": budget, "max_minutes": minutes}}
         run = new_run(settings, "judge", engines, extra_config=budget_config)
         store.create_run(run)
         runner = pair_runner(settings, engines, run.run_id)
         started = time.monotonic()
-        deadline = None if max_minutes is None else started + 60 * max_minutes
+        deadline = started + 60 * minutes
         records: list[PairRecord] = []
         decisions: list[GateDecision] = []
         verdict: Verdict = "NODATA"
@@ -136,9 +150,7 @@ def judge(
         decided_after_s: float | None = None
         with progress_bar(err, 12) as progress:
             task = progress.add_task("pairs", total=budget)
-            while (budget is None or len(records) < budget) and (
-                deadline is None or time.monotonic() < deadline
-            ):
+            while (budget is None or len(records) < budget) and time.monotonic() < deadline:
                 group = runner.run_group(sampler.next())
                 for record in group.records:
                     store.save_pair(storable(record)[0])
@@ -158,6 +170,8 @@ def judge(
                     break
         store.finish_run(run.run_id, datetime.now(UTC))
     finally:
+        for engine in engines.values():
+            engine.close()
         store.close()
     elapsed = time.monotonic() - started
     if as_json:

@@ -3,7 +3,10 @@ the checklist of `canaryd.probe` on both servers (two OpenAI-compatible URLs, or
 of `--config`), prints capability × arm with pass, fail or unsupported and the reason,
 stores the table as a run of kind `probe` (`canaryd report --run ID` draws it) and exits
 0 when the speculative arm passes everything the baseline passes, 1 when it regresses on
-any capability, and 2 on a configuration or infrastructure problem."""
+any capability, and 2 on a configuration or infrastructure problem. The whole run ends
+by `--timeout`, every answer within its byte cap; answers a cap cut short fail their
+capability with the cap as reason and are counted in the output (`read_caps`). A run the
+deadline cut before every capability ran shows no parity: exit 2 unless it regressed."""
 
 from __future__ import annotations
 
@@ -28,7 +31,14 @@ from canaryd.cli.options import (
 from canaryd.config import load_settings
 from canaryd.logs import configure_logging
 from canaryd.pairs.plan import build_arms, new_run
-from canaryd.probe import CAPABILITIES, Outcome, ProbeReport, probe_arms, run_probe
+from canaryd.probe import (
+    CAPABILITIES,
+    PROBE_TIMEOUT_S,
+    Outcome,
+    ProbeReport,
+    probe_arms,
+    run_probe,
+)
 from canaryd.store import SqlStore
 
 __all__ = ["probe", "probe_table"]
@@ -61,9 +71,20 @@ def probe(
     model: ModelOption = "default",
     server_kind: ServerKindOption = "generic",
     as_json: Annotated[bool, typer.Option("--json", help="print the table as JSON")] = False,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            min=1.0,
+            max=3600.0,
+            help="seconds the whole probe may take: answers still arriving then are cut, "
+            "capabilities not started fail as not run",
+        ),
+    ] = PROBE_TIMEOUT_S,
     config: ConfigOption = None,
 ) -> None:
-    """Probe what the speculative arm still supports: exit 0 parity, 1 regression, 2 error."""
+    """Probe what the speculative arm still supports: exit 0 parity, 1 regression, 2 error
+    (or a run --timeout cut short)."""
     configure_logging(level="WARNING")
     settings = settings_with_urls(load_settings(config), baseline, candidate, model, server_kind)
     probe_arms(settings)  # refuse in-process arms before building anything
@@ -83,7 +104,7 @@ def probe(
             def advance(capability: str, arm: str, outcome: Outcome) -> None:
                 progress.update(task, advance=1, description=f"{capability} {outcome.state}")
 
-            report = run_probe(settings, engines, on_result=advance)
+            report = run_probe(settings, engines, on_result=advance, timeout_s=timeout)
     finally:
         for engine in engines.values():
             engine.close()
@@ -106,10 +127,15 @@ def probe(
         verdict = (
             f"REGRESSION on {', '.join(regressions)}"
             if regressions
+            else f"INCOMPLETE: the deadline passed before {', '.join(report.not_run)} ran"
+            if report.not_run
             else "parity: the speculative arm passes everything the baseline passes"
         )
         out.print(
             f"{verdict}; {report.elapsed_s:.1f} s; `canaryd report --run {run.run_id}` draws it",
             highlight=False,
         )
-    raise typer.Exit(1 if regressions else 0)
+        if report.read_caps:
+            cut = ", ".join(f"{what} {n}" for what, n in report.read_caps.items())
+            out.print(f"answers cut short by a read cap: {cut}", highlight=False)
+    raise typer.Exit(1 if regressions else 2 if report.not_run else 0)

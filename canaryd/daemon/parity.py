@@ -6,6 +6,10 @@ Each run is stored as a run of kind `probe` (as the command stores it), exported
 logged: a regression as a warning naming the capabilities. Arms that are not
 OpenAI-compatible servers have nothing to probe: the job says so once and skips. A probe
 that cannot run (an arm away) is counted and logged, never raised: the soak goes on.
+The job holds the daemon's cycle lock, so the run has a deadline (`PROBE_TIMEOUT_S`) and
+every answer a byte cap: a dripping or endless server costs one bounded probe, not the
+soak. Answers a cap cut short are counted in `canaryd_read_caps_total`; a run the
+deadline cut before it showed parity (and found no regression) counts as a failed probe.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from canaryd.config import Settings
 from canaryd.errors import DatabaseError, ProbeError
 from canaryd.metrics import CanarydMetrics
 from canaryd.pairs.plan import new_run
-from canaryd.probe import Outcome, ProbeReport, probe_arms, run_probe
+from canaryd.probe import PROBE_TIMEOUT_S, Outcome, ProbeReport, probe_arms, run_probe
 from canaryd.store import Store
 from engine.base import Engine
 from gates.records import BASELINE_ARM
@@ -60,20 +64,28 @@ class ParityJob:
             on_progress()
 
         try:
-            report = run_probe(settings, arms, on_result=progress)
+            report = run_probe(settings, arms, on_result=progress, timeout_s=PROBE_TIMEOUT_S)
         except ProbeError as exc:
             self.metrics.probe_failed()
             log.error("probe.failed", reason=str(exc))
             return None
-        self.metrics.probe_finished(
-            time.time(),
-            [
-                (c.name, arm, outcome.state)
-                for c in report.capabilities
-                for arm, outcome in ((BASELINE_ARM, c.baseline), (report.arm, c.speculative))
-            ],
-            report.regressions,
-        )
+        if report.not_run and not report.regressions:  # cut short: no parity shown
+            self.metrics.probe_failed()
+            log.error("probe.incomplete", not_run=list(report.not_run))
+        else:
+            self.metrics.probe_finished(
+                time.time(),
+                [
+                    (c.name, arm, outcome.state)
+                    for c in report.capabilities
+                    for arm, outcome in ((BASELINE_ARM, c.baseline), (report.arm, c.speculative))
+                ],
+                report.regressions,
+            )
+        for what, n in report.read_caps.items():
+            self.metrics.pairs.read_capped(what, n)
+        if report.read_caps:
+            log.warning("probe.read_capped", read_caps=report.read_caps)
         run = new_run(
             settings, "probe", arms, started_at=started_at, extra_config={"probe": report.to_dict()}
         )
@@ -91,6 +103,6 @@ class ParityJob:
                 capabilities=report.regressions,
                 reasons={c.name: c.speculative.reason for c in report.capabilities if c.regressed},
             )
-        else:
+        elif not report.not_run:
             log.info("probe.parity", run_id=run.run_id, elapsed_s=round(report.elapsed_s, 1))
         return report

@@ -5,12 +5,15 @@ and errors, the speculative arms' acceptance (per verify step and per draft posi
 and the comparison of each pair: speedup, token-for-token consistency, greedy
 divergences and the task-score delta. Speculative figures carry the arm's configured
 name, so comparison arms sit beside the switch's arm. Figures an engine did not report
-are counted as "not reported", never observed as zeros.
+are counted as "not reported", never observed as zeros. It also counts the answers a
+read cap cut short (`canaryd_read_caps_total`): generations past their byte cap, seen
+here, and the capability probe's capped answers, which the probe job reports.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 from canaryd.metrics.declare import Declarer
 from canaryd.metrics.labels import (
@@ -24,9 +27,14 @@ from canaryd.metrics.labels import (
     pair_outcome,
     position_label,
 )
+from engine.sse import over_output_cap
 from engine.types import ErrorKind, GenerationResult
 from gates.config import QualityGateConfig
 from gates.records import PairRecord
+
+# What cut an answer short: a generation's stream past its byte cap (`invalid_output`),
+# or a capability probe's answer past its byte cap or its deadline.
+READ_CAPS: Final = ("generation_bytes", "probe_answer_bytes", "probe_deadline")
 
 
 class PairMetrics:
@@ -87,9 +95,17 @@ class PairMetrics:
         self.errors = declare.counter(
             "canaryd_errors_total",
             "Failed generations, by arm and error kind (timeout, http, connection, oom, "
-            "invalid, internal).",
+            "invalid, invalid_output, internal).",
             ("arm", "kind"),
             "sum by (arm) (rate(canaryd_errors_total[15m]))",
+        )
+        self.read_caps = declare.counter(
+            "canaryd_read_caps_total",
+            "Answers cut short by a read cap, by cap: generation_bytes (a generation "
+            "streamed past its byte cap, counted as invalid_output), probe_answer_bytes and "
+            "probe_deadline (a capability probe's answer past its byte cap or its deadline).",
+            ("what",),
+            "sum by (what) (increase(canaryd_read_caps_total[1h])) > 0",
         )
         self.acceptance_length = declare.histogram(
             "canaryd_speculative_acceptance_length",
@@ -199,6 +215,13 @@ class PairMetrics:
         for known in known_categories:
             for outcome in PAIR_OUTCOMES:
                 self.pairs.labels(category=known, outcome=outcome)
+        for what in READ_CAPS:
+            self.read_caps.labels(what=what)
+
+    def read_capped(self, what: str, n: int = 1) -> None:
+        """Count `n` answers cut short by the read cap `what` (one of `READ_CAPS`)."""
+        if what in READ_CAPS and n > 0:
+            self.read_caps.labels(what=what).inc(n)
 
     def add_arm(self, arm: str) -> None:
         """Create `arm`'s error series (reading 0) for every error kind."""
@@ -261,6 +284,8 @@ class PairMetrics:
             # A failure's duration is time-to-failure, not a latency: it would drag the
             # latency distribution toward the timeout. Errors are counted instead.
             self.errors.labels(arm=arm, kind=result.error.value).inc()
+            if over_output_cap(result):
+                self.read_caps.labels(what="generation_bytes").inc()
             return
         if result.ttft_s is not None:
             self.ttft.labels(arm=arm, category=category).observe(result.ttft_s)

@@ -8,16 +8,24 @@ judges every answer on its own (`canaryd.probe.checks`). The result is a table o
 capability × arm (pass, fail or unsupported, with the reason); a capability the baseline
 passes and the speculative arm does not is a regression. Only what servers answer is
 probed: the in-process arms have no server to ask.
+
+A probe run has one deadline (`timeout_s`, `PROBE_TIMEOUT_S` unless the caller says):
+every answer is read within it and within `client.ANSWER_BYTES` bytes, every generation
+asks the engine for no more than the time left, and a capability not started before it
+fails as not run (`ProbeReport.not_run`: such a run proves no parity). The report counts
+the answers a cap cut short (`read_caps`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from canaryd.config import Settings
@@ -34,11 +42,19 @@ from canaryd.probe.checks import (
 from canaryd.probe.client import ArmClient
 from engine.base import Engine
 from engine.config import OpenAIEngineConfig
-from engine.types import GenerationRequest, GenerationResult, Message, SamplingParams
+from engine.sse import over_output_cap
+from engine.types import (
+    ErrorKind,
+    GenerationRequest,
+    GenerationResult,
+    Message,
+    SamplingParams,
+)
 from gates.records import BASELINE_ARM
 
 __all__ = [
     "CAPABILITIES",
+    "PROBE_TIMEOUT_S",
     "CapabilityResult",
     "Outcome",
     "ProbeReport",
@@ -63,6 +79,10 @@ _NOTES = (
 _LONG_SHARE = 0.85  # of the context limit: near it, with room for the template and answer
 _OVER_SHARE = 1.25
 _CHARS_PER_TOKEN = 4.0  # a guess where the server cannot count tokens for us
+# A whole probe run's deadline. The checklist takes well under a minute on healthy
+# servers (a 15 s gauge settle at most); the daemon holds its cycle lock for the run, and
+# 180 s stays under /healthz's default cycle age (3 x pair_interval_s + 2 x timeout_s).
+PROBE_TIMEOUT_S = 180.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +114,11 @@ class ProbeReport:
     capabilities: tuple[CapabilityResult, ...]
     context_limit: int | None
     elapsed_s: float
+    # Answers a read cap cut short, by cap (`probe_answer_bytes`, `probe_deadline`,
+    # `generation_bytes`): canaryd_read_caps_total's `what`.
+    read_caps: dict[str, int] = field(default_factory=dict)
+    # Capabilities the run's deadline left unprobed: without them no parity is shown.
+    not_run: tuple[str, ...] = ()
 
     @property
     def regressions(self) -> list[str]:
@@ -105,6 +130,8 @@ class ProbeReport:
             "regressions": self.regressions,
             "context_limit": self.context_limit,
             "elapsed_s": round(self.elapsed_s, 3),
+            "read_caps": dict(self.read_caps),
+            "not_run": list(self.not_run),
             "capabilities": [c.to_dict() for c in self.capabilities],
         }
 
@@ -123,6 +150,8 @@ class ProbeReport:
             ),
             context_limit=data.get("context_limit"),
             elapsed_s=float(data.get("elapsed_s", 0.0)),
+            read_caps={str(k): int(v) for k, v in (data.get("read_caps") or {}).items()},
+            not_run=tuple(str(name) for name in data.get("not_run") or ()),
         )
 
 
@@ -165,8 +194,10 @@ def _stop_word(text: str) -> str:
     return words[len(words) // 2] if words else "\n"
 
 
-def _teacher(baseline: Engine) -> Callable[[str, str], float | None]:
+def _teacher(baseline: Engine, deadline: float) -> Callable[[str, str], float | None]:
     def max_token_nll(content: str, text: str) -> float | None:
+        if time.monotonic() >= deadline:
+            return None
         output = GenerationResult(
             text=text,
             token_ids=(),
@@ -183,13 +214,35 @@ def _teacher(baseline: Engine) -> Callable[[str, str], float | None]:
     return max_token_nll
 
 
+class _GenerationCaps:
+    """Counts the probe's generations cut short (thread-safe): past their byte cap, or
+    timed out at the probe's `deadline`."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, result: GenerationResult) -> None:
+        what = None
+        if over_output_cap(result):
+            what = "generation_bytes"
+        elif result.error is ErrorKind.TIMEOUT and time.monotonic() >= self.deadline:
+            what = "probe_deadline"
+        if what is not None:
+            with self._lock:
+                self.counts[what] += 1
+
+
 def run_probe(
     settings: Settings,
     engines: Mapping[str, Engine],
     on_result: Callable[[str, str, Outcome], None] | None = None,
+    timeout_s: float = PROBE_TIMEOUT_S,
 ) -> ProbeReport:
     """Run every capability on the baseline and the switch arm (`engines`: their loaded
-    engines, by name), calling `on_result(capability, arm, outcome)` after each.
+    engines, by name), calling `on_result(capability, arm, outcome)` after each, all
+    within `timeout_s` (a capability not started by then fails as not run).
 
     The two arms are separate servers: each capability runs on both at once (the checks
     on one arm in order, as before), so the checklist takes about as long as on the
@@ -198,11 +251,14 @@ def run_probe(
     Raises `ProbeError` where the probe cannot start: an arm whose server does not
     answer, or a baseline that fails the plain greedy request every check builds on."""
     started = time.monotonic()
+    deadline = started + timeout_s
     configs = probe_arms(settings)
     arm = settings.switch_arm
+    generation_caps = _GenerationCaps(deadline)
     with contextlib.ExitStack() as stack:
         clients = {
-            name: stack.enter_context(ArmClient(name, config)) for name, config in configs.items()
+            name: stack.enter_context(ArmClient(name, config, deadline))
+            for name, config in configs.items()
         }
         for name, client in clients.items():
             problem = client.reachable()
@@ -210,7 +266,9 @@ def run_probe(
                 raise ProbeError(name, problem)
         pool = stack.enter_context(ThreadPoolExecutor(len(clients), "canaryd-probe"))
         short_request = GenerationRequest(
-            (Message("user", GREEDY_PROMPT),), SamplingParams(max_tokens=GREEDY_TOKENS)
+            (Message("user", GREEDY_PROMPT),),
+            SamplingParams(max_tokens=GREEDY_TOKENS),
+            timeout_s=timeout_s,
         )
         pending_short = pool.submit(engines[arm].generate, short_request)
         baseline = clients[BASELINE_ARM]
@@ -227,23 +285,40 @@ def run_probe(
             _long_prompts(baseline, limit) if limit is not None else ("", "", False)
         )
         short = pending_short.result()
+        generation_caps(short)
         ctx = Context(
             stop=_stop_word(greedy.text),
             context_limit=limit,
             long_prompt=long_prompt,
             over_prompt=over_prompt,
             tokens_measured=counted,
-            max_token_nll=_teacher(engines[BASELINE_ARM]),
+            max_token_nll=_teacher(engines[BASELINE_ARM], deadline),
             implausible_nll=settings.gates.quality.implausible_nll_nats,
             acceptance_on_short={arm: short.acceptance_length is not None},
             engines=dict(engines),
+            deadline=deadline,
+            on_generation=generation_caps,
         )
         results = []
+        not_run = []
         for capability, check in CHECKS.items():
-            running = {name: pool.submit(check, client, ctx) for name, client in clients.items()}
-            outcomes = {name: outcome.result() for name, outcome in running.items()}
+            if time.monotonic() >= deadline:
+                late = Outcome("fail", f"not run: the probe's {timeout_s:g} s deadline had passed")
+                outcomes = dict.fromkeys(clients, late)
+                not_run.append(capability)
+            else:
+                running = {name: pool.submit(check, c, ctx) for name, c in clients.items()}
+                outcomes = {name: outcome.result() for name, outcome in running.items()}
             if on_result is not None:
                 for name, outcome in outcomes.items():
                     on_result(capability, name, outcome)
             results.append(CapabilityResult(capability, outcomes[BASELINE_ARM], outcomes[arm]))
-    return ProbeReport(arm, tuple(results), limit, time.monotonic() - started)
+    read_caps = generation_caps.counts + sum((c.read_caps for c in clients.values()), Counter())
+    return ProbeReport(
+        arm,
+        tuple(results),
+        limit,
+        time.monotonic() - started,
+        dict(sorted(read_caps.items())),
+        tuple(not_run),
+    )

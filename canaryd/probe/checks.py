@@ -21,7 +21,7 @@ from canaryd.scoring.checks import matches_json_schema
 from canaryd.scoring.loops import find_repetition_loop
 from canaryd.scoring.text import word_units
 from engine.base import Engine
-from engine.types import GenerationRequest, Message, SamplingParams
+from engine.types import GenerationRequest, GenerationResult, Message, SamplingParams
 
 __all__ = ["CAPABILITIES", "CHECKS", "GREEDY_PROMPT", "Context", "Outcome", "State"]
 
@@ -80,7 +80,9 @@ class Context:
     string (a word of the baseline's greedy answer), the context limit and the long and
     over-limit prompts built for it, the baseline model's judgement of an output (the
     largest token NLL, None where the baseline cannot score), the NLL above which a
-    token is implausible, and whether each arm reported acceptance on a short prompt."""
+    token is implausible, whether each arm reported acceptance on a short prompt, the
+    probe run's deadline (a `time.monotonic()` instant) and what to call with each
+    result the engines generate."""
 
     stop: str
     context_limit: int | None
@@ -91,6 +93,14 @@ class Context:
     implausible_nll: float
     acceptance_on_short: dict[str, bool]
     engines: dict[str, Engine]
+    deadline: float = math.inf
+    on_generation: Callable[[GenerationResult], None] = lambda result: None
+
+    def time_left(self) -> float | None:
+        """Seconds to the deadline, for a generation's `timeout_s` (None: no deadline)."""
+        if math.isinf(self.deadline):
+            return None
+        return max(self.deadline - time.monotonic(), 0.001)
 
 
 def _not_answered(answer: Answer) -> Outcome:
@@ -303,8 +313,10 @@ def long_context(arm: ArmClient, ctx: Context) -> Outcome:
         GenerationRequest(
             (Message("user", ctx.long_prompt),),
             SamplingParams(max_tokens=LONG_TOKENS, temperature=0.0),
+            timeout_s=ctx.time_left(),
         )
     )
+    ctx.on_generation(result)
     if not result.ok:
         status = result.http_status
         state: State = "unsupported" if status in _UNSUPPORTED_STATUSES else "fail"

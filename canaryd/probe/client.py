@@ -5,24 +5,50 @@ The probe sends what the `Engine` protocol has no words for — `n > 1`, `logpro
 requests at once — so it speaks HTTP itself, with the arm's own configuration (base URL,
 API, model, key, TLS, timeouts, `extra_body`). Nothing here raises for a failed request:
 every call returns an `Answer` whose `error` says what went wrong, as engines do.
+
+Every answer is read within bounds: at most `ANSWER_BYTES` bytes (past them the answer
+fails with the cap as its reason and the connection is closed), and by a deadline for the
+whole answer, body included — the arm's `timeouts.total`, never past the deadline of the
+probe run the client serves. A dripping server is cut at that deadline (checked at every
+chunk, and no read waits past it); a server that goes silent is cut by the read timeout,
+which never exceeds the time the answer has left. `read_caps` counts the answers cut.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
+import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
 from engine.config import OpenAIEngineConfig
 from engine.http import OpenAIEngine
+from engine.sse import LineSplitter
 
-__all__ = ["RUNNING_GAUGES", "Answer", "ArmClient", "running_requests"]
+__all__ = [
+    "ANSWER_BYTES",
+    "RUNNING_GAUGES",
+    "Answer",
+    "ArmClient",
+    "ReadCap",
+    "running_requests",
+]
 
 _DETAIL_CHARS = 200
+# The most bytes one answer may carry. The probe's largest honest answers (16 streamed
+# answers of 8 tokens, n = 2 choices of 32 tokens, 8 tokens with their log-probs, a
+# server's /metrics page) are kilobytes; 2 MiB keeps a burst of 16 on two arms under
+# 64 MiB even when every one of them is endless.
+ANSWER_BYTES = 2 * 1024 * 1024
+# What cut an answer short: its bytes, or its deadline (canaryd_read_caps_total's `what`).
+ReadCap = Literal["probe_answer_bytes", "probe_deadline"]
 # Each server's gauge of requests being generated now (summed over its label sets).
 RUNNING_GAUGES = (
     "vllm:num_requests_running",
@@ -77,11 +103,37 @@ def running_requests(metrics_text: str) -> float | None:
     return total
 
 
-class ArmClient:
-    """One arm's server, as the probe talks to it (a context manager: closes its client)."""
+class _Cut(Exception):  # noqa: N818  (an answer cut short, reported as an Answer)
+    """An answer a read cap cut short (`what`), or a request not sent (`what` None)."""
 
-    def __init__(self, name: str, config: OpenAIEngineConfig) -> None:
-        self.name, self.config = name, config
+    def __init__(self, what: ReadCap | None, reason: str) -> None:
+        super().__init__(reason)
+        self.what, self.reason = what, reason
+
+
+@dataclass(frozen=True, slots=True)
+class _Budget:
+    """One answer's deadline: `seconds` from its start, set by the probe run's deadline
+    (`by_run`) or by the arm's `timeouts.total`."""
+
+    ends_at: float
+    seconds: float
+    by_run: bool
+
+    def missed(self, received: int) -> str:
+        bound = "the probe's deadline" if self.by_run else "the arm's timeouts.total"
+        return (
+            f"no whole answer within {self.seconds:.3g} s ({bound}; {received} bytes read): "
+            "connection closed"
+        )
+
+
+class ArmClient:
+    """One arm's server, as the probe talks to it (a context manager: closes its client).
+    `deadline` (a `time.monotonic()` instant) ends every answer of this client."""
+
+    def __init__(self, name: str, config: OpenAIEngineConfig, deadline: float = math.inf) -> None:
+        self.name, self.config, self.deadline = name, config, deadline
         headers, verify = OpenAIEngine(config).connection()
         timeouts = config.timeouts
         self._client = httpx.Client(
@@ -94,6 +146,8 @@ class ArmClient:
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=32),
         )
         self._greedy: Answer | None = None
+        self.read_caps: Counter[ReadCap] = Counter()
+        self._caps_lock = threading.Lock()
 
     def __enter__(self) -> ArmClient:
         return self
@@ -117,6 +171,80 @@ class ArmClient:
         body.update(params)
         return body
 
+    # -- bounded reads ----------------------------------------------------------------
+
+    def _cut(self, what: ReadCap, reason: str) -> _Cut:
+        with self._caps_lock:
+            self.read_caps[what] += 1
+        return _Cut(what, reason)
+
+    def _budget(self) -> tuple[_Budget, httpx.Timeout]:
+        """The next answer's deadline, and timeouts no longer than it (`_Cut` when the
+        probe's deadline has passed: nothing is sent)."""
+        now = time.monotonic()
+        run_left = self.deadline - now
+        if run_left <= 0:
+            raise _Cut(None, "not sent: the probe's deadline had passed")
+        timeouts = self.config.timeouts
+        seconds = min(timeouts.total, run_left)
+        read = min(timeouts.read, seconds)
+        timeout = httpx.Timeout(
+            connect=min(timeouts.connect, seconds), read=read, write=read, pool=seconds
+        )
+        return _Budget(now + seconds, seconds, run_left < timeouts.total), timeout
+
+    def _late(self, budget: _Budget, received: int) -> _Cut | None:
+        """The cut for a read timeout at or past the answer's deadline (None: before it,
+        an ordinary timeout)."""
+        if time.monotonic() < budget.ends_at:
+            return None
+        return self._cut("probe_deadline", budget.missed(received))
+
+    @contextlib.contextmanager
+    def _open(
+        self, method: str, url: str, **kwargs: Any
+    ) -> Iterator[tuple[httpx.Response, Iterator[bytes]]]:
+        """A request within its budget: its response (headers read) and its body's
+        chunks, which raise `_Cut` past `ANSWER_BYTES` or the deadline."""
+        budget, timeout = self._budget()
+        try:
+            with self._client.stream(method, url, timeout=timeout, **kwargs) as response:
+                yield response, self._chunks(response, budget)
+        except httpx.TimeoutException as exc:
+            cut = self._late(budget, 0)
+            if cut is None:
+                raise
+            raise cut from exc
+
+    def _chunks(self, response: httpx.Response, budget: _Budget) -> Iterator[bytes]:
+        received = 0
+        chunks = response.iter_bytes()
+        while True:
+            try:
+                data = next(chunks, None)
+            except httpx.TimeoutException as exc:
+                cut = self._late(budget, received)
+                if cut is None:
+                    raise
+                raise cut from exc
+            if data is None:
+                return
+            received += len(data)
+            if received > ANSWER_BYTES:
+                raise self._cut(
+                    "probe_answer_bytes",
+                    f"answer over the {ANSWER_BYTES}-byte cap ({received} bytes read): "
+                    "connection closed",
+                )
+            if time.monotonic() > budget.ends_at:
+                raise self._cut("probe_deadline", budget.missed(received))
+            yield data
+
+    def _fetch(self, method: str, url: str, **kwargs: Any) -> tuple[int, bytes]:
+        """The status and the whole body of one request, read within its bounds."""
+        with self._open(method, url, **kwargs) as (response, chunks):
+            return response.status_code, b"".join(chunks)
+
     # -- requests -------------------------------------------------------------------
 
     def complete(self, body: dict[str, Any]) -> Answer:
@@ -124,15 +252,17 @@ class ArmClient:
         body = {**body, "stream": False}
         body.pop("stream_options", None)
         try:
-            response = self._client.post(self.path, json=body)
+            status, content = self._fetch("POST", self.path, json=body)
+        except _Cut as cut:
+            return Answer(None, cut.reason)
         except httpx.HTTPError as exc:
             return Answer(None, f"no answer: {type(exc).__name__}: {exc}"[:_DETAIL_CHARS])
-        if response.status_code != 200:
-            return Answer(response.status_code, _error_message(response.text))
+        if status != 200:
+            return Answer(status, _error_message(_text(content)))
         try:
-            data = response.json()
+            data = json.loads(content)
         except ValueError:
-            return Answer(200, f"answer is not JSON: {response.text[:80]!r}")
+            return Answer(200, f"answer is not JSON: {_text(content)[:80]!r}")
         return self._read_body(data)
 
     def _read_body(self, data: Any) -> Answer:
@@ -170,14 +300,16 @@ class ArmClient:
         """A streamed request read to its end (`[DONE]`, or a finish reason)."""
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         try:
-            with self._client.stream("POST", self.path, json=body) as response:
+            with self._open("POST", self.path, json=body) as (response, chunks):
                 if response.status_code != 200:
-                    return Answer(response.status_code, _error_message(response.read().decode()))
-                return self._read_stream(response.iter_lines())
+                    return Answer(response.status_code, _error_message(_text(b"".join(chunks))))
+                return self._read_stream(_lines(chunks))
+        except _Cut as cut:
+            return Answer(None, cut.reason)
         except httpx.HTTPError as exc:
             return Answer(None, f"stream broke: {type(exc).__name__}: {exc}"[:_DETAIL_CHARS])
 
-    def _read_stream(self, lines: Any) -> Answer:
+    def _read_stream(self, lines: Iterator[str]) -> Answer:
         parts: dict[int, list[str]] = {}
         finish: dict[int, str | None] = {}
         usage: dict[str, Any] = {}
@@ -232,16 +364,18 @@ class ArmClient:
         with contextlib.ExitStack() as streams:
             for index in range(count):
                 try:
-                    response = streams.enter_context(
-                        self._client.stream("POST", self.path, json=body)
+                    response, chunks = streams.enter_context(
+                        self._open("POST", self.path, json=body)
                     )
                     if response.status_code != 200:
                         return f"stream {index + 1}: HTTP {response.status_code}"
-                    for line in response.iter_lines():
+                    for line in _lines(chunks):
                         if line.startswith("data:") and ('"content"' in line or '"text"' in line):
                             break
                     else:
                         return f"stream {index + 1} ended before its first token"
+                except _Cut as cut:
+                    return f"stream {index + 1}: {cut.reason}"
                 except httpx.HTTPError as exc:
                     return f"stream {index + 1}: {type(exc).__name__}: {exc}"[:_DETAIL_CHARS]
         return ""
@@ -251,7 +385,10 @@ class ArmClient:
     def reachable(self) -> str:
         """ "" when the server answers HTTP at all, else why not."""
         try:
-            self._client.get("/v1/models")
+            with self._open("GET", "/v1/models"):
+                pass  # the status line is the answer: the body is not read
+        except _Cut as cut:
+            return f"{self.config.base_url} does not answer: {cut.reason}"
         except httpx.HTTPError as exc:
             return f"{self.config.base_url} does not answer: {type(exc).__name__}: {exc}"
         return ""
@@ -260,8 +397,8 @@ class ArmClient:
         """The context limit the server reports for its model (`/v1/models`, vLLM and
         SGLang: `max_model_len`), None where it reports none."""
         try:
-            data = self._client.get("/v1/models").json()
-        except (httpx.HTTPError, ValueError):
+            data = json.loads(self._fetch("GET", "/v1/models")[1])
+        except (_Cut, httpx.HTTPError, ValueError):
             return None
         models = data.get("data") if isinstance(data, dict) else None
         limits: dict[str, int] = {
@@ -277,9 +414,9 @@ class ArmClient:
         """Tokens of `text` by the server's own `/tokenize` (vLLM, SGLang), None without it."""
         body = {"model": self.config.model, "prompt": text, "add_special_tokens": False}
         try:
-            response = self._client.post("/tokenize", json=body)
-            tokens = response.json().get("tokens") if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, AttributeError):
+            status, content = self._fetch("POST", "/tokenize", json=body)
+            tokens = json.loads(content).get("tokens") if status == 200 else None
+        except (_Cut, httpx.HTTPError, ValueError, AttributeError):
             return None
         return len(tokens) if isinstance(tokens, list) else None
 
@@ -293,20 +430,31 @@ class ArmClient:
     def running(self) -> float | None:
         """The running-requests gauge now (None: the server reports none)."""
         try:
-            response = self._client.get(self.metrics_url, headers={"Accept": "text/plain"})
-        except httpx.HTTPError:
+            status, content = self._fetch("GET", self.metrics_url, headers={"Accept": "text/plain"})
+        except (_Cut, httpx.HTTPError):
             return None
-        return running_requests(response.text) if response.status_code == 200 else None
+        return running_requests(_text(content)) if status == 200 else None
 
     def settled(self, level: float, within_s: float) -> float | None:
         """Poll the running gauge until it is at most `level` or `within_s` ends; its
         last value."""
-        deadline = time.monotonic() + within_s
+        deadline = min(time.monotonic() + within_s, self.deadline)
         while True:
             value = self.running()
             if value is None or value <= level or time.monotonic() > deadline:
                 return value
             time.sleep(0.25)
+
+
+def _text(content: bytes) -> str:
+    return content.decode("utf-8", errors="replace")
+
+
+def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
+    splitter = LineSplitter()
+    for data in chunks:
+        yield from splitter.feed(data)
+    yield from splitter.flush()
 
 
 def _error_message(text: str) -> str:

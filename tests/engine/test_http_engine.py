@@ -16,6 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 from engine.config import EngineConfig, OpenAIEngineConfig
 from engine.http import OpenAIEngine
 from engine.registry import build_engine
+from engine.sse import output_byte_cap, over_output_cap
 from engine.types import AcceptanceSource, ErrorKind, GenerationRequest, Message, SamplingParams
 from tests.support.servers import Behaviour, MisbehavingServer, refused_url
 
@@ -200,6 +201,40 @@ class TestFaults:
             ErrorKind.TIMEOUT,
         ]
         assert engine.generate(REQUEST).ok
+
+
+class TestHostileStreams:
+    @pytest.mark.parametrize("api", ["chat", "completions"])
+    def test_an_endless_stream_ends_invalid_output_at_the_byte_cap(
+        self, server: MisbehavingServer, api: str
+    ) -> None:
+        """A server streaming well-formed content for ever (~30 MB/s): the generation ends
+        within a second as `invalid_output`, past `output_byte_cap(max_tokens)` by at
+        most one read, and the stream is closed; the next request is served."""
+        server.queue(Behaviour(fault="endless", chunk_bytes=64 * 1024, token_delay_s=0.002))
+        cap = output_byte_cap(REQUEST.sampling.max_tokens)
+        for engine in _engine(server.url, api=api, timeouts={"read": 5, "total": 30}):
+            started = time.perf_counter()
+            result = engine.generate(REQUEST)
+            assert time.perf_counter() - started < 1.0
+            assert result.error is ErrorKind.INVALID_OUTPUT, result.error_detail
+            assert over_output_cap(result) and result.text == ""
+            streamed = int(result.error_detail.split(": ")[1].split(" bytes")[0])
+            assert cap < streamed <= cap + 2 * 64 * 1024 + 4096, result.error_detail
+            assert f"the cap is {cap} " in result.error_detail
+            assert engine.generate(REQUEST).ok
+
+    def test_a_dripping_stream_ends_at_the_whole_generation_deadline(
+        self, server: MisbehavingServer
+    ) -> None:
+        """One byte every 50 ms never trips the read timeout: the request's own deadline
+        bounds the whole stream, not each read (`timeout` at 1 s)."""
+        server.queue(Behaviour(fault="drip", drip_s=0.05))
+        request = GenerationRequest(messages=REQUEST.messages, timeout_s=1.0)
+        for engine in _engine(server.url):
+            result = engine.generate(request)
+            assert result.error is ErrorKind.TIMEOUT
+            assert 0.9 < result.e2e_s < 1.5
 
 
 class TestRetries:

@@ -6,9 +6,11 @@ and llama.cpp do (chunked server-sent events, a usage chunk, `data: [DONE]`) —
 the way real servers fail. Each request takes the next `Behaviour` from a script
 (`default`, healthy unless set, once the script is empty): an HTTP status (429/5xx, with
 Retry-After), a stall before or during the stream, a stream cut mid-way (connection
-dropped without the final chunk), a malformed chunk, or text and counts that cannot be true
-(`piece`, `final_extra`). It also serves `/metrics` and `/server_info` bodies set by the
-test, and records every request body it received.
+dropped without the final chunk), a malformed chunk, text and counts that cannot be true
+(`piece`, `final_extra`), or a hostile stream that never ends: `endless` (well-formed
+content chunks of `chunk_bytes` each, every `token_delay_s`, for as long as the client
+reads) and `drip` (one byte every `drip_s` seconds, for ever). It also serves `/metrics`
+and `/server_info` bodies set by the test, and records every request body it received.
 
 Like vLLM it tokenises (`POST /tokenize`: words to ids, a chat template of one id before
 and after each message) and scores prompts: a non-streamed `/v1/completions` with
@@ -21,6 +23,7 @@ and after each message) and scores prompts: a non-streamed `/v1/completions` wit
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import threading
@@ -33,7 +36,9 @@ from typing import Any, Literal
 
 __all__ = ["Behaviour", "MisbehavingServer", "refused_url", "teacher_logprob", "word_id"]
 
-Fault = Literal["ok", "status", "stall_headers", "stall_stream", "cut", "malformed", "json"]
+Fault = Literal[
+    "ok", "status", "stall_headers", "stall_stream", "cut", "malformed", "json", "endless", "drip"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,8 @@ class Behaviour:
     token_delay_s: float = 0.0
     final_extra: dict[str, Any] = field(default_factory=dict)  # merged into the usage chunk
     piece: str | None = None  # each content chunk's text (default " tok<i>")
+    chunk_bytes: int = 64 * 1024  # fault "endless": the text of each content chunk
+    drip_s: float = 2.0  # fault "drip": seconds between two bytes
 
 
 def word_id(word: str) -> int:
@@ -100,6 +107,10 @@ class MisbehavingServer:
 
     def next_behaviour(self) -> Behaviour:
         return self.script.popleft() if self.script else self.default
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
 
     def sleep(self, seconds: float) -> None:
         """Stall, but wake at shutdown so a stalled handler never outlives the test."""
@@ -154,6 +165,9 @@ def _handler_for(server: MisbehavingServer) -> type[BaseHTTPRequestHandler]:
                 return
             if behaviour.fault == "stall_headers":
                 server.sleep(behaviour.stall_s)
+            if behaviour.fault in ("endless", "drip"):  # whatever was asked, streamed or not
+                self._hostile(body, behaviour)
+                return
             if behaviour.fault == "json":  # ignores stream=true: one JSON body
                 self._send(200, b'{"choices": []}', "application/json")
                 return
@@ -168,6 +182,36 @@ def _handler_for(server: MisbehavingServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             self._stream(body, behaviour)
+
+        def _hostile(self, body: dict[str, Any], behaviour: Behaviour) -> None:
+            """An answer that never ends, until the client hangs up or the server stops."""
+            self.close_connection = True
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            text = "x" * behaviour.chunk_bytes
+            choice = {
+                "index": 0,
+                **({"delta": {"content": text}} if "messages" in body else {"text": text}),
+            }
+            event = f"data: {json.dumps({'choices': [choice]})}\n\n".encode()
+            try:
+                if behaviour.fault == "endless":
+                    while not server.stopped:
+                        self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+                        self.wfile.flush()
+                        if behaviour.token_delay_s:
+                            server.sleep(behaviour.token_delay_s)
+                    return
+                for byte in itertools.cycle(event):
+                    if server.stopped:
+                        return
+                    self.wfile.write(b"1\r\n" + bytes((byte,)) + b"\r\n")
+                    self.wfile.flush()
+                    server.sleep(behaviour.drip_s)
+            except OSError:  # the client hung up: what a bounded client does
+                return
 
         def _json(self, answer: dict[str, Any]) -> None:
             self._send(200, json.dumps(answer).encode(), "application/json")

@@ -1,19 +1,25 @@
 """`canaryd judge` through the CLI runner against two loopback OpenAI-compatible servers:
 exit 0 on a healthy candidate, 1 on a broken one, 3 (or `--undecided-exit`) when the
 budget ends undecided, 2 on bad input; the pairs are stored as a run of kind `judge`.
-Only liveness enforces (5 pairs decide), so the outcomes do not rest on timing."""
+Only liveness enforces (5 pairs decide), so the outcomes do not rest on timing. A
+candidate that streams for ever fails each generation at its byte cap, and a run without
+`--max-minutes` still ends by `DEFAULT_MAX_MINUTES`."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from canaryd.cli import judge as judge_command
 from canaryd.cli.app import app
 from canaryd.store import SqlStore
+from engine.sse import output_byte_cap, over_output_cap
+from engine.types import ErrorKind
 from tests.support.servers import Behaviour, MisbehavingServer
 
 LIVENESS_ONLY = """
@@ -109,6 +115,57 @@ class TestJudge:
             env, baseline.url, candidate.url, "--pairs", "2", "--undecided-exit", "1"
         )
         assert code == 1, output
+
+    def test_an_endless_candidate_fails_each_generation_at_its_byte_cap(
+        self, env: Path, servers: tuple[MisbehavingServer, MisbehavingServer]
+    ) -> None:
+        """A candidate streaming well-formed content for ever (~30 MB/s): each of its
+        generations ends `invalid_output` at `output_byte_cap(max_tokens)`, well inside
+        the 3 s generation timeout, and liveness FAILs on 5 pairs: exit 1 in seconds."""
+        env.write_text(
+            env.read_text().replace("max_tokens = 8\n", "max_tokens = 8\ntimeout_s = 3\n")
+        )
+        baseline, candidate = servers
+        candidate.default = Behaviour(fault="endless", token_delay_s=0.002)
+        started = time.monotonic()
+        code, output = judge(env, baseline.url, candidate.url, "--pairs", "20", "--json")
+        wall_s = time.monotonic() - started
+        assert code == 1, output
+        body = json.loads(output)
+        assert (body["verdict"], body["pairs"]) == ("FAIL", 5)
+        assert body["elapsed_s"] < 5 * 1.0 and wall_s < 30
+        with SqlStore.open(f"sqlite:///{env.parent / 'judge.db'}") as store:
+            records = store.pairs(run_id=body["run_id"])
+        assert len(records) == 5
+        for record in records:
+            assert record.baseline.ok
+            assert record.speculative.error is ErrorKind.INVALID_OUTPUT
+            assert over_output_cap(record.speculative), record.speculative.error_detail
+            assert f"the cap is {output_byte_cap(8)} " in record.speculative.error_detail
+
+    def test_without_max_minutes_the_run_ends_by_the_default_bound(
+        self,
+        env: Path,
+        servers: tuple[MisbehavingServer, MisbehavingServer],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """`--pairs 50` without `--max-minutes` still stops at `DEFAULT_MAX_MINUTES` (60,
+        said in --help; 1.5 s here, against a candidate taking 0.4 s a pair): the pair
+        running then finishes, the verdict is undecided, and the bound is stored."""
+        assert "at most 60 minutes whatever --pairs says" in " ".join(
+            CliRunner().invoke(app, ["judge", "--help"]).output.replace("│", " ").split()
+        )
+        monkeypatch.setattr(judge_command, "DEFAULT_MAX_MINUTES", 0.025)
+        baseline, candidate = servers
+        candidate.default = Behaviour(tokens=8, token_delay_s=0.05)
+        code, output = judge(env, baseline.url, candidate.url, "--pairs", "50", "--json")
+        assert code == 3, output
+        body = json.loads(output)
+        assert body["verdict"] == "NODATA" and 1 <= body["pairs"] < 5
+        assert body["elapsed_s"] < 1.5 + 1.0
+        with SqlStore.open(f"sqlite:///{env.parent / 'judge.db'}") as store:
+            [run] = store.runs()
+        assert run.info.config["judge"] == {"pairs": 50, "max_minutes": 0.025}
 
     @pytest.mark.parametrize(
         ("args", "says"),

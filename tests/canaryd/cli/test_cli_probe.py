@@ -3,14 +3,18 @@
 passes on healthy servers and fails when the speculative arm breaks it (exit 1), a
 baseline that fails one is no regression (exit 0), refused features are unsupported,
 bad input and unreachable servers are exit 2; the table is stored as a run of kind
-`probe` and `canaryd report` draws it."""
+`probe` and `canaryd report` draws it. Against hostile servers (tests.support.servers: a
+stream that drips or never ends) the run ends by its deadline, every answer within its
+byte cap, and the answers cut short are counted in the output."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +23,10 @@ from typer.testing import CliRunner
 
 from canaryd.cli.app import app
 from canaryd.probe import CAPABILITIES, checks
+from canaryd.probe.client import ANSWER_BYTES
 from canaryd.store import SqlStore
 from tests.support.capability_server import CapabilityServer
-from tests.support.servers import refused_url
+from tests.support.servers import Behaviour, MisbehavingServer, refused_url
 
 NAMES = (
     "streaming_equals_plain", "stop", "max_tokens_1", "logprobs", "n_gt_1",
@@ -57,7 +62,9 @@ def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return db
 
 
-def probe(baseline: CapabilityServer, candidate: CapabilityServer, *args: str) -> tuple[int, str]:
+def probe(
+    baseline: CapabilityServer, candidate: CapabilityServer | MisbehavingServer, *args: str
+) -> tuple[int, str]:
     result = CliRunner().invoke(
         app,
         [
@@ -159,6 +166,78 @@ class TestProbe:
         assert "regressions: stop" in result.output
         assert "| stop | pass: stopped before" in result.output
         assert "Capability parity" in (tmp_path / "r.html").read_text()
+
+
+class TestProbeAgainstHostileServers:
+    def test_a_dripping_candidate_is_cut_at_the_deadline(self, database: Path) -> None:
+        """A candidate that answers its first request, then drips one byte every 0.5 s:
+        the run ends within `--timeout 4` (plus one drip); the capability the drip held
+        fails with the deadline as its reason (a regression, exit 1), the rest are not
+        run, and the output counts the answer cut short."""
+        with CapabilityServer() as baseline, MisbehavingServer() as candidate:
+            candidate.queue(Behaviour())  # the short generation, before the checklist
+            candidate.default = Behaviour(fault="drip", drip_s=0.5)
+            started = time.monotonic()
+            code, output = probe(baseline, candidate, "--json", "--timeout", "4")
+            wall_s = time.monotonic() - started
+        assert code == 1, output
+        assert wall_s < 4 + 8, wall_s  # the deadline, one drip, and the command's start
+        body, rows = json.loads(output), table(output)
+        assert body["elapsed_s"] < 4 + 1.0
+        assert body["regressions"] == ["streaming_equals_plain"]
+        assert body["not_run"] == list(NAMES[1:])
+        assert body["read_caps"] == {"probe_deadline": 1}
+        reason = rows["streaming_equals_plain"]["speculative"]["reason"]
+        assert re.fullmatch(
+            r"no whole answer within 3\.\d+ s \(the probe's deadline; \d+ bytes read\): "
+            "connection closed",
+            reason,
+        ), reason
+        assert rows["stop"]["baseline"]["reason"] == "not run: the probe's 4 s deadline had passed"
+
+    def test_a_run_cut_before_any_capability_shows_no_parity(self, database: Path) -> None:
+        """A candidate that drips from its first request: the deadline passes before the
+        checklist starts, every capability is not run, and no parity is claimed: exit 2
+        with the table, the capabilities not run and the generation cut short."""
+        with CapabilityServer() as baseline, MisbehavingServer() as candidate:
+            candidate.default = Behaviour(fault="drip", drip_s=0.5)
+            code, output = probe(baseline, candidate, "--timeout", "3")
+        assert code == 2, output
+        flat = " ".join(output.split())
+        assert f"INCOMPLETE: the deadline passed before {', '.join(NAMES)} ran;" in flat
+        assert "answers cut short by a read cap: probe_deadline 1" in flat
+        elapsed = float(re.findall(r" ran; ([\d.]+) s; `canaryd report", flat)[0])
+        assert elapsed < 3 + 1.0
+
+    @pytest.mark.timeout(120)
+    def test_an_endless_candidate_is_cut_at_the_byte_cap(self, database: Path) -> None:
+        """A candidate streaming well-formed content for ever (~30 MB/s) to every
+        request: each answer is cut at `ANSWER_BYTES` (each generation at its own cap),
+        so every capability fails naming the cap and the bytes it kept, exit 1, within
+        seconds; the output counts the cut answers."""
+        with CapabilityServer() as baseline, MisbehavingServer() as candidate:
+            candidate.default = Behaviour(fault="endless", token_delay_s=0.002)
+            started = time.monotonic()
+            code, output = probe(baseline, candidate, "--json")
+            wall_s = time.monotonic() - started
+        assert code == 1, output
+        assert wall_s < 60, wall_s
+        body, rows = json.loads(output), table(output)
+        assert body["regressions"] == list(NAMES) and body["not_run"] == []
+        for name, row in rows.items():
+            assert row["speculative"]["state"] == "fail", (name, row)
+            assert "byte cap" in row["speculative"]["reason"], (name, row)
+        kept = [int(n) for n in re.findall(r"\((\d+) bytes read\)", output)]
+        assert kept and max(kept) <= ANSWER_BYTES + 128 * 1024
+        assert (
+            "invalid_output: output over its byte cap"
+            in rows["long_context"]["speculative"]["reason"]
+        )
+        caps = body["read_caps"]
+        # Every answer the candidate began: the shared greedy one, one of each of nine
+        # checks, the burst of 16 (the cancelled streams are dropped at their first token).
+        assert caps["probe_answer_bytes"] == 10 + 16 and caps["generation_bytes"] == 2
+        assert "probe_deadline" not in caps
 
 
 class TestProbeErrors:
