@@ -39,6 +39,7 @@ __all__ = [
     "Verdict",
     "advisory",
     "combine",
+    "distinct",
     "evaluate_all",
     "judge",
     "latest_window",
@@ -149,6 +150,20 @@ GATES: tuple[GateSpec, ...] = (
 PAIR_GATES: tuple[str, ...] = tuple(spec.name for spec in GATES if spec.evidence == "pairs")
 
 
+def distinct(records: Sequence[PairRecord]) -> list[PairRecord]:
+    """`records` with each (prompt, seed, arm) measured by one run only: a later run that
+    replays a measurement another run already made (a second daemon, a restart, a command
+    on the same database with unsalted seeds) adds no evidence, and counting it twice would
+    double every detector's statistic. Within one run nothing is dropped."""
+    first_run: dict[tuple[str, int, str], str] = {}
+    kept: list[PairRecord] = []
+    for record in records:
+        key = (record.prompt.id, record.sampling_seed, record.arm)
+        if first_run.setdefault(key, record.run_id) == record.run_id:
+            kept.append(record)
+    return kept
+
+
 def _context(
     records: Sequence[PairRecord],
     config: GatesConfig,
@@ -163,6 +178,7 @@ def _context(
 ) -> Context:
     by_category = config.policy.scope == "category"
     cuts = category_since or {}
+    records = distinct(records)
     own = [r for r in records if (cut := cuts.get(r.prompt.category)) is None or r.started_at > cut]
     return Context(
         now=now,
@@ -267,8 +283,9 @@ def judge(
     decisions = tuple(
         spec.run(config, context) for spec in GATES if spec.evidence == "pairs" or with_probe
     )
-    verdict, reason = combine(decisions, len(records), min_pairs, subject)
-    return Judgement(decisions, verdict, reason, len(records))
+    pairs = len(context.records)  # distinct measurements
+    verdict, reason = combine(decisions, pairs, min_pairs, subject)
+    return Judgement(decisions, verdict, reason, pairs)
 
 
 def _one_line(text: str) -> str:

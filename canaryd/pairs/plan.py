@@ -12,6 +12,7 @@ import hashlib
 import json
 import platform
 import uuid
+import zlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -79,15 +80,24 @@ def suite_sampler(
     return prompt_sampler(settings, resolve_prompts(settings, category, suites))
 
 
+def run_seed(seed: int, run_id: str) -> int:
+    """The seed of one run's pair seeds and arm order: `prompts.seed` salted with the run.
+
+    Every daemon, follower, restart and command is a run of its own; unsalted, each would
+    replay the same (prompt, seed) sequence, and the gates would count one measurement as
+    many (`gates.cycle` drops such replays). Within a run the sequence is reproducible."""
+    return zlib.crc32(f"{seed}:{run_id}".encode()) & 0x7FFF_FFFF
+
+
 def pair_runner(settings: Settings, engines: Mapping[str, Engine], run_id: str) -> PairRunner:
     """The pair runner over `engines` (by arm name, the baseline among them) that stamps
-    pairs with `run_id`: the seed and sampling parameters every command and the daemon
-    share."""
+    pairs with `run_id`: the sampling parameters every command and the daemon share, and
+    pair seeds of its own (`run_seed`)."""
     return PairRunner(
         engines[BASELINE_ARM],
         speculative_engines(engines),
         run_id=run_id,
-        seed=settings.prompts.seed,
+        seed=run_seed(settings.prompts.seed, run_id),
         params=pair_params(settings),
     )
 

@@ -141,3 +141,23 @@ def test_states_are_gate_states() -> None:
     """Every decision judge returns has a GateState."""
     judged = judge(healthy(5), None, None, GatesConfig(), at(4))
     assert all(isinstance(d.state, GateState) for d in judged.decisions)
+
+
+class TestReplays:
+    def test_a_replay_from_another_run_adds_no_evidence(self) -> None:
+        """Two daemons replaying the same (prompt, seed) sequence: the second run's copies
+        are dropped, so every detector sees each measurement once; within one run nothing
+        is dropped."""
+        from dataclasses import replace
+
+        from gates.cycle import distinct
+
+        slow = [record(i, speculative=result(1.3)) for i in range(300)]
+        replayed = [replace(r, pair_id=f"{r.pair_id}-b", run_id="other") for r in slow]
+        assert distinct(slow + replayed) == slow
+        once = judge(slow, None, None, GatesConfig(), at(299))
+        twice = judge(
+            sorted(slow + replayed, key=lambda r: r.started_at), None, None, GatesConfig(), at(299)
+        )
+        assert twice.pairs == once.pairs == 300
+        assert [d.to_dict() for d in twice.decisions] == [d.to_dict() for d in once.decisions]
