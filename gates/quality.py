@@ -46,7 +46,7 @@ from datetime import datetime
 from gates.budget import DEFAULT_ARL0
 from gates.categories import category_arl0, combine_categories, group_by_category
 from gates.config import QualityGateConfig
-from gates.core import GateDecision
+from gates.core import GateDecision, GateState
 from gates.detectors import (
     CALIBRATION_CONFIDENCE,
     cusum_note,
@@ -216,6 +216,25 @@ def _checks(
 
     scores: list[PairScores] = [s for _, s in scored]
     n = len(scores)
+    if not components:
+        # Loops see only degeneration; garbage that does not repeat passes them. With no
+        # content check (no greedy pair, no task check, no teacher-scored sampled pair:
+        # every live pair, every server without a teacher) quality is never a PASS.
+        components.append(
+            decision(
+                f"{prefix}.content",
+                config,
+                window,
+                now,
+                state=GateState.INCONCLUSIVE,
+                statistic="content checks run",
+                n_baseline=n,
+                n_speculative=n,
+                estimate=0.0,
+                detail=f"no content check ran on {n} pairs (no greedy pair, no task check, "
+                "no teacher-scored sampled pair): the loops check alone cannot PASS quality",
+            )
+        )
     baseline_only = sum(1 for s in scores if s.baseline_loop and not s.speculative_loop)
     _, baseline_upper = clopper_pearson(baseline_only, n, CALIBRATION_CONFIDENCE)
     p0 = min(max(baseline_upper, _RATE_FLOOR) + config.max_loop_rate, 0.5)

@@ -75,3 +75,18 @@ class TestDistribution:
             decision = evaluate(records)
             assert component(decision) is None
             assert "distribution: no sampled pair" in decision.detail
+
+
+class TestNoContentCheck:
+    def test_loops_alone_never_pass_quality(self) -> None:
+        """Sampled pairs with no teacher score and no task check (live pairs, servers
+        without a teacher): quality is INCONCLUSIVE however many pairs, never PASS."""
+        from gates import GatesConfig, GateState
+        from gates.quality import quality_gate
+        from gates.testing import at, record, scores
+
+        unjudged = scores(exact=False, delta=None)
+        records = [record(i, temperature=0.7, pair_scores=unjudged) for i in range(600)]
+        decision = quality_gate(records, GatesConfig().quality, now=at(599))
+        assert decision.state is GateState.INCONCLUSIVE
+        assert "no content check ran" in decision.detail
