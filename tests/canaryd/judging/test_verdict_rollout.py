@@ -1,5 +1,5 @@
-"""`POST /v1/verdict` polled as the shipped Argo template's web metric polls it, while a new revision
-that breaks the speculative arm rolls out behind the same URL: the daemon in-process over
+"""`POST /v1/verdict` polled as the shipped Argo template's web metric polls it, while a new
+revision that breaks the speculative arm rolls out behind the same URL: the daemon in-process over
 two loopback OpenAI-compatible servers, a real SQLite file and real HTTP, driven cycle by
 cycle so that nothing depends on timing."""
 
