@@ -39,4 +39,3 @@ def prompts_dir() -> Path:
 
 def alembic_dir() -> Path:
     return _shipped("alembic")
-
