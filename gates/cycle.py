@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from gates.budget import detector_arl0, detector_budget
-from gates.config import GateConfigBase, GatesConfig
+from gates.config import GatesConfig
 from gates.core import GateDecision, GateMode, GateState, checks, combine_states
 from gates.drift import ReferenceStats, drift_gate, grow_references
 from gates.error_rate import error_gate
@@ -83,11 +83,6 @@ class GateSpec:
     name: str
     evidence: Literal["pairs", "probe"]
     run: Callable[[GatesConfig, Context], GateDecision]
-
-    def section(self, config: GatesConfig) -> GateConfigBase:
-        """This gate's section of `config`."""
-        section: GateConfigBase = getattr(config, self.name)
-        return section
 
 
 def _parity(config: GatesConfig, c: Context) -> GateDecision:

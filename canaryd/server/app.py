@@ -245,9 +245,9 @@ class _App:
         if self.judge is None:
             return 404, _JSON, _json_body({"status": "not found", "endpoints": _ENDPOINTS})
         if receive is not None:
-            refused = await self._drained(receive)
-            if refused is not None:
-                return refused
+            body = await self._body(receive)
+            if not isinstance(body, bytes):
+                return body
         query = scope.get("query_string", b"").decode("latin-1")
         params = parse_qs(query, keep_blank_values=True)
         headers = {
@@ -258,36 +258,27 @@ class _App:
             functools.partial(self.judge.verdict, write=receive is not None), params, headers
         )
 
-    async def _drained(self, receive: Receive) -> tuple[int, str, bytes] | None:
-        """Read a body whole within the bounds (None), or the answer that refuses it."""
+    async def _body(self, receive: Receive) -> bytes | tuple[int, str, bytes]:
+        """The request body read whole within the bounds, or the answer that refuses it."""
         if self.bodies.full:
             reason = f"{MAX_BODIES} request bodies are being read already; retry"
             return 503, _JSON, _json_body({"status": "unavailable", "reason": reason})
         try:
-            await read_body(receive, self.bodies)
+            return await read_body(receive, self.bodies)
         except BodyTooLargeError:
             reason = f"the body is larger than {MAX_BODY_BYTES} bytes"
             return 413, _JSON, _json_body({"status": "too large", "reason": reason})
         except BodyTimedOutError:
             reason = f"the body did not arrive whole within {REQUEST_DEADLINE_S:g} s"
             return 400, _JSON, _json_body({"status": "bad request", "reason": reason})
-        return None
 
     async def flagger(self, path: str, receive: Receive) -> tuple[int, str, bytes]:
         """`POST /v1/flagger/<hook>`: the judge's answer to the payload."""
         if self.judge is None:
             return 404, _JSON, _json_body({"status": "not found", "endpoints": _ENDPOINTS})
-        if self.bodies.full:
-            reason = f"{MAX_BODIES} request bodies are being read already; retry"
-            return 503, _JSON, _json_body({"status": "unavailable", "reason": reason})
-        try:
-            body = await read_body(receive, self.bodies)
-        except BodyTooLargeError:
-            reason = f"the body is larger than {MAX_BODY_BYTES} bytes"
-            return 413, _JSON, _json_body({"status": "too large", "reason": reason})
-        except BodyTimedOutError:
-            reason = f"the body did not arrive whole within {REQUEST_DEADLINE_S:g} s"
-            return 400, _JSON, _json_body({"status": "bad request", "reason": reason})
+        body = await self._body(receive)
+        if not isinstance(body, bytes):
+            return body
         return await self._judged(self.judge.flagger, path.removeprefix(FLAGGER_PREFIX), body)
 
     async def _judged(

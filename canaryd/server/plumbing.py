@@ -139,22 +139,30 @@ class Body:
         return self.in_flight >= self.limit
 
 
-async def read_body(receive: Receive, bodies: Body) -> bytes:
-    """The whole request body, at most `bodies.max_bytes`; `BodyTooLargeError` beyond that,
-    `BodyTimedOutError` when the client leaves (or `DeadlineProtocol` closes it) first. The
-    caller checks `bodies.full` before and answers 503 instead of reading."""
+async def read_body(
+    receive: Receive, bodies: Body, *, deadline_s: float | None = None, declared: bytes = b""
+) -> bytes:
+    """The whole request body, at most `bodies.max_bytes`; `BodyTooLargeError` beyond that
+    (at once when the `declared` Content-Length says so), `BodyTimedOutError` when the
+    client leaves, `DeadlineProtocol` closes it, or `deadline_s` passes first. The caller
+    checks `bodies.full` before and answers 503 instead of reading."""
+    if declared.isdigit() and (len(declared) > 18 or int(declared) > bodies.max_bytes):
+        raise BodyTooLargeError
     bodies.in_flight += 1
     try:
         body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                raise BodyTimedOutError
-            body += message.get("body", b"")
-            if len(body) > bodies.max_bytes:
-                raise BodyTooLargeError
-            if not message.get("more_body", False):
-                return bytes(body)
+        async with asyncio.timeout(deadline_s):
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    raise BodyTimedOutError
+                body += message.get("body", b"")
+                if len(body) > bodies.max_bytes:
+                    raise BodyTooLargeError
+                if not message.get("more_body", False):
+                    return bytes(body)
+    except TimeoutError:
+        raise BodyTimedOutError from None
     finally:
         bodies.in_flight -= 1
 

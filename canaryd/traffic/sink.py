@@ -19,7 +19,6 @@ number left out since the last) names its headers with `traffic.redact_headers` 
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
 import socket
@@ -33,11 +32,15 @@ import uvicorn
 from canaryd.config import TrafficConfig
 from canaryd.errors import StatusServerError, TrafficSinkError
 from canaryd.redact import MASK
-from canaryd.server.app import (
+from canaryd.server.plumbing import (
     MAX_CONNECTIONS,
     REQUEST_DEADLINE_S,
+    Body,
+    BodyTimedOutError,
+    BodyTooLargeError,
     bind_listen,
     bound_address,
+    read_body,
     serve_in_thread,
     split_listen,
 )
@@ -64,14 +67,6 @@ def _shown(value: str) -> str:
     return value if len(value) <= _SHOWN_CHARS else value[:_SHOWN_CHARS] + "…"
 
 
-class _BodyRejectedError(Exception):
-    """The body cannot be read: `outcome` (too_large, too_slow) says why."""
-
-    def __init__(self, outcome: str) -> None:
-        self.outcome = outcome
-        super().__init__(outcome)
-
-
 class _SinkApp:
     """The ASGI app: answer, then offer the parsed request to the sampler."""
 
@@ -79,6 +74,8 @@ class _SinkApp:
         self.config = config
         self.sampler = sampler
         self.deadline_s = deadline_s
+        # Bodies are read whole within `deadline_s`; the connection budget bounds how many.
+        self.bodies = Body(MAX_CONNECTIONS, config.max_body_bytes)
         token = config.auth_token
         self.token = token.get_secret_value().encode() if token is not None else None
         key = config.hash_key
@@ -136,9 +133,16 @@ class _SinkApp:
                 }
             )
         try:
-            raw = await self.read_body(headers, receive)
-        except _BodyRejectedError as rejected:
-            return self.body_rejected(rejected.outcome, scope)
+            raw = await read_body(
+                receive,
+                self.bodies,
+                deadline_s=self.deadline_s,
+                declared=headers.get(b"content-length", b""),
+            )
+        except BodyTooLargeError:
+            return self.body_rejected("too_large", scope)
+        except BodyTimedOutError:  # the deadline passed, or the client left, first
+            return self.body_rejected("too_slow", scope)
         return self.accept(raw, endpoint, category, scope)
 
     def accept(self, raw: bytes, endpoint: str, category: str, scope: Scope) -> tuple[int, bytes]:
@@ -187,30 +191,6 @@ class _SinkApp:
         if value and category is not None and self.categories.listed(value) is None:
             self.note("traffic.category_unlisted", "unlisted", scope, hide=self.category_header)
         return category
-
-    async def read_body(self, headers: dict[bytes, bytes], receive: Any) -> bytes:
-        """The whole body, read within `deadline_s` and up to `max_body_bytes`; else
-        `_BodyRejectedError` (too_large: the rest is not read; too_slow: the deadline
-        passed, or the connection closed, before the last byte)."""
-        limit = self.config.max_body_bytes
-        declared = headers.get(b"content-length", b"")
-        if declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
-            raise _BodyRejectedError("too_large")
-        body = bytearray()
-        try:
-            async with asyncio.timeout(self.deadline_s):
-                while True:
-                    message = await receive()
-                    if message["type"] != "http.request":
-                        raise _BodyRejectedError("too_slow")  # the client is gone
-                    body += message.get("body", b"")
-                    if len(body) > limit:
-                        raise _BodyRejectedError("too_large")
-                    if not message.get("more_body", False):
-                        return bytes(body)
-        except TimeoutError:
-            pass
-        raise _BodyRejectedError("too_slow")
 
     def reject(self, outcome: str, scope: Scope, reason: str = "", *, hide: bytes = b"") -> None:
         """Count a rejected request; log it (never its body) at most once a minute per

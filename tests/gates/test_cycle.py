@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from gates import GateMode, GatesConfig, GateState, SwitchMode, SwitchState
+from gates import GateMode, GatesConfig, SwitchMode, SwitchState
 from gates.cycle import (
     GATES,
     PAIR_GATES,
@@ -135,12 +135,6 @@ class TestPins:
     def test_nothing_to_pin_from_no_pairs(self) -> None:
         """An empty window pins nothing."""
         assert pins([], {}, SwitchState(), GatesConfig(), at(0)) == {}
-
-
-def test_states_are_gate_states() -> None:
-    """Every decision judge returns has a GateState."""
-    judged = judge(healthy(5), None, None, GatesConfig(), at(4))
-    assert all(isinstance(d.state, GateState) for d in judged.decisions)
 
 
 class TestReplays:
