@@ -17,8 +17,9 @@ often fail on the same pair, which says nothing and is left out), then `--after-
 calm pairs. From the burst's first pair to the last, every `--every` pairs (6: the
 daemon's 60 s cadence at the 10 s design schedule), it evaluates:
 - the error gate as configured (the shared-outage screen and the settle delay on);
-- the error gate without them (`outage_spans = []`, `settle_pairs = 0`): what the
-  gate did before;
+- the error gate without them (`outage_spans = []`, `settle_pairs = 0`, and
+  `lead_pairs = 0`: a failure right after the baseline's counts too): what the gate did
+  before;
 - the liveness gate.
 A burst trips a gate if any evaluation FAILs it. Reported: trips per burst with a 95 %
 Clopper–Pearson bound, and per 30 days at one burst per 5,000 pairs on the 10 s design
@@ -126,7 +127,9 @@ def run(
 ) -> dict[str, Any]:
     """Simulate `bursts` bursts and judge each as the daemon would; the report."""
     config = GatesConfig()
-    unscreened = config.error.model_copy(update={"outage_spans": (), "settle_pairs": 0})
+    unscreened = config.error.model_copy(
+        update={"outage_spans": (), "settle_pairs": 0, "lead_pairs": 0}
+    )
 
     def judge_error(cfg: ErrorGateConfig) -> Judge:
         return lambda records, now: error_gate(records, cfg, now=now)

@@ -1,15 +1,16 @@
 """The false-alarm budget: how often, at most, healthy traffic may roll back production.
 
 One budget (`gates.budget`, default 0.1 false rollbacks per 30 days at one pair every
-10 s) is split equally between the sequential detectors of the enforce gates: the error
-gate's paired and ceiling detectors, per latency metric one on the median ratio and one
-per quantile (and one per SLO and per regression metric), the
-quality gate's mismatch, score, loop and distribution detectors (the last split again
-between its six one-sided CUSUMs, gates/distribution.py), the speedup detector and the drift
-gate (whose share is split again between the monitored categories). False-alarm rates
-add, so a detector given ARL0 = N × pairs-per-30-days / budget pairs keeps the sum within
-the budget. Gates in `warn` or `dry_run` mode cannot roll back and take no share; the
-liveness gate is a rule on consecutive failures, not a test, and takes none either.
+10 s) is split equally between the sequential detectors of the enforce gates: the
+liveness gate's run of speculative failures (a CUSUM whose alternative is a dead arm),
+the error gate's paired and ceiling detectors, per latency metric one on the median
+ratio and one per quantile (and one per SLO and per regression metric), the quality
+gate's mismatch, score, loop and distribution detectors (the last split again between
+its seven one-sided CUSUMs, gates/distribution.py), the speedup detector and the drift
+gate (whose share is split again between the monitored categories): 16 by default.
+False-alarm rates add, so a detector given ARL0 = N × pairs-per-30-days / budget pairs
+keeps the sum within the budget. Gates in `warn` or `dry_run` mode cannot roll back and
+take no share.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def detector_count(config: GatesConfig) -> int:
         return section.mode is GateMode.ENFORCE
 
     count = 0
+    if enforced(config.liveness):
+        count += 1
     if enforced(config.error):
         count += 2
     if enforced(config.latency):

@@ -123,16 +123,31 @@ class ErrorGateConfig(GateConfigBase):
         description="speculative-only minus baseline-only failure rate tolerated",
     )
     max_error_rate: float = Field(
-        default=0.02, gt=0, lt=0.5, description="absolute ceiling on the speculative error rate"
+        default=0.02,
+        gt=0,
+        lt=0.5,
+        description="the ceiling's floor: the speculative arm's own failure rate (where the "
+        "baseline succeeded, and on the lead_pairs before) tolerated however rarely the "
+        "baseline fails; the ceiling's edge is the larger of this and the baseline's own "
+        "failure rate (equal arms on flaky infrastructure never FAIL it)",
     )
     alarm_factor: float = Field(
-        default=2.0, gt=1, description="the ceiling detector's alternative, × max_error_rate"
+        default=2.0, gt=1, description="the ceiling detector's alternative, × its edge"
+    )
+    lead_pairs: int = Field(
+        default=3,
+        ge=0,
+        description="a failure right after the other arm's may be its collateral (a shared "
+        "node one arm takes down fails the other's next requests): the ceiling counts an "
+        "arm's failures only where the other arm succeeded on this many pairs before, and "
+        "a cluster whose such failures lean to the speculative arm is no shared outage",
     )
     outage_spans: tuple[int, ...] = Field(
         default=(5, 10, 20, 40),
         description="shared outages: spans of consecutive pairs scanned for a cluster of "
-        "baseline failures too dense for the window's own baseline failure rate; [] turns "
-        "the screen off",
+        "baseline failures too dense for the window's own baseline failure rate; a cluster "
+        "is left out only where the speculative arm too failed improbably often for its own "
+        "rate (an outage strikes both arms); [] turns the screen off",
     )
     outage_alpha: float = Field(
         default=0.01,
@@ -153,6 +168,30 @@ class ErrorGateConfig(GateConfigBase):
         description="the newest pairs not yet judged: a pair counts once this many later "
         "pairs show whether it was part of a shared outage (a dead arm is the liveness "
         "gate's, which reads every pair at once)",
+    )
+    outage_evidence_alpha: float = Field(
+        default=1e-3,
+        gt=0,
+        lt=0.5,
+        description="shared outages: none is left out when the window's clusters, pooled "
+        "from first to last baseline failure, lean to the speculative arm (its failures "
+        "alone, or those the baseline neither shared nor preceded within lead_pairs, "
+        "against the baseline's: two one-sided binomial tests, each at half this); an "
+        "outage strikes both arms alike",
+    )
+    max_outage_share: float = Field(
+        default=0.25,
+        ge=0,
+        le=1,
+        description="no PASS (INCONCLUSIVE) while more than this share of the newest "
+        "min_samples settled pairs lie in shared outages: the gate would be judging the "
+        "pairs before them",
+    )
+    stale_pairs: int = Field(
+        default=60,
+        ge=0,
+        description="no PASS (INCONCLUSIVE) when the newest judged pair has more than this "
+        "many settled pairs after it, all left out (both arms failed, or shared outages)",
     )
 
     @field_validator("outage_spans")
@@ -264,21 +303,34 @@ class SpeedupGateConfig(GateConfigBase):
 class LivenessGateConfig(GateConfigBase):
     critical: bool = True
     min_samples: int = Field(default=5, ge=1)
-    window_pairs: int | None = Field(default=50, ge=1)
+    window_pairs: int | None = Field(
+        default=500,
+        ge=1,
+        description="how far back a run of speculative failures may reach (a dead arm "
+        "beside a baseline failing 70 % needs about 50 pairs where the baseline succeeded)",
+    )
     window_seconds: float | None = Field(default=6 * 3600.0, gt=0)
     max_consecutive_failures: int = Field(
         default=5,
         ge=1,
-        description="a run of this many speculative-only failures FAILs; longer where the "
-        "baseline fails often in the window (9 at 30 %: runs that equal arms make by chance)",
+        description="the shortest run that FAILs: the last this many pairs where the "
+        "baseline succeeded all failed on the speculative arm (pairs where the baseline "
+        "failed are skipped); longer where the baseline fails often, so that equal arms "
+        "make such a run within liveness's share of the false-alarm budget",
+    )
+    rate_pairs: int = Field(
+        default=50,
+        ge=1,
+        description="the run needed is set by the baseline's failure rate over the run's own "
+        "pairs, or over this many newest pairs where that is higher or the run shorter: "
+        "short, so that it follows a burst of shared failures",
     )
     max_failure_rate: float = Field(
         default=0.5,
         gt=0,
         le=1,
-        description="the speculative failure rate where the baseline succeeded, in excess "
-        "of the baseline's own failure rate over the window, that FAILs (a shared outage "
-        "fails both arms)",
+        description="WARN (never FAIL) when the speculative failure rate where the baseline "
+        "succeeded exceeds the baseline's own failure rate in the window by this much",
     )
 
 

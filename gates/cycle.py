@@ -93,7 +93,11 @@ def _parity(config: GatesConfig, c: Context) -> GateDecision:
 
 # The registry, in the order decisions are reported.
 GATES: tuple[GateSpec, ...] = (
-    GateSpec("liveness", "pairs", lambda g, c: liveness_gate(c.records, g.liveness, now=c.now)),
+    GateSpec(
+        "liveness",
+        "pairs",
+        lambda g, c: liveness_gate(c.records, g.liveness, now=c.now, arl0=c.arl0),
+    ),
     GateSpec(
         "error",
         "pairs",

@@ -1,17 +1,23 @@
 """The liveness gate: is there enough fresh data, and is the speculative arm alive?
 
 NODATA below `min_samples` pairs in the window (a stalled canary is never a PASS). FAIL
-when the speculative arm has failed on each of the last `max_consecutive_failures` pairs
-while the baseline succeeded on every one of them, or when its failure rate on the
-window's pairs where the baseline succeeded exceeds the baseline's own failure rate over
-the window by `max_failure_rate` or more: a dead speculative arm should roll back at once,
-so this gate is critical by default. If every pair failed on the baseline, INCONCLUSIVE.
+when there is no speculative success among the last k pairs where the baseline
+succeeded: a dead speculative arm should roll back at once, so this gate is critical by
+default. If every pair failed on the baseline, INCONCLUSIVE.
 
-Both rules allow for a shared outage (a gateway, a network, a shared node), which fails
-each arm on its own too: a pair where the baseline failed ends a run, the rate is judged
-against the baseline's, and where the baseline fails a share q of the window's pairs the
-run needed grows to the length that equal arms failing at q reach with probability at
-most RUN_ALPHA per pair, (q (1 − q))^k ≤ 1e-6: 5 pairs up to q ≈ 6 %, 9 at q = 30 %.
+Pairs where the baseline failed are skipped, neither counted nor ending the run: they
+say nothing about the speculative arm, and a baseline that fails most of its requests
+must not hide a dead arm beside it. The rule is a CUSUM whose alternative is a dead arm:
+under equal arms a speculative failure where the baseline succeeded has probability at
+most q, the baseline's failure rate (equal arms on shared infrastructure fail together
+more often than apart, never less), so a run of k has probability q^k and the run needed
+is the smallest k ≥ `max_consecutive_failures` with k · log(1/q) ≥ h, h = log(ARL0) of
+liveness's own share of the false-alarm budget (gates/budget.py): 5 pairs up to q ≈
+3 %, 8 at 10 %, 15 at 30 %, 50 at 70 %. q is the baseline's failure rate over the run's
+own pairs, or over the newest `rate_pairs` pairs where that is higher or the run is
+shorter: it follows a burst of shared failures, and a long run beside a flaky baseline
+is judged on all of its pairs. A run of two WARNs, and so does a speculative failure rate
+where the baseline succeeded past the baseline's own failure rate by `max_failure_rate`.
 """
 
 from __future__ import annotations
@@ -20,40 +26,48 @@ import math
 from collections.abc import Sequence
 from datetime import datetime
 
+from gates.budget import DEFAULT_ARL0
 from gates.config import LivenessGateConfig
 from gates.core import GateDecision, GateState
 from gates.records import PairRecord
+from gates.sequential import lorden_threshold
 from gates.window import decision, nodata, select
 
 NAME = "liveness"
-RUN_ALPHA = 1e-6  # a run of speculative-only failures this improbable for equal arms
+_NEVER = 2**31  # the run needed beside a baseline that failed every recent request
 
 
 def liveness_gate(
-    records: Sequence[PairRecord], config: LivenessGateConfig, *, now: datetime
+    records: Sequence[PairRecord],
+    config: LivenessGateConfig,
+    *,
+    now: datetime,
+    arl0: float = DEFAULT_ARL0,
 ) -> GateDecision:
-    """FAIL on a run of speculative-only failures or a high speculative-only failure rate."""
+    """FAIL when the last k pairs where the baseline succeeded all failed on the
+    speculative arm (k from the baseline's failure rate and liveness's budget share)."""
     window = select(records, config, now)
-    n = len(window.records)
+    pairs = window.records
+    n = len(pairs)
     if n < config.min_samples:
         return nodata(NAME, config, window, now, n)
-    judged = [r for r in window.records if r.baseline.ok]
-    streak = 0
-    for record in reversed(window.records):
-        if record.speculative.ok or not record.baseline.ok:
-            break
-        streak += 1
+    run, start = trailing_run(pairs)
+    span = pairs[start:]
+    recent = pairs[-max(config.rate_pairs, len(span)) :]
+    recent_rate = sum(1 for r in recent if not r.baseline.ok) / len(recent)
+    run_rate = sum(1 for r in span if not r.baseline.ok) / len(span) if span else 0.0
+    baseline_rate = max(recent_rate, run_rate)
+    h = lorden_threshold(arl0)
+    run_needed = needed_run(config.max_consecutive_failures, baseline_rate, h)
+    judged = [r for r in pairs if r.baseline.ok]
     failures = sum(1 for r in judged if not r.speculative.ok)
-    rate = failures / len(judged) if judged else None
-    baseline_rate = 1.0 - len(judged) / n
-    run_needed = needed_run(config.max_consecutive_failures, baseline_rate)
+    window_rate = 1.0 - len(judged) / n
+    rate = failures / len(judged) if judged else 0.0
     if not judged:
         state = GateState.INCONCLUSIVE
-    elif streak >= run_needed or (
-        rate is not None and rate - baseline_rate >= config.max_failure_rate
-    ):
+    elif run >= run_needed:
         state = GateState.FAIL
-    elif streak >= 2:
+    elif run >= 2 or rate - window_rate >= config.max_failure_rate:
         state = GateState.WARN
     else:
         state = GateState.PASS
@@ -63,23 +77,40 @@ def liveness_gate(
         window,
         now,
         state=state,
-        statistic="trailing speculative-only failures",
+        statistic="speculative failures in a row where the baseline succeeded",
         n_baseline=len(judged),
         n_speculative=n,
-        estimate=float(streak),
+        estimate=float(run),
         threshold=float(run_needed),
-        detail=f"{streak} consecutive speculative-only failures (max {run_needed - 1}); "
+        detail=f"the last {run} pairs where the baseline succeeded failed on speculative "
+        f"(FAIL at {run_needed}: the baseline fails {baseline_rate:.2f} of the newest pairs, "
+        f"h {h:.2f}; {len(span) - run} pairs where the baseline failed skipped); "
         f"{failures}/{len(judged)} pairs with a healthy baseline failed on speculative "
-        f"(max: the baseline's own rate {baseline_rate:.2f} + {config.max_failure_rate:g}); "
-        f"{n - len(judged)} pairs with a failed baseline left out",
+        f"(WARN past the baseline's own rate {window_rate:.2f} + {config.max_failure_rate:g})",
     )
 
 
-def needed_run(minimum: int, baseline_rate: float) -> int:
-    """The run of speculative-only failures that FAILs: `minimum`, or longer where the
-    baseline fails often enough that equal arms would make such runs by chance (each pair
-    speculative-only with probability q (1 − q) at a baseline failure rate q)."""
-    chance = baseline_rate * (1.0 - baseline_rate)
-    if chance <= 0.0:
+def trailing_run(pairs: Sequence[PairRecord]) -> tuple[int, int]:
+    """(k, i): the newest pairs where the baseline succeeded, k of them, all failed on the
+    speculative arm, the oldest at index i (len(pairs) when k = 0); pairs where the
+    baseline failed are skipped."""
+    run, start = 0, len(pairs)
+    for index in range(len(pairs) - 1, -1, -1):
+        record = pairs[index]
+        if not record.baseline.ok:
+            continue
+        if record.speculative.ok:
+            break
+        run, start = run + 1, index
+    return run, start
+
+
+def needed_run(minimum: int, baseline_rate: float, h: float) -> int:
+    """The run that FAILs: the smallest k ≥ `minimum` with k · log(1/q) ≥ h, q the
+    baseline's failure rate (a run of k has probability at most q^k for equal arms).
+    A baseline that always fails allows no run: nothing is learnt beside it."""
+    if baseline_rate <= 0.0:
         return minimum
-    return max(minimum, math.ceil(math.log(RUN_ALPHA) / math.log(chance)))
+    if baseline_rate >= 1.0:
+        return _NEVER
+    return max(minimum, math.ceil(h / -math.log(baseline_rate)))

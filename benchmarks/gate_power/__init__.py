@@ -46,6 +46,14 @@ Noise models (both arms draw independently):
   outputs are independent draws and the sampled-pair detectors (likelihood, argmax
   sign-flip, implausible tokens) see exactly exchangeable noise, scored by the fake
   teacher.
+- `flaky_infra_10pct`: the realistic arms on flaky infrastructure, each arm failing 10 %
+  of its requests on its own, independently of the other: equal, healthy arms that the
+  error gate's ceiling (relative to the baseline's own rate) must never roll back.
+- `duplicated_pairs`: the realistic arms measured by two daemons replaying the same
+  (prompt, seed) sequence into one store: every pair appears twice, from two runs, 5 s
+  apart (the judging path's de-duplication is what keeps it from doubling every
+  detector's statistic).
+  These two, like `deployment_bf16`, are judged at the production budget only.
 
 Reported (JSON with `--out`, a table on stdout):
 - healthy: per model, trips of the switch over many healthy pairs. A full evaluation of
@@ -83,7 +91,12 @@ Reported (JSON with `--out`, a table on stdout):
   medians (null when it is the median). The faults run on the realistic model: the
   `code` category's acceptance rate lowered (by bisection) until its mean acceptance
   length falls 30 % (the drop measured on a separate sample is reported), speculative
-  `latency_factor` 1.5, `error_rate` 0.05, `corrupt_rate` 0.03 and 0.8.
+  `latency_factor` 1.5, `error_rate` 0.05, `corrupt_rate` 0.03 and 0.8;
+  `correlated_fault` (speculative `error_rate` 0.10, each failure also failing the
+  baseline on each of the next 3 pairs with probability 0.5: `Collateral`, a shared node
+  the speculative arm takes down), judged again on the same pairs with the error gate's
+  outage screen off (`gates.error.outage_spans = []`: `screen_off_pairs_median`); and
+  `dead_arm_flaky_baseline` (speculative `error_rate` 1.0 beside a baseline failing 70 %).
   Against canaryd, on the same simulated pairs from the onset:
   - a Kayenta-style judge: a two-sided Mann–Whitney U test over fixed, non-overlapping
     windows of W pairs on the judge's own clock (the onset falls at a seeded random point
@@ -179,10 +192,13 @@ from benchmarks.gate_power.faults import (
 from benchmarks.gate_power.fit import fit_embedded
 from benchmarks.gate_power.healthy import healthy_run
 from benchmarks.gate_power.noise import (
+    Collateral,
     DeploymentNoise,
     NoiseModel,
     deployment_bf16,
+    duplicated_pairs,
     embedded_fit,
+    flaky_infra,
     realistic,
 )
 from benchmarks.gate_power.pins import drift_pins
@@ -194,6 +210,7 @@ from benchmarks.gate_power.tables import table
 from benchmarks.gate_power.trips import TripCounter, alarms, poisson_upper95
 
 __all__ = [
+    "Collateral",
     "DeploymentNoise",
     "Fault",
     "FaultStream",
@@ -211,11 +228,13 @@ __all__ = [
     "deployment_bf16",
     "drift_pins",
     "drift_rate_for",
+    "duplicated_pairs",
     "edge_oracle_for",
     "embedded_fit",
     "excess_score_pvalue",
     "fault_runs",
     "fit_embedded",
+    "flaky_infra",
     "healthy_run",
     "kayenta_edge_test",
     "kayenta_pairs",

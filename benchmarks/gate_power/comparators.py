@@ -223,15 +223,18 @@ class Oracle:
     description: str
 
 
+def error_oracle(p0: float, p1: float, description: str) -> Oracle:
+    """The speculative error indicator, Bernoulli(p1) against Bernoulli(p0); a dead arm
+    (p1 = 1) makes a success impossible after the change."""
+    hit, miss = bernoulli_llr(p0, p1) if p1 < 1.0 else (-math.log(p0), -math.inf)
+    return Oracle(lambda r: hit if not r.speculative.ok else miss, description)
+
+
 def oracle_for(fault: Fault, healthy: HealthySample, drift_after: list[float]) -> Oracle:
     noise = realistic()
     if fault.metric == "error":
         p0, p1 = noise.speculative.error_rate, float(fault.update["error_rate"])
-        hit, miss = bernoulli_llr(p0, p1)
-        return Oracle(
-            lambda r: hit if not r.speculative.ok else miss,
-            f"Bernoulli speculative error {p0:g} -> {p1:g}",
-        )
+        return error_oracle(p0, p1, f"Bernoulli speculative error {p0:g} -> {p1:g}")
     if fault.metric == "mismatch":
         p1 = float(fault.update["corrupt_rate"])
         miss = math.log(1.0 - p1)
@@ -285,11 +288,7 @@ def edge_oracle_for(fault: Fault, healthy: HealthySample, config: GatesConfig) -
     change from its own healthy reference, so its oracle is the plain one (None here)."""
     if fault.metric == "error":
         p0, p1 = config.error.max_error_rate, float(fault.update["error_rate"])
-        hit, miss = bernoulli_llr(p0, p1)
-        return Oracle(
-            lambda r: hit if not r.speculative.ok else miss,
-            f"Bernoulli speculative error {p0:g} (the ceiling) -> {p1:g}",
-        )
+        return error_oracle(p0, p1, f"Bernoulli speculative error {p0:g} (the ceiling) -> {p1:g}")
     if fault.metric == "mismatch":
         p0, p1 = config.quality.max_mismatch_rate, float(fault.update["corrupt_rate"])
         hit, miss = bernoulli_llr(p0, p1)

@@ -1,5 +1,6 @@
 """The faults section: `fault_runs` injects every fault after a healthy prefix on each
-seed and measures, on the same pairs, canaryd's pairs (and minutes) to the trip, the
+seed and measures, on the same pairs, canaryd's pairs (and minutes) to the trip (and,
+for a fault marked `screen_off`, with the error gate's outage screen off), the
 Kayenta-style judges' at each window and the oracles'; it reports medians over seeds with
 censored runs counted as longer than any (`censored_median`) and a distribution-free
 interval for canaryd's (`median_ci95`)."""
@@ -82,6 +83,7 @@ def fault_runs(
             "oracle": [],
             "edge_oracle": [],
             "minutes": [],
+            "screen_off": [],
             "evaluations": 0,
         }
         | {f"kayenta_w{w}": [] for w in KAYENTA_WINDOWS}
@@ -90,6 +92,9 @@ def fault_runs(
         for f in chosen
     }
     bases = {"realistic": model, "deployment_bf16": deployment_bf16()}
+    screen_off = config.model_copy(
+        update={"error": config.error.model_copy(update={"outage_spans": ()})}
+    )
     for seed in seeds:
         prefixes: dict[str, list[PairRecord]] = {}
         pins: dict[str, dict[str, ReferenceStats]] = {}
@@ -104,7 +109,7 @@ def fault_runs(
                 )
             prefix, references = prefixes[fault.base], pins[fault.base]
             stream = FaultStream(
-                PairStream(base.with_speculative(**fault.update), seed + 7919, first=prefix_pairs),
+                PairStream(fault.model(base), seed + 7919, first=prefix_pairs),
                 cap,
             )
             started = time.perf_counter()
@@ -116,6 +121,12 @@ def fault_runs(
             row["minutes"].append(minutes_on_schedule(pairs, faster))
             row["tripped_by"].append(gate)
             row["evaluations"] += evaluations
+            if fault.screen_off:
+                unscreened, _, more, _ = canaryd_pairs_to_trip(
+                    prefix, stream, screen_off, references, screen=screen
+                )
+                row["screen_off"].append(unscreened)
+                evaluations += more
             # acceptance and e2e are judged against the speculative arm's healthy prefix
             reference = metric_values(fault, prefix)[0] if fault.metric in SELF_REFERENCED else []
             tolerant = kayenta_tolerance(fault, config)
@@ -145,7 +156,9 @@ def fault_runs(
                 row["edge_oracle"].append(oracle_pairs(edge, stream, h))
                 row["edge_oracle_statistic"] = edge.description
             log(
-                f"  fault {fault.name} seed {seed}: canaryd {pairs} ({gate}), oracle "
+                f"  fault {fault.name} seed {seed}: canaryd {pairs} ({gate})"
+                + (f", screen off {row['screen_off'][-1]}" if fault.screen_off else "")
+                + f", oracle "
                 f"{row['oracle'][-1]}, {len(stream.records)} pairs, {evaluations} "
                 f"evaluations, {time.perf_counter() - started:.1f}s"
             )
@@ -198,8 +211,12 @@ def fault_runs(
             "censored_at": cap,
             "evaluations": row["evaluations"],
             "oracle_statistic": row["oracle_statistic"],
-            "fault": fault.update,
+            "fault": fault.described(),
         }
+        if fault.screen_off:
+            entry["screen_off_pairs_median"] = censored_median(row["screen_off"])
+            entry["screen_off_pairs"] = row["screen_off"]
+            entry["screen_off"] = "the same pairs judged with gates.error.outage_spans = []"
         if fault.metric == "acceptance":
             entry["measured_drop"] = round(
                 1.0 - statistics.fmean(drift_after) / statistics.fmean(before), 4

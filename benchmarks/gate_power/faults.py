@@ -1,7 +1,8 @@
 """The faults injected after a healthy prefix and canaryd's time to catch them: each
-`Fault` is an update to a noise model's speculative arm (`faults`: a 30 % acceptance drop
-in one category, found by bisection in `drift_rate_for`, slower e2e, errors, corruption,
-a verify bug on the bf16 deployment). `canaryd_pairs_to_trip` judges the pairs from the
+`Fault` is an update to a noise model's arms (`faults`: a 30 % acceptance drop in one
+category, found by bisection in `drift_rate_for`, slower e2e, errors, corruption, a
+verify bug on the bf16 deployment, errors that take the baseline's next requests down, a
+dead arm beside a failing baseline). `canaryd_pairs_to_trip` judges the pairs from the
 onset with the product's judging path and switch policy at the 60 s cadence (screened,
 replayed where a detector nears its threshold) until the switch rolls back;
 `minutes_on_schedule` turns its pairs into wall-clock minutes on the shipped schedule."""
@@ -10,10 +11,10 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from benchmarks.gate_power.noise import NoiseModel
+from benchmarks.gate_power.noise import Collateral, NoiseModel
 from benchmarks.gate_power.streams import FaultStream, PairStream, default_prompts
 from benchmarks.gate_power.trips import alarms
 from canaryd.config import ScheduleConfig
@@ -27,6 +28,7 @@ from gates import (
     liveness_gate,
     step,
 )
+from gates.budget import detector_arl0
 from gates.cycle import evaluate_all, latest_window, suspicion, window_bounds
 from gates.records import PairRecord
 
@@ -42,8 +44,25 @@ DRIFT_DROP = 0.30
 class Fault:
     name: str
     metric: str  # what the Kayenta judge and the oracle watch
-    update: dict[str, Any]
+    update: dict[str, Any]  # to the speculative arm
     base: str = "realistic"  # the noise model the fault is injected into
+    baseline: dict[str, Any] = field(default_factory=dict)  # to the baseline arm
+    collateral: Collateral | None = None
+    screen_off: bool = False  # also judged with the error gate's outage screen off
+
+    def model(self, base: NoiseModel) -> NoiseModel:
+        """`base` with the fault injected."""
+        faulty = base.with_speculative(**self.update).with_baseline(**self.baseline)
+        return replace(faulty, collateral=self.collateral) if self.collateral else faulty
+
+    def described(self) -> dict[str, Any]:
+        """The fault as the JSON reports it."""
+        out = dict(self.update)
+        if self.baseline:
+            out["baseline"] = dict(self.baseline)
+        if self.collateral is not None:
+            out["collateral"] = asdict(self.collateral)
+        return out
 
 
 def faults(drift_rate: float) -> list[Fault]:
@@ -60,6 +79,20 @@ def faults(drift_rate: float) -> list[Fault]:
         # A real verify bug on a bf16 deployment whose greedy pairs already diverge on
         # numeric ties (3 %): 30 % real divergences on top of them.
         Fault("greedy_verify_bf16", "mismatch", {"corrupt_rate": 0.3}, base="deployment_bf16"),
+        # A speculative arm failing 10 % that takes a shared node or GPU down with it: the
+        # baseline fails the next 3 pairs with probability 1/2 each. The outage screen must
+        # not hide it (judged again with the screen off: `screen_off_pairs_median`).
+        Fault(
+            "correlated_fault",
+            "error",
+            {"error_rate": 0.10},
+            collateral=Collateral(pairs=3, probability=0.5),
+            screen_off=True,
+        ),
+        # A dead arm beside a baseline failing 70 % of its requests.
+        Fault(
+            "dead_arm_flaky_baseline", "error", {"error_rate": 1.0}, baseline={"error_rate": 0.7}
+        ),
     ]
 
 
@@ -120,10 +153,11 @@ def canaryd_pairs_to_trip(
         return Evaluation(now, tuple(decisions))
 
     live = config.liveness.window_pairs or longest_pairs or 10_000
+    arl0 = detector_arl0(config)
 
     def live_failed(n: int) -> bool:
         window = [*prefix[-live:], *stream.upto(n)[-live:]][-live:]
-        decision = liveness_gate(window, config.liveness, now=window[-1].started_at)
+        decision = liveness_gate(window, config.liveness, now=window[-1].started_at, arl0=arl0)
         return decision.enforced and decision.state is GateState.FAIL
 
     speed_up_at = ScheduleConfig().speed_up_at

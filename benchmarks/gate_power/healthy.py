@@ -2,7 +2,8 @@
 them with `trips.TripCounter` at the production budget (all gates every half of the
 shortest statistical window, CUSUM peaks counted), at the daemon's own 60 s cadence over
 the first pairs, and under the stress budgets (`stress`), the liveness rule at every
-chunk; it returns the trips, the model's `HealthySample` and the stress rows."""
+chunk (at each budget's share: it is one of the budgeted detectors); it returns the
+trips, the model's `HealthySample` and the stress rows."""
 
 from __future__ import annotations
 
@@ -15,9 +16,17 @@ from benchmarks.gate_power.sample import HealthySample
 from benchmarks.gate_power.streams import PairStream, default_prompts
 from benchmarks.gate_power.stress import stress_result, with_budget
 from benchmarks.gate_power.trips import TripCounter
-from gates import GatesConfig, liveness_gate
+from gates import GateDecision, GatesConfig, liveness_gate
+from gates.budget import detector_arl0
 from gates.cycle import window_bounds
 from gates.records import PairRecord
+
+
+def alive(records: Sequence[PairRecord], config: GatesConfig) -> GateDecision:
+    """The liveness gate on `records` at its share of `config`'s budget."""
+    return liveness_gate(
+        records, config.liveness, now=records[-1].started_at, arl0=detector_arl0(config)
+    )
 
 
 def healthy_run(
@@ -65,7 +74,7 @@ def healthy_run(
         done += chunk
         if len(records) > 2 * (longest_pairs or 10_000):
             del records[: len(records) - (longest_pairs or 10_000)]
-        liveness = liveness_gate(records[-live:], config.liveness, now=records[-1].started_at)
+        liveness = alive(records[-live:], config)
         liveness_checks += 1
         counter.observe(records, done, liveness, categories)
         if done <= cadence_pairs:
@@ -75,7 +84,8 @@ def healthy_run(
         if done <= stress_pairs:
             stress_started = time.perf_counter()
             for stressed_counter in stress.values():
-                stressed_counter.observe(records, done, liveness, categories)
+                stressed = alive(records[-live:], stressed_counter.config)
+                stressed_counter.observe(records, done, stressed, categories)
             stress_s += time.perf_counter() - stress_started
     result = {
         **counter.summary(done),

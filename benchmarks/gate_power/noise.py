@@ -2,8 +2,11 @@
 and `embedded_fit` (acceptance rates fitted to the embedded model's measured speedups,
 `fit.fit_embedded` redoes the fit) and `deployment_bf16`, the realistic arms on a bf16
 GPU deployment (`DeploymentNoise`: diurnal load and shared queueing, error bursts,
-timeouts and numeric-tie divergence, applied pair by pair by `Deployed`). Simulated time
-starts at `T0`, one pair every `DESIGN_SPACING_S` seconds unless a caller says otherwise.
+timeouts and numeric-tie divergence, applied pair by pair by `Deployed`), `flaky_infra`
+(equal arms each failing 10 % on their own) and `duplicated_pairs` (two daemons replaying
+the same seeds into one store); and `Collateral`, a speculative arm whose failures take
+the baseline's next requests down (`Collateralised`). Simulated time starts at `T0`, one
+pair every `DESIGN_SPACING_S` seconds unless a caller says otherwise.
 """
 
 from __future__ import annotations
@@ -126,6 +129,39 @@ class Deployed:
 
 
 @dataclass(frozen=True)
+class Collateral:
+    """A speculative arm that takes a shared node or GPU down: each of its failures also
+    fails the baseline on each of the next `pairs` pairs with probability `probability`."""
+
+    pairs: int = 3
+    probability: float = 0.5
+
+
+class Collateralised:
+    """A `Collateral` applied pair by pair with its own seeded generator."""
+
+    def __init__(self, collateral: Collateral, seed: int) -> None:
+        self.collateral = collateral
+        self.rng = random.Random(seed * 7_727 + 31)
+        self.ahead = [False] * collateral.pairs  # the baseline fails on the next pairs
+
+    def apply(self, record: PairRecord) -> PairRecord:
+        doomed = self.ahead.pop(0) if self.ahead else False
+        if self.collateral.pairs:
+            self.ahead.append(False)
+        baseline = record.baseline
+        if doomed and baseline.ok:
+            failed = GenerationResult.failed(
+                ErrorKind.HTTP, "collateral", baseline.e2e_s, baseline.prompt_tokens
+            )
+            record = replace(record, baseline=failed, scores=None)
+        if not record.speculative.ok:
+            for k in range(len(self.ahead)):
+                self.ahead[k] = self.ahead[k] or self.rng.random() < self.collateral.probability
+        return record
+
+
+@dataclass(frozen=True)
 class NoiseModel:
     name: str
     baseline: FakeEngineConfig
@@ -136,9 +172,16 @@ class NoiseModel:
     # live traffic brings them; their seeds follow `params.seed_per_arm`.
     sampled_share: float = 0.0
     sampled_temperature: float = 0.7
+    collateral: Collateral | None = None
+    # How many daemons replay the same (prompt, seed) sequence into one store: each pair
+    # appears this many times, from runs of their own, spread over the pair's interval.
+    replicas: int = 1
 
     def with_speculative(self, **update: Any) -> NoiseModel:
         return replace(self, speculative=self.speculative.model_copy(update=update))
+
+    def with_baseline(self, **update: Any) -> NoiseModel:
+        return replace(self, baseline=self.baseline.model_copy(update=update))
 
 
 def realistic() -> NoiseModel:
@@ -146,6 +189,22 @@ def realistic() -> NoiseModel:
     return NoiseModel(
         "realistic", arm, arm.model_copy(update={"speculative": True, "acceptance_sd": 0.15})
     )
+
+
+def flaky_infra(rate: float = 0.10) -> NoiseModel:
+    """The realistic arms on flaky infrastructure: each arm failing on its own `rate` of
+    its requests, independently of the other (equal and healthy: nothing to roll back)."""
+    model = realistic()
+    return replace(
+        model.with_baseline(error_rate=rate).with_speculative(error_rate=rate),
+        name=f"flaky_infra_{rate * 100:g}pct",
+    )
+
+
+def duplicated_pairs() -> NoiseModel:
+    """The realistic arms measured by two daemons that replay the same (prompt, seed)
+    sequence into one store: every pair appears twice, from two runs."""
+    return replace(realistic(), name="duplicated_pairs", replicas=2)
 
 
 def deployment_bf16() -> NoiseModel:

@@ -1,7 +1,9 @@
 """The daemon's pair loop in simulated time: `PairStream` runs the real `PairRunner` over
 a noise model's seeded fake engines and the shipped prompt suites (`StratifiedSampler`),
-stamping pair i at `first + i` spacings after `T0`; `FaultStream` holds the pairs after a
-fault's onset, generated on demand up to a cap, so that every judge reads the same ones.
+stamping pair i at `first + i` spacings after `T0` (and its replays, when the model has
+several daemons replaying the same seeds, between it and the next); `FaultStream` holds
+the pairs after a fault's onset, generated on demand up to a cap, so that every judge
+reads the same ones.
 """
 
 from __future__ import annotations
@@ -10,7 +12,13 @@ import random
 from dataclasses import replace
 from datetime import timedelta
 
-from benchmarks.gate_power.noise import DESIGN_SPACING_S, T0, Deployed, NoiseModel
+from benchmarks.gate_power.noise import (
+    DESIGN_SPACING_S,
+    T0,
+    Collateralised,
+    Deployed,
+    NoiseModel,
+)
 from canaryd.pairs.runner import OwnSampling, PairRunner
 from canaryd.pairs.sampler import StratifiedSampler
 from canaryd.pairs.suites import load_default_suites
@@ -52,8 +60,12 @@ class PairStream:
         self.deployed = (
             Deployed(model.deployment, seed + first) if model.deployment is not None else None
         )
+        self.collateral = (
+            Collateralised(model.collateral, seed + first) if model.collateral else None
+        )
         self.model = model
         self.sampled = random.Random(seed * 15_485_863 + first)
+        self.replays: list[PairRecord] = []  # the other daemons' copies of the last pair
 
     def _run(self, prompt: Prompt) -> PairRecord:
         model = self.model
@@ -67,13 +79,29 @@ class PairStream:
         return self.runner.run_pair(prompt)
 
     def take(self, n: int) -> list[PairRecord]:
+        """The next `n` records (a pair and its replays count one each)."""
         out = []
-        for _ in range(n):
+        while len(out) < n:
+            if self.replays:
+                out.append(self.replays.pop(0))
+                continue
             record = self._run(self.sampler.next())
             record = replace(record, started_at=T0 + self.index * self.spacing)
             if self.deployed is not None:
                 record = self.deployed.apply(record)
+            if self.collateral is not None:
+                record = self.collateral.apply(record)
             out.append(record)
+            replicas = self.model.replicas
+            self.replays = [
+                replace(
+                    record,
+                    pair_id=f"{record.pair_id}-replay-{k}",
+                    run_id=f"{record.run_id}-replay-{k}",
+                    started_at=record.started_at + k * self.spacing / replicas,
+                )
+                for k in range(1, replicas)
+            ]
             self.index += 1
         return out
 

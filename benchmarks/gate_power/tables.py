@@ -97,6 +97,13 @@ def table(result: dict[str, Any]) -> str:
             f"{_fmt(row['optimal_pairs']):>8}{_fmt(row['optimal_within_tolerance_pairs']):>9}"
             f"  {row['tripped_by']}"
         )
+    for name, row in result["faults"].items():
+        if "screen_off_pairs_median" in row:
+            lines.append(
+                f"  {name} with the error gate's outage screen off: "
+                f"{_fmt(row['screen_off_pairs_median'])} (canaryd "
+                f"{_fmt(row['canaryd_pairs_median'])})"
+            )
     pins = result["drift_pins"]
     lines.append(
         f"drift pins: {pins['pins']} drawn, {pins['pins_with_a_false_fail']} with a false FAIL "

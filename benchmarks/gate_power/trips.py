@@ -62,7 +62,7 @@ class TripCounter:
     """The healthy section's trip rules under one configuration, fed the shared pair
     stream one chunk at a time: all gates every `every` pairs, a trip on a FAIL, a
     rollback or an enforce CUSUM peak at h, or on the liveness rule (evaluated by the
-    caller: it does not depend on the budget); after a trip a human restores and the
+    caller, at this configuration's budget); after a trip a human restores and the
     evidence restarts."""
 
     def __init__(self, config: GatesConfig, *, every: int, live: int, peaks: bool = True) -> None:

@@ -19,6 +19,7 @@ import structlog
 from scipy.stats import mannwhitneyu
 
 from benchmarks import gate_power
+from benchmarks.gate_power.faults import faults
 from gates import GatesConfig, SwitchMode, pin_reference
 from gates.liveness import liveness_gate
 from gates.sequential import lorden_threshold
@@ -34,7 +35,10 @@ FAULTS = (
     "corruption_3pct",
     "mismatch_80pct",
     "greedy_verify_bf16",
+    "correlated_fault",
+    "dead_arm_flaky_baseline",
 )
+HEALTHY = ("realistic", "embedded_fit", "deployment_bf16", "flaky_infra_10pct", "duplicated_pairs")
 
 
 @pytest.fixture(autouse=True)
@@ -80,7 +84,7 @@ class TestGatePower:
         assert pins["pins"] == 2 * len(pins["by_category"]) and pins["pin_target_samples"] == 200
         assert 0 <= pins["pins_with_a_false_fail"] <= pins["pins"]
         assert pins["false_fail_per_category_30d_upper95"] > pins["false_fail_per_category_30d"]
-        assert set(result["healthy"]) == {"realistic", "embedded_fit", "deployment_bf16"}
+        assert set(result["healthy"]) == set(HEALTHY)
         for row in result["healthy"].values():
             assert row["simulated_pairs"] == 1200
             assert row["evaluations"] >= 1
@@ -138,6 +142,15 @@ class TestGatePower:
             result["faults"]["drift_30pct_one_category"]["optimal_within_tolerance_pairs"] is None
         )
         assert result["faults"]["mismatch_80pct"]["tripped_by"] == "quality"
+        # the correlated fault is judged again with the outage screen off, on the same pairs
+        correlated = result["faults"]["correlated_fault"]
+        assert correlated["fault"]["collateral"] == {"pairs": 3, "probability": 0.5}
+        assert len(correlated["screen_off_pairs"]) == 1
+        assert "screen_off_pairs_median" in correlated
+        assert "screen_off_pairs_median" not in result["faults"]["errors_5pct"]
+        dead = result["faults"]["dead_arm_flaky_baseline"]
+        assert dead["fault"] == {"error_rate": 1.0, "baseline": {"error_rate": 0.7}}
+        assert dead["canaryd_pairs"][0] is not None and dead["canaryd_pairs"][0] <= 100
         assert "hours_to_all_pass" in result["default_schedule"]
         config = result["config"]
         assert config["budget"]["false_rollbacks_per_30_days"] == pytest.approx(
@@ -344,6 +357,41 @@ class TestDeploymentNoise:
         spec_only = sum(1 for r in noisy if r.baseline.ok and not r.speculative.ok)
         base_only = sum(1 for r in noisy if not r.baseline.ok and r.speculative.ok)
         assert abs(spec_only - base_only) < 4 * (spec_only + base_only) ** 0.5
+
+
+class TestNewScenarios:
+    def test_collateral_fails_the_baselines_next_pairs(self) -> None:
+        """`correlated_fault`'s noise: the speculative arm fails 10 % of its requests and
+        each failure fails the baseline on each of the next 3 pairs with probability 1/2,
+        so the baseline fails about 1.5 times as often as the speculative arm, and most
+        of its failures follow a speculative failure within 3 pairs."""
+        fault = next(f for f in faults(0.4) if f.name == "correlated_fault")
+        records = gate_power.PairStream(fault.model(gate_power.realistic()), 3).take(4000)
+        spec = [not r.speculative.ok for r in records]
+        base = [not r.baseline.ok for r in records]
+        assert 0.08 < sum(spec) / len(spec) < 0.12
+        assert 1.2 < sum(base) / sum(spec) < 1.8
+        after = sum(1 for i, b in enumerate(base) if b and any(spec[max(i - 3, 0) : i]))
+        assert after > 0.85 * sum(base)
+        assert all(r.scores is None for r, b in zip(records, base, strict=True) if b)
+
+    def test_duplicated_pairs_replay_every_pair_from_a_second_run(self) -> None:
+        """`duplicated_pairs`: each pair appears twice, the second from another run with
+        the same prompt and seed, 5 s after the first; the pairs keep the 10 s pace."""
+        records = gate_power.PairStream(gate_power.duplicated_pairs(), 0).take(40)
+        for first, replay in zip(records[::2], records[1::2], strict=True):
+            assert (replay.prompt, replay.sampling_seed) == (first.prompt, first.sampling_seed)
+            assert replay.run_id != first.run_id and replay.pair_id != first.pair_id
+            assert (replay.baseline, replay.speculative) == (first.baseline, first.speculative)
+            assert (replay.started_at - first.started_at).total_seconds() == 5.0
+        assert (records[2].started_at - records[0].started_at).total_seconds() == 10.0
+
+    def test_flaky_infrastructure_fails_both_arms_alike(self) -> None:
+        """`flaky_infra_10pct`: each arm fails about 10 % of its requests, independently."""
+        records = gate_power.PairStream(gate_power.flaky_infra(), 1).take(3000)
+        for arm in ("baseline", "speculative"):
+            rate = sum(not getattr(r, arm).ok for r in records) / len(records)
+            assert 0.08 < rate < 0.12, (arm, rate)
 
 
 class TestCommand:

@@ -21,25 +21,28 @@ def config(**sections: object) -> GatesConfig:
 
 
 class TestDetectorCount:
-    def test_defaults_count_fifteen_detectors(self) -> None:
-        """Error 2 + latency 3 metrics × (median + 1 quantile) + the e2e regression check +
-        quality 4 + speedup 1 + drift 1 = 15."""
-        assert detector_count(GatesConfig()) == 2 + 3 * 2 + 1 + 4 + 1 + 1 == 15
+    def test_defaults_count_sixteen_detectors(self) -> None:
+        """Liveness 1 + error 2 + latency 3 metrics × (median + 1 quantile) + the e2e
+        regression check + quality 4 + speedup 1 + drift 1 = 16."""
+        assert detector_count(GatesConfig()) == 1 + 2 + 3 * 2 + 1 + 4 + 1 + 1 == 16
 
     @pytest.mark.parametrize(
         ("section", "share"),
-        [("error", 2), ("latency", 7), ("quality", 4), ("speedup", 1), ("drift", 1)],
+        [
+            ("liveness", 1),
+            ("error", 2),
+            ("latency", 7),
+            ("quality", 4),
+            ("speedup", 1),
+            ("drift", 1),
+        ],
     )
     @pytest.mark.parametrize("mode", ["warn", "dry_run"])
     def test_a_gate_that_cannot_roll_back_takes_no_share(
         self, section: str, share: int, mode: str
     ) -> None:
         """A gate in warn or dry_run mode leaves its detectors out of the count."""
-        assert detector_count(config(**{section: {"mode": mode}})) == 15 - share
-
-    def test_liveness_takes_no_share(self) -> None:
-        """The liveness rule is not a test: its mode does not change the count."""
-        assert detector_count(config(liveness={"mode": "warn"})) == 15
+        assert detector_count(config(**{section: {"mode": mode}})) == 16 - share
 
     def test_latency_counts_medians_metric_quantile_pairs_and_slos(self) -> None:
         """Two metrics × (median + two quantiles) plus one SLO and the e2e regression check
@@ -49,31 +52,32 @@ class TestDetectorCount:
             "quantiles": [0.9, 0.99],
             "slos": [{"metric": "e2e", "quantile": 0.9, "max_seconds": 2.0}],
         }
-        assert detector_count(config(latency=latency)) == 2 + 8 + 4 + 1 + 1
+        assert detector_count(config(latency=latency)) == 1 + 2 + 8 + 4 + 1 + 1
 
     def test_nothing_enforced_still_counts_one(self) -> None:
         """With every gate in warn mode the count is one, never zero."""
         warn = {"mode": "warn"}
-        sections = {s: warn for s in ("error", "latency", "quality", "speedup", "drift")}
+        names = ("liveness", "error", "latency", "quality", "speedup", "drift")
+        sections = {s: warn for s in names}
         assert detector_count(config(**sections)) == 1
 
 
 class TestDetectorArl0:
     def test_default_arl0_and_threshold(self) -> None:
-        """0.1 false rollbacks per 30 days at one pair per 10 s over 15 detectors: each
-        detector's ARL0 is 259,200 × 15 / 0.1 = 38,880,000 pairs, and h = log of it (about
-        17.48)."""
+        """0.1 false rollbacks per 30 days at one pair per 10 s over 16 detectors: each
+        detector's ARL0 is 259,200 × 16 / 0.1 = 41,472,000 pairs, and h = log of it (about
+        17.54)."""
         pairs = SECONDS_PER_30_DAYS / 10.0
         assert pairs == 259_200
-        assert detector_arl0(GatesConfig()) == pytest.approx(pairs * 15 / 0.1) == 38_880_000
+        assert detector_arl0(GatesConfig()) == pytest.approx(pairs * 16 / 0.1) == 41_472_000
         assert detector_arl0(GatesConfig()) == DEFAULT_ARL0
         assert detector_threshold(GatesConfig()) == pytest.approx(math.log(DEFAULT_ARL0))
-        assert detector_threshold(GatesConfig()) == pytest.approx(17.48, abs=0.01)
+        assert detector_threshold(GatesConfig()) == pytest.approx(17.54, abs=0.01)
 
     def test_scales_with_the_detector_count(self) -> None:
-        """Putting the error gate (2 of 15 detectors) in warn mode scales ARL0 by 13 / 15."""
+        """Putting the error gate (2 of 16 detectors) in warn mode scales ARL0 by 14 / 16."""
         fewer = detector_arl0(config(error={"mode": "warn"}))
-        assert fewer == pytest.approx(DEFAULT_ARL0 * 13 / 15)
+        assert fewer == pytest.approx(DEFAULT_ARL0 * 14 / 16)
 
     def test_scales_inversely_with_the_budget(self) -> None:
         """Doubling the allowed false rollbacks halves each detector's ARL0."""

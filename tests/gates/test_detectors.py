@@ -27,11 +27,15 @@ def cusum(statistic: float, peak: float | None = None) -> LlrCusum:
 
 
 def first_fail(
-    records: list[PairRecord], gate: Callable[..., GateDecision], config: GateConfigBase
+    records: list[PairRecord],
+    gate: Callable[..., GateDecision],
+    config: GateConfigBase,
+    start: int = 1,
 ) -> tuple[int, GateDecision]:
-    """The number of pairs after which `gate` first FAILs, re-evaluating pair by pair."""
+    """The number of pairs after which `gate` first FAILs, re-evaluating pair by pair
+    from pair `start` on."""
     decision = None
-    for n in range(1, len(records) + 1):
+    for n in range(start, len(records) + 1):
         decision = gate(records[:n], config, now=at(n))
         if decision.state is GateState.FAIL:
             return n, decision
@@ -122,37 +126,54 @@ class TestGrossFaults:
         assert decision.statistic == "greedy mismatch rate"
 
     def test_dead_speculative_arm_fails_the_error_gate_6_settled_pairs_in(self) -> None:
-        """Every speculative request failing, the baseline fine: each pair adds log 32 to
-        the ceiling bank's gross chart (2 % → 64 %), whose threshold is h + log 3 (three
-        charts), so it alarms at ⌈(17.48 + 1.10) / 3.47⌉ = 6 judged pairs — the single
-        chart at 2 % → 4 % took ⌈17.48 / log 2⌉ = 26 — although min_samples is 100. A pair
-        is judged once `settle_pairs` (10) later pairs exist, so the gate FAILs at pair 16;
-        the liveness gate, which reads every pair at once, has FAILed at pair 5."""
-        records = [record(i, speculative=result(ok=False)) for i in range(60)]
+        """After 300 healthy pairs (the baseline's own failure rate bounded under the 2 %
+        ceiling), every speculative request failing: each pair adds log 32 to the ceiling
+        bank's gross chart (2 % → 64 %), whose threshold is h + log 3 (three charts), so it
+        alarms at ⌈(17.54 + 1.10) / 3.47⌉ = 6 judged pairs — the single chart at 2 % → 4 %
+        took ⌈17.54 / log 2⌉ = 26 — although min_samples is 100. A pair is judged once
+        `settle_pairs` (10) later pairs exist, so the gate FAILs 16 pairs in; the liveness
+        gate, which reads every pair at once, has FAILed 5 pairs in."""
+        healthy = 300
+        records = [record(i, speculative=result(ok=i < healthy)) for i in range(healthy + 60)]
         config = ErrorGateConfig()
-        n, decision = first_fail(records, error_gate, config)
+        n, decision = first_fail(records, error_gate, config, start=healthy)
         h = math.log(DEFAULT_ARL0) + math.log(3)
         judged = math.ceil(h / math.log(0.64 / 0.02))
         assert judged == 6
-        assert n == judged + config.settle_pairs == 16
-        assert n < config.min_samples
+        assert n - healthy == judged + config.settle_pairs == 16
         assert decision.detail.startswith("FAIL by error.")
-        assert decision.n_baseline == 6
+        live, _ = first_fail(records, liveness_gate, LivenessGateConfig(), start=healthy)
+        assert live - healthy == LivenessGateConfig().max_consecutive_failures == 5
+
+    def test_from_an_empty_window_the_edge_is_the_baselines_bound(self) -> None:
+        """A dead arm from the very first pair: the ceiling's edge is the larger of 2 % and
+        the baseline's own failure rate, whose 95 % bound on a handful of clean pairs is
+        wide (0 of 6: 39 %), so the error gate needs a few more pairs than after a healthy
+        history; it still FAILs well under min_samples, and the liveness gate at pair 5."""
+        records = [record(i, speculative=result(ok=False)) for i in range(60)]
+        config = ErrorGateConfig()
+        n, decision = first_fail(records, error_gate, config)
+        assert 16 < n <= 30 < config.min_samples
+        assert decision.detail.startswith("FAIL by error.")
         live, _ = first_fail(records, liveness_gate, LivenessGateConfig())
         assert live == LivenessGateConfig().max_consecutive_failures == 5
 
 
 class TestErrorBank:
     def test_a_third_of_requests_failing_decides_in_tens_of_pairs(self) -> None:
-        """30 % speculative failures: the bank's 16 % chart decides within 70 judged pairs
-        on every one of 20 seeds — within 80 pairs, 10 of them not yet settled (median 38;
-        a single 2 % → 4 % chart took a median of 83 + 10)."""
+        """30 % speculative failures after 300 healthy pairs: the bank's 16 % chart decides
+        within 70 judged pairs on every one of 20 seeds — within 80 pairs, 10 of them not
+        yet settled (median 38; a single 2 % → 4 % chart took a median of 83 + 10)."""
         import random
 
+        healthy = 300
         for seed in range(20):
             rng = random.Random(seed)
-            records = [record(i, speculative=result(ok=rng.random() >= 0.3)) for i in range(120)]
+            records = [
+                record(i, speculative=result(ok=i < healthy or rng.random() >= 0.3))
+                for i in range(healthy + 120)
+            ]
             config = ErrorGateConfig()
-            n, decision = first_fail(records, error_gate, config)
-            assert n <= 70 + config.settle_pairs, (seed, n)
+            n, decision = first_fail(records, error_gate, config, start=healthy)
+            assert n - healthy <= 70 + config.settle_pairs, (seed, n)
             assert decision.detail.startswith("FAIL by error.")

@@ -18,7 +18,9 @@ from gates.testing import at, record, result
 
 CALM = 0.012  # each arm's own failure rate outside an outage
 BURST = 0.3  # each arm's failure rate inside one, independently of the other arm
-UNSCREENED = ErrorGateConfig(outage_spans=(), settle_pairs=0)
+# The gate before the screen: every pair judged at once against the window's rates (a
+# failure right after the baseline's counts against the speculative arm too).
+UNSCREENED = ErrorGateConfig(outage_spans=(), settle_pairs=0, lead_pairs=0)
 
 
 def pairs(baseline_failed: np.ndarray, speculative_failed: np.ndarray) -> list[PairRecord]:

@@ -239,19 +239,24 @@ class TestErrorGate:
         assert decision.components[0].state is GateState.PASS
 
     def test_ceiling_alone_can_fail(self) -> None:
-        """Each arm failing on its own 10 % of 600 pairs: no excess over the baseline (paired
-        INCONCLUSIVE), but the speculative arm fails 11 % of the pairs where the baseline
-        succeeded, which alarms the ceiling CUSUM (2 % → 4 %) — FAIL by the ceiling check.
-        (Both arms failing on the same pairs is a shared outage and never fails it.)"""
+        """The speculative arm failing on every 10th pair, each failure followed by the
+        baseline failing on the next pair (a shared node the speculative arm takes down),
+        and the baseline failing on its own every 100th: no excess over the baseline (each
+        arm fails alone about equally often: the paired check does not FAIL), but the
+        speculative arm's own failures — where the baseline had succeeded on the pair and
+        the 3 before: 59 of 330 — against the baseline's own rate — where the speculative
+        arm had: 6 of 354, a 95 % bound of 3.3 % — alarm the ceiling CUSUM: FAIL by the
+        ceiling check."""
         spec = {i for i in range(600) if i % 10 == 5}
-        base = {i for i in range(600) if i % 10 == 0}
+        base = {i + 1 for i in spec} | {i for i in range(600) if i % 100 == 0}
         decision = error_gate(self.make(600, spec, base), ErrorGateConfig(), now=at(600))
         assert decision.state is GateState.FAIL
         assert decision.statistic == "speculative error rate where the baseline succeeded"
         paired, ceiling = decision.components
-        assert paired.state is GateState.INCONCLUSIVE
+        assert paired.state is not GateState.FAIL
         assert ceiling.state is GateState.FAIL
-        assert ceiling.estimate == pytest.approx(60 / 540)
+        assert ceiling.estimate == pytest.approx(59 / 330)
+        assert ceiling.threshold == pytest.approx(0.0332, abs=0.0005)
 
     def test_shared_outage_never_fails_and_is_left_out(self) -> None:
         """Both arms failing on the same 3 % of 3,000 pairs (an upstream outage) never
@@ -268,7 +273,9 @@ class TestErrorGate:
         ceiling = final.components[1]
         assert ceiling.name == "error.ceiling"
         both = sum(1 for i in shared if i < 2990)
-        assert ceiling.n_baseline == 2990 - both
+        lead = config.lead_pairs  # the baseline also succeeded on the 3 pairs before
+        clean = [i for i in range(2990) if not any(i - k in shared for k in range(lead + 1))]
+        assert ceiling.n_baseline == len(clean) < 2990 - both
         assert ceiling.estimate == 0.0
         assert f"left out: {both} pairs where both arms failed, 0 in shared outages" in (
             final.detail
@@ -293,15 +300,17 @@ class TestErrorGate:
     def test_small_excess_warns_and_few_pairs_are_inconclusive(self) -> None:
         """2 speculative-only failures in 100 settled pairs: an excess of 2 % is over the 1 %
         tolerance (its 80 % upper bound 3.4 %), but the CUSUM is far from h — WARN. A clean
-        window too short to bound the rates under their tolerances is INCONCLUSIVE: at 60
-        settled pairs (min_samples 50) the excess bound is 1.4 % > 1 % and the ceiling's
-        Clopper–Pearson bound 2.6 % > 2 %."""
+        window too short to bound the excess under its tolerance is INCONCLUSIVE: at 60
+        settled pairs (min_samples 50) the excess bound is 1.4 % > 1 % (the ceiling, 0 of
+        60 against the baseline's own 0 of 60, whose 95 % bound 4.9 % is its edge,
+        PASSes)."""
         warn = error_gate(self.make(110, {3, 50}), ErrorGateConfig(), now=at(110))
         assert warn.state is GateState.WARN
         config = ErrorGateConfig(min_samples=50)
         short = error_gate(self.make(70, set()), config, now=at(70))
         assert short.state is GateState.INCONCLUSIVE
-        assert [c.state for c in short.components] == [GateState.INCONCLUSIVE] * 2
+        assert [c.state for c in short.components] == [GateState.INCONCLUSIVE, GateState.PASS]
+        assert short.components[1].threshold == pytest.approx(0.0487, abs=0.001)
 
     def test_excess_within_tolerance_never_fails(self) -> None:
         """Speculative-only failures on 0.25 % of pairs with a clean baseline are within
@@ -478,25 +487,29 @@ class TestLivenessGate:
         assert decision.state is GateState.FAIL
         assert decision.critical
 
-    def test_a_baseline_failure_ends_the_run(self) -> None:
-        """Speculative-only failures around a pair where the baseline failed too are a
-        shared outage's pattern, not a dead arm: 4 of them, a pair where both failed, then
-        2 more is a run of 2 (WARN); 5 in a row after it FAIL."""
+    def test_a_baseline_failure_is_skipped_and_raises_the_run_needed(self) -> None:
+        """A pair where the baseline failed says nothing about the speculative arm: it
+        neither counts nor ends the run, but the baseline's failure rate sets the run
+        needed. 4 speculative failures, a pair where both failed, 2 more: a run of 6, and
+        the baseline failed 1 of the run's 7 pairs (14 %: 10 needed) — WARN; 3 more make 9
+        of 10 pairs (10 %: 8 needed) — FAIL."""
         records = [record(i) for i in range(10)]
         records += [record(10 + i, speculative=result(ok=False)) for i in range(4)]
         records.append(record(14, baseline=result(ok=False), speculative=result(ok=False)))
         records += [record(15 + i, speculative=result(ok=False)) for i in range(2)]
         decision = liveness_gate(records, LivenessGateConfig(), now=at(17))
         assert decision.state is GateState.WARN
-        assert decision.estimate == 2.0
+        assert (decision.estimate, decision.threshold) == (6.0, 10.0)
         records += [record(17 + i, speculative=result(ok=False)) for i in range(3)]
-        assert liveness_gate(records, LivenessGateConfig(), now=at(20)).state is GateState.FAIL
+        decision = liveness_gate(records, LivenessGateConfig(), now=at(20))
+        assert decision.state is GateState.FAIL
+        assert (decision.estimate, decision.threshold) == (9.0, 8.0)
 
-    def test_the_rate_rule_needs_more_than_a_shared_outage(self) -> None:
+    def test_an_outage_is_no_dead_arm(self) -> None:
         """50 pairs in an outage: the baseline fails on 20 (40 %), the speculative arm on 16
-        of the other 30 (53 %, past max_failure_rate on its own) — about what independent
-        failures inside an outage do, 13 points over the baseline's rate: no FAIL. A dead
-        speculative arm in the same outage (30 of 30, 60 points over) FAILs."""
+        of the other 30 (53 %) — about what independent failures inside an outage do, with
+        successes among them: no FAIL. A dead speculative arm in the same outage (30 of
+        30: a run of 30 where 20 are needed at 40 %) FAILs."""
         base = {i for i in range(50) if i % 5 in (0, 2)}
         ok_pairs = [i for i in range(50) if i not in base]
         spec_fail = set(ok_pairs[1::2][:16]) | {ok_pairs[0]}
@@ -515,17 +528,18 @@ class TestLivenessGate:
 
     def test_a_failing_baseline_needs_a_longer_run(self) -> None:
         """The baseline failing on 15 of the last 50 pairs (30 %): equal arms make runs of 5
-        speculative-only failures by chance ((0.3 × 0.7)^5 ≈ 4e-4 a pair), so the run
-        needed is 9 ((0.21)^9 ≤ 1e-6): 5 WARN, 9 FAIL."""
+        speculative failures where the baseline succeeded by chance (0.3^5 ≈ 2e-3), so the
+        run needed is the smallest k with 0.3^k ≤ e^-h, h = 17.54 (liveness's share of the
+        budget): 15. 9 WARN, 15 FAIL."""
         base = set(range(0, 30, 2))  # 15 failures, all before the run
-        for run, state in ((5, GateState.WARN), (9, GateState.FAIL)):
+        for run, state in ((9, GateState.WARN), (15, GateState.FAIL)):
             records = [
                 record(i, baseline=result(ok=i not in base), speculative=result(ok=i < 50 - run))
                 for i in range(50)
             ]
             decision = liveness_gate(records, LivenessGateConfig(), now=at(50))
             assert decision.state is state, decision.detail
-            assert decision.threshold == 9
+            assert decision.threshold == 15
 
     def test_short_streak_warns_and_healthy_passes(self) -> None:
         """Two trailing failures: WARN; none: PASS."""
