@@ -1,12 +1,15 @@
-"""What the telemetry gates read: an arm's production request counts, interval by interval,
-and the telemetry gates' configuration.
+"""What the telemetry gates read: an arm's production telemetry, interval by interval, and
+the telemetry gates' configuration.
 
 A serving engine or a gateway counts every production request it answers; canaryd scrapes
 those counters and hands the gates the increase between two scrapes as one
 `CountInterval` (how many requests finished in it, how many of them failed). The unit of
 evidence is the request, not the scrape: an interval of 75 requests weighs 75 times one
-of a single request. The records are plain values built by the caller (canaryd's
-telemetry package), so the gates stay pure and never import `canaryd`.
+of a single request. A `TelemetryInterval` carries every signal of one interval (counts,
+latency histogram increases, load gauges, speculative-decoding counters; None where the
+arm's source does not say); `ArmTelemetry` holds one arm's intervals and
+`TelemetryEvidence` both arms'. The records are plain values built by the caller
+(canaryd's telemetry package), so the gates stay pure and never import `canaryd`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from datetime import datetime
 from pydantic import Field
 
 from gates.config import GateConfigBase
+from gates.histogram import BucketCounts
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,90 @@ class TelemetryCounts:
     @property
     def errors(self) -> int:
         return sum(i.errors for i in self.intervals)
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryInterval:
+    """Everything an arm's telemetry said about (`start`, `end`]: requests finished and
+    failed; the increases of the end-to-end, time-to-first-token and inter-token latency
+    histograms; requests running and waiting (the mean of the two scrapes, summed over
+    replicas); speculative drafts, draft tokens and accepted tokens; and the acceptance
+    the engine itself reports as a gauge (SGLang). None: the source does not say."""
+
+    start: datetime
+    end: datetime
+    requests: int | None = None
+    errors: int | None = None
+    e2e: BucketCounts | None = None
+    ttft: BucketCounts | None = None
+    itl: BucketCounts | None = None
+    running: float | None = None
+    waiting: float | None = None
+    drafts: int | None = None
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+    reported_acceptance_length: float | None = None
+    reported_acceptance_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.end <= self.start:
+            raise ValueError(f"an interval ends after it starts: {self.start} → {self.end}")
+        counts = {
+            "requests": self.requests,
+            "errors": self.errors,
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+        }
+        for name, value in counts.items():
+            if value is not None and value < 0:
+                raise ValueError(f"{name} is a count, got {value!r}")
+        if self.requests is not None and self.errors is not None and self.errors > self.requests:
+            raise ValueError(
+                f"need errors ≤ requests, got {self.errors!r} errors of {self.requests!r} requests"
+            )
+
+    @property
+    def load(self) -> float | None:
+        """Requests in the engine (running + waiting); None unless both are known."""
+        if self.running is None or self.waiting is None:
+            return None
+        return self.running + self.waiting
+
+    def count_interval(self) -> CountInterval | None:
+        """The interval as `telemetry.errors` reads it; None without both counts."""
+        if self.requests is None or self.errors is None:
+            return None
+        return CountInterval(self.start, self.end, self.requests, self.errors)
+
+
+@dataclass(frozen=True, slots=True)
+class ArmTelemetry:
+    """One arm's telemetry intervals, oldest first (sorted on construction)."""
+
+    intervals: tuple[TelemetryInterval, ...] = ()
+
+    def __post_init__(self) -> None:
+        ordered = tuple(sorted(self.intervals, key=lambda i: (i.start, i.end)))
+        object.__setattr__(self, "intervals", ordered)
+
+    @classmethod
+    def of(cls, intervals: Iterable[TelemetryInterval]) -> ArmTelemetry:
+        return cls(tuple(intervals))
+
+    def counts(self) -> TelemetryCounts:
+        """The request and error counts of the intervals that have both."""
+        return TelemetryCounts.of(
+            counted for i in self.intervals if (counted := i.count_interval()) is not None
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryEvidence:
+    """Both arms' production telemetry, as the telemetry gates read it."""
+
+    baseline: ArmTelemetry = ArmTelemetry()
+    speculative: ArmTelemetry = ArmTelemetry()
 
 
 class TelemetryErrorGateConfig(GateConfigBase):

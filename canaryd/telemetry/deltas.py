@@ -12,16 +12,15 @@ and `sum` do:
 - only replicas read at both scrapes count: a replica new in the later one has no start
   to count from, and one that failed has no end (both are named on the window);
 - histogram quantiles come from the bucket increases by linear interpolation within the
-  bucket that holds the rank, as Prometheus' `histogram_quantile` does;
+  bucket that holds the rank, as Prometheus' `histogram_quantile` does (gates.histogram,
+  re-exported here);
 - gauges (requests running and waiting) are the mean of the two scrapes, summed over
   replicas; an engine's own acceptance gauges are averaged over its series.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -32,78 +31,21 @@ from canaryd.telemetry.config import (
     Signal,
 )
 from canaryd.telemetry.signals import MEAN_GAUGES, ArmReading, ReplicaReading
-from gates.telemetry import CountInterval
+from gates.histogram import BucketCounts, add_buckets, histogram_quantile
+from gates.telemetry import CountInterval, TelemetryInterval
+
+__all__ = [
+    "BucketCounts",
+    "TelemetryWindow",
+    "add_buckets",
+    "counter_increase",
+    "histogram_increase",
+    "histogram_quantile",
+    "restarted",
+    "telemetry_window",
+]
 
 _RESTART_TOLERANCE_S = 1.0  # process_start_time_seconds of one process may wobble
-
-
-# --- histograms ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class BucketCounts:
-    """A histogram's increase over an interval: ascending upper bounds in seconds (the
-    last +inf) and the cumulative count of observations at or below each."""
-
-    bounds: tuple[float, ...]
-    cumulative: tuple[float, ...]
-
-    @classmethod
-    def of(cls, buckets: Mapping[float, float]) -> BucketCounts:
-        """Buckets `{upper bound: cumulative count}`, made monotone as Prometheus does (a
-        count below its lower neighbour's, from a scrape between two updates, is raised
-        to it)."""
-        bounds = tuple(sorted(buckets))
-        cumulative: list[float] = []
-        for bound in bounds:
-            cumulative.append(max(buckets[bound], cumulative[-1] if cumulative else 0.0))
-        return cls(bounds, tuple(cumulative))
-
-    @property
-    def count(self) -> float:
-        return self.cumulative[-1] if self.cumulative else 0.0
-
-    def quantile(self, q: float) -> float | None:
-        return histogram_quantile(q, self)
-
-
-def histogram_quantile(q: float, buckets: BucketCounts) -> float | None:
-    """The q-quantile (0 ≤ q ≤ 1) by Prometheus' rule: find the bucket holding rank
-    q × count, interpolate linearly between its lower and upper bound (the first bucket
-    starts at 0 unless its bound is not positive); a rank in the +inf bucket is the
-    largest finite bound. None without observations or without a +inf bucket."""
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"quantile q={q!r} is outside [0, 1]")
-    bounds, cumulative = buckets.bounds, buckets.cumulative
-    if len(bounds) < 2 or not math.isinf(bounds[-1]) or cumulative[-1] <= 0:
-        return None
-    rank = q * cumulative[-1]
-    index = bisect.bisect_left(cumulative, rank)
-    if index == len(bounds) - 1:
-        return bounds[-2]
-    if index == 0 and bounds[0] <= 0:
-        return bounds[0]
-    start = 0.0 if index == 0 else bounds[index - 1]
-    below = 0.0 if index == 0 else cumulative[index - 1]
-    inside = cumulative[index] - below
-    if inside <= 0:
-        return bounds[index]
-    return start + (bounds[index] - start) * (rank - below) / inside
-
-
-def add_buckets(histograms: Iterable[Mapping[float, float]]) -> dict[float, float]:
-    """Cumulative buckets summed by upper bound. A histogram without some bound counts,
-    at it, what it counts at its next lower bound (its cumulative count is a step)."""
-    parts = [dict(sorted(h.items())) for h in histograms if h]
-    bounds = sorted({b for part in parts for b in part})
-    total = dict.fromkeys(bounds, 0.0)
-    for part in parts:
-        own = list(part)
-        for bound in bounds:
-            index = bisect.bisect_right(own, bound) - 1
-            if index >= 0:
-                total[bound] += part[own[index]]
-    return total
 
 
 # --- counters and histograms between two scrapes --------------------------------------
@@ -196,6 +138,29 @@ class TelemetryWindow:
         if self.requests is None or self.errors is None or self.end <= self.start:
             return None
         return CountInterval(self.start, self.end, self.requests, min(self.errors, self.requests))
+
+    def interval(self) -> TelemetryInterval:
+        """The window as the telemetry gates read it: every signal, None where unknown.
+        Errors are capped at the requests, as in `count_interval`."""
+        errors = self.errors
+        if errors is not None and self.requests is not None:
+            errors = min(errors, self.requests)
+        return TelemetryInterval(
+            start=self.start,
+            end=self.end,
+            requests=self.requests,
+            errors=errors,
+            e2e=self.e2e,
+            ttft=self.ttft,
+            itl=self.itl,
+            running=self.running,
+            waiting=self.waiting,
+            drafts=self.drafts,
+            draft_tokens=self.draft_tokens,
+            accepted_tokens=self.accepted_tokens,
+            reported_acceptance_length=self.reported_acceptance_length,
+            reported_acceptance_rate=self.reported_acceptance_rate,
+        )
 
 
 def telemetry_window(earlier: ArmReading, later: ArmReading) -> TelemetryWindow:

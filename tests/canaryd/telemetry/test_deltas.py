@@ -25,6 +25,7 @@ from canaryd.telemetry.deltas import (
 )
 from canaryd.telemetry.scrape import parse_exposition
 from canaryd.telemetry.signals import VLLM, ArmReading, SignalReader
+from gates.histogram import BucketCounts as GatesBucketCounts
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 INF = float("inf")
@@ -163,3 +164,26 @@ class TestWindow:
         )  # fmt: skip
         assert (reported.acceptance_length, reported.acceptance_rate) == (3.1, 0.7)
         assert reported.count_interval() is None
+
+    def test_interval_carries_every_signal(self) -> None:
+        """`interval()` hands the gates every signal of the window (errors capped at the
+        requests), None where the window has none, and the gates' histogram type is the
+        one canaryd builds."""
+        end = T0 + timedelta(seconds=15)
+        e2e = BucketCounts.of({1.0: 4.0, INF: 10.0})
+        window = TelemetryWindow(
+            "spec", T0, end, 2, requests=10, errors=12, e2e=e2e, running=3.5, waiting=1.0,
+            drafts=4, draft_tokens=16, accepted_tokens=6, reported_acceptance_length=2.4,
+        )  # fmt: skip
+        interval = window.interval()
+        assert (interval.start, interval.end, interval.requests, interval.errors) == (
+            T0, end, 10, 10,
+        )  # fmt: skip
+        assert interval.e2e is e2e and interval.ttft is None and interval.itl is None
+        assert (interval.running, interval.waiting, interval.load) == (3.5, 1.0, 4.5)
+        assert (interval.drafts, interval.draft_tokens, interval.accepted_tokens) == (4, 16, 6)
+        assert interval.reported_acceptance_length == 2.4
+        assert interval.reported_acceptance_rate is None
+        bare = TelemetryWindow("spec", T0, end, 1).interval()
+        assert (bare.requests, bare.errors, bare.load, bare.drafts) == (None, None, None, None)
+        assert BucketCounts is GatesBucketCounts
