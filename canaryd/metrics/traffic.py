@@ -23,7 +23,7 @@ class TrafficMetrics:
             "canaryd_traffic_requests_total",
             "Requests the mirror sink received, by outcome: sampled (queued for a live "
             "pair), rate_limited, duplicate, too_long, categories, queue_full, "
-            "unauthorized, too_large, too_slow, unusable, unlisted, not_found.",
+            "unauthorized, too_large, too_slow, unusable, unlisted, not_found, busy.",
             ("outcome",),
             'sum by (outcome) (rate(canaryd_traffic_requests_total{outcome!="sampled"}[5m]))',
         )

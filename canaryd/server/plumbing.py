@@ -168,10 +168,14 @@ async def read_body(
 
 
 def _budgeted(
-    app: App, server: uvicorn.Server, max_connections: int, reserved: Collection[str]
+    app: App,
+    server: uvicorn.Server,
+    max_connections: int,
+    reserved: Collection[str],
+    refused: Callable[[Scope], None] | None = None,
 ) -> App:
     """`app` behind the connection budget: 503 beyond `max_connections` open connections,
-    except on the `reserved` paths."""
+    except on the `reserved` paths; `refused` (when given) is told of each such 503."""
 
     async def budgeted(scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -179,6 +183,8 @@ def _budgeted(
             and scope["path"] not in reserved
             and len(server.server_state.connections) > max_connections
         ):
+            if refused is not None:
+                refused(scope)
             await send(
                 {
                     "type": "http.response.start",
@@ -257,10 +263,12 @@ def serve_in_thread(
     *,
     max_connections: int = MAX_CONNECTIONS,
     reserved: Collection[str] = (),
+    refused: Callable[[Scope], None] | None = None,
 ) -> tuple[uvicorn.Server, threading.Thread]:
     """Serve the ASGI `app` on the bound `sock` with uvicorn, on its own event loop in a
     daemon thread (every request whole within `REQUEST_DEADLINE_S`, at most
-    `max_connections` open connections served but on the `reserved` paths); returns once
+    `max_connections` open connections served but on the `reserved` paths, each refusal
+    told to `refused`); returns once
     it listens. Stop it with `server.should_exit = True`, then join the thread."""
     raise_open_files()
     config = uvicorn.Config(
@@ -276,7 +284,7 @@ def serve_in_thread(
         date_header=False,
     )
     server = uvicorn.Server(config)
-    config.app = _budgeted(app, server, max_connections, frozenset(reserved))
+    config.app = _budgeted(app, server, max_connections, frozenset(reserved), refused)
     started = threading.Event()
 
     def serve() -> None:

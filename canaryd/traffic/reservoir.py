@@ -42,7 +42,8 @@ WINDOW_S: Final = 60.0
 # layer, `unauthorized`, `too_large` (body over max_body_bytes), `too_slow` (body not
 # whole within the request deadline), `unusable` (not a body a pair can replay, however
 # malformed), `unlisted` (no category of traffic.categories, refused by
-# traffic.unknown_category), `not_found`.
+# traffic.unknown_category), `not_found`, `busy` (answered 503: beyond the server's open
+# connections).
 OUTCOMES: Final = (
     "sampled",
     "rate_limited",
@@ -56,6 +57,7 @@ OUTCOMES: Final = (
     "unusable",
     "unlisted",
     "not_found",
+    "busy",
 )
 
 

@@ -237,6 +237,7 @@ class TrafficSink:
         sampler: LiveSampler,
         *,
         body_deadline_s: float = REQUEST_DEADLINE_S,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         if config.listen is None:
             raise ValueError("TrafficSink needs traffic.listen")
@@ -244,6 +245,7 @@ class TrafficSink:
         self.config = config
         self.sampler = sampler
         self.body_deadline_s = body_deadline_s
+        self.max_connections = max_connections
         self._server: uvicorn.Server | None = None
         self._socket: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -271,7 +273,11 @@ class TrafficSink:
             raise TrafficSinkError(self.listen, exc.reason) from exc
         app = _SinkApp(self.config, self.sampler, self.body_deadline_s)
         server, thread = serve_in_thread(
-            app, sock, "canaryd-traffic-sink", max_connections=MAX_CONNECTIONS
+            app,
+            sock,
+            "canaryd-traffic-sink",
+            max_connections=self.max_connections,
+            refused=lambda scope: app.reject("busy", scope),
         )
         self._server, self._socket, self._thread = server, sock, thread
         log.info("traffic.listening", address=self.address)

@@ -100,6 +100,24 @@ class TestAnswers:
             assert client.post("/v1/chat/completions", content=chunks()).status_code == 413
         assert sink.counts["too_large"] == 2
 
+    def test_a_request_beyond_the_connection_budget_is_503_and_counted_busy(self) -> None:
+        """Beyond the open-connection budget a mirrored request is answered 503 before its
+        body is read, and counted (`busy`), so `received` still adds up."""
+        made = config()
+        sampler = LiveSampler(SamplingBounds.of(made), seed=0, clock=lambda: 0.0)
+        with TrafficSink(made, sampler, max_connections=2) as sink:
+            host, port = sink.address.rsplit(":", 1)
+            idle = [socket.create_connection((host, int(port)), timeout=5) for _ in range(2)]
+            try:
+                with httpx.Client(base_url=f"http://{sink.address}", timeout=5) as client:
+                    answer = client.post("/v1/chat/completions", content=json.dumps(CHAT))
+                assert answer.status_code == 503
+            finally:
+                for connection in idle:
+                    connection.close()
+            counts = sink.counts
+        assert (counts["busy"], counts["received"]) == (1, 1)
+
 
 class TestCategories:
     @pytest.mark.parametrize(
