@@ -19,6 +19,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from canaryd.config import Settings
+from canaryd.telemetry.config import SeriesSpec, SignalMap, TelemetryArmConfig, TelemetryConfig
 from engine.config import (
     FakeEngineConfig,
     OpenAIEngineConfig,
@@ -79,8 +80,11 @@ def _section_model(annotation: Any) -> type[BaseModel] | None:
     return models[0] if len(models) == 1 and not others else None
 
 
-def _table(prefix: str, model: type[BaseModel], title: str) -> list[str]:
-    """The table of `model`'s keys, then one table per sub-section, depth first."""
+def _table(
+    prefix: str, model: type[BaseModel], title: str, *, flat: frozenset[str] = frozenset()
+) -> list[str]:
+    """The table of `model`'s keys, then one table per sub-section, depth first (the
+    sub-sections named in `flat` get a row only)."""
     lines = [f"### `{prefix}`{title}", ""]
     doc = model.__dict__.get("__doc__")
     if doc:
@@ -96,12 +100,27 @@ def _table(prefix: str, model: type[BaseModel], title: str) -> list[str]:
             f"| `{prefix}.{name}` | {_cell(_type_name(field.annotation))} "
             f"| {_cell(_default(field))} | {_cell(field.description or '')} |"
         )
-        if sub is not None:
+        if sub is not None and name not in flat:
             subsections.append((name, sub))
     lines.append("")
     for name, sub in subsections:
         lines += _table(f"{prefix}.{name}", sub, "")
     return lines
+
+
+def _telemetry() -> list[str]:
+    """`[telemetry]`, each arm's source, and the one shape every signal's series takes."""
+    signals = ", ".join(f"`{name}`" for name in SignalMap.model_fields)
+    return [
+        *_table("telemetry", TelemetryConfig, ""),
+        "`<arm>` is `baseline` or a speculative arm of `[arms]`. An arm without a table is",
+        "not scraped; with none, telemetry is off and its gates are NODATA.",
+        "",
+        *_table("telemetry.arms.<arm>", TelemetryArmConfig, "", flat=frozenset({"signals"})),
+        f"`<signal>` is one of {signals}.",
+        "",
+        *_table("telemetry.arms.<arm>.signals.<signal>", SeriesSpec, ""),
+    ]
 
 
 def config_reference() -> str:
@@ -131,6 +150,9 @@ def config_reference() -> str:
             )
             lines += _table("arms.<arm>", OpenAIEngineConfig, ' with kind = "openai"')
             lines += _table("arms.<arm>", FakeEngineConfig, ' with kind = "fake"')
+            continue
+        if section == "telemetry":
+            lines += _telemetry()
             continue
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):

@@ -1,5 +1,6 @@
 """`Settings`: canaryd's one configuration model, the sections of
-`canaryd.config.sections` plus the gates' (`gates.GatesConfig`), read from a TOML file and
+`canaryd.config.sections` plus the gates' (`gates.GatesConfig`) and production telemetry's
+(`canaryd.telemetry.config.TelemetryConfig`), read from a TOML file and
 `CANARYD_` environment overrides (`__` for nesting), with the snapshot and hash a run
 stores."""
 
@@ -34,6 +35,7 @@ from canaryd.config.sections import (
 )
 from canaryd.redact import redact_value
 from canaryd.store.database import mask_url
+from canaryd.telemetry.config import TelemetryConfig
 from gates import GateMode, GatesConfig
 from gates.records import BASELINE_ARM
 
@@ -57,6 +59,7 @@ class Settings(BaseSettings):
     switch: SwitchConfig = Field(default_factory=SwitchConfig)
     traffic: TrafficConfig = Field(default_factory=TrafficConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 
     @model_validator(mode="after")
     def _switch_arm_is_speculative(self) -> Settings:
@@ -100,6 +103,27 @@ class Settings(BaseSettings):
                     ),
                     loc=("gates", "quality", "control_arm"),
                     input=name,
+                )
+            ],
+        )
+
+    @model_validator(mode="after")
+    def _telemetry_arms_are_arms(self) -> Settings:
+        known = self.arms.names
+        unknown = [name for name in self.telemetry.arms if name not in known]
+        if not unknown:
+            return self
+        raise ValidationError.from_exception_data(
+            "Settings",
+            [
+                InitErrorDetails(
+                    type=PydanticCustomError(
+                        "telemetry_arm",
+                        "names no arm of [arms]; expected one of {known}",
+                        {"known": ", ".join(known)},
+                    ),
+                    loc=("telemetry", "arms", unknown[0]),
+                    input=unknown[0],
                 )
             ],
         )

@@ -1,9 +1,9 @@
 """canaryd's history in SQL: the store protocols (`abc`), `SqlStore` (`sql`) with its
-switch half (`switching_sql`) and the database plumbing both share (`sql_base`), database
-URLs and engines (`database`), schema migrations (`migrations`), the mapping between
-records and rows (`columns`, `mapping`, `switching_mapping`), the switch's records
-(`switching`), and the per-hour roll-ups that retention keeps after raw pairs are deleted
-(`rollup`)."""
+switch half (`switching_sql`), its telemetry part (`telemetry_sql`: the arms' scrape
+intervals) and the database plumbing all share (`sql_base`), database URLs and engines
+(`database`), schema migrations (`migrations`), the mapping between records and rows
+(`columns`, `mapping`, `switching_mapping`), the switch's records (`switching`), and the
+per-hour roll-ups that retention keeps after raw pairs are deleted (`rollup`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from canaryd.store.abc import (
     HistoryStore,
     RetentionReport,
     Store,
+    StoredInterval,
     StoredRun,
     SwitchStore,
+    TelemetryStore,
 )
 from canaryd.store.database import EXPECTED_URL_FORMS, mask_url
 from canaryd.store.migrations import (
@@ -43,9 +45,11 @@ __all__ = [
     "SqlStore",
     "SqlSwitchStore",
     "Store",
+    "StoredInterval",
     "StoredRun",
     "SwitchRecord",
     "SwitchStore",
+    "TelemetryStore",
     "current_revision",
     "decision_from_dict",
     "head_revision",

@@ -3,14 +3,15 @@ report and CLI need from canaryd's history, as protocols.
 
 `HistoryStore` is where pairs, runs and roll-ups live; `SwitchStore` is the durable
 switch state, its audit trail, gate evaluations, drift references and the evidence windows
-of revisions; `Store` is both, which is what `SqlStore` implements (on SQLite and
+of revisions; `TelemetryStore` keeps the arms' production telemetry, one row per arm and
+scrape interval; `Store` is all three, which is what `SqlStore` implements (on SQLite and
 PostgreSQL alike, tested by one behaviour suite). Consumers are typed on the narrowest
 protocol they use, never on `SqlStore`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -19,6 +20,7 @@ from canaryd.store.rollup import PairFacts, PairRollup
 from canaryd.store.switching import AuditEntry, RevisionWindow, SwitchRecord
 from gates import Evaluation, ReferenceStats, SwitchOutcome, SwitchState
 from gates.records import DEFAULT_ARM, PairRecord, RunInfo
+from gates.telemetry import TelemetryInterval
 
 __all__ = [
     "RETENTION_BATCH_PAIRS",
@@ -26,8 +28,10 @@ __all__ = [
     "HistoryStore",
     "RetentionReport",
     "Store",
+    "StoredInterval",
     "StoredRun",
     "SwitchStore",
+    "TelemetryStore",
 ]
 
 # Pairs rolled up per retention transaction: a months-long backlog never holds one giant
@@ -86,6 +90,20 @@ class History:
 
     pairs: list[PairFacts]
     rollups: list[PairRollup]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredInterval:
+    """One arm's production telemetry over one scrape interval, as stored: the interval,
+    the arm, the arms key it was measured under (`canaryd.pairs.plan.arm_key`), and how
+    many replicas were read at both ends, failed at the end, and restarted within it."""
+
+    arm: str
+    arms: str
+    interval: TelemetryInterval
+    replicas: int
+    failed_replicas: int = 0
+    restarted_replicas: int = 0
 
 
 class HistoryStore(Protocol):
@@ -197,8 +215,26 @@ class SwitchStore(Protocol):
     def close(self) -> None: ...
 
 
-class Store(HistoryStore, SwitchStore, Protocol):
-    """Everything canaryd keeps: history and the switch. `SqlStore` implements it."""
+class TelemetryStore(Protocol):
+    """The arms' production telemetry, one row per arm and scrape interval."""
+
+    def save_telemetry(self, intervals: Sequence[StoredInterval]) -> None: ...
+
+    def telemetry(
+        self,
+        arm: str,
+        *,
+        arms: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[StoredInterval]: ...
+
+    def prune_telemetry(self, before: datetime) -> int: ...
+
+
+class Store(HistoryStore, SwitchStore, TelemetryStore, Protocol):
+    """Everything canaryd keeps: history, the switch and telemetry. `SqlStore` implements
+    it."""
 
     @property
     def url(self) -> str: ...

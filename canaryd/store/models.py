@@ -407,3 +407,39 @@ class RevisionRow(Base):
     arm: Mapped[str] = mapped_column(String(32), primary_key=True)
     revision: Mapped[str] = mapped_column(String(128), primary_key=True)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class TelemetryIntervalRow(Base):
+    """One arm's production telemetry over one scrape interval (`start_at`, `end_at`]: a
+    `gates.telemetry.TelemetryInterval` field for field, its latency histograms as JSON
+    (`{"le": [upper bounds, the last null for +inf], "count": [cumulative counts]}`).
+    `arms` is the arms key (`canaryd.pairs.plan.arm_key`) the arm was configured under, so
+    that evidence measured under another configuration is not read as this one's."""
+
+    __tablename__ = "telemetry_intervals"
+    __table_args__ = (
+        Index(None, "arm", "end_at"),
+        CheckConstraint("end_at > start_at", name="interval"),
+        CheckConstraint("replicas >= 0 AND failed_replicas >= 0", name="replicas"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    arm: Mapped[str] = mapped_column(String(32))
+    arms: Mapped[str] = mapped_column(String(64))
+    start_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    end_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    replicas: Mapped[int] = mapped_column(Integer)
+    failed_replicas: Mapped[int] = mapped_column(Integer)
+    restarted_replicas: Mapped[int] = mapped_column(Integer)
+    requests: Mapped[int | None] = mapped_column(BigInteger)
+    errors: Mapped[int | None] = mapped_column(BigInteger)
+    drafts: Mapped[int | None] = mapped_column(BigInteger)
+    draft_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    accepted_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    running: Mapped[float | None] = mapped_column(Double)
+    waiting: Mapped[float | None] = mapped_column(Double)
+    reported_acceptance_length: Mapped[float | None] = mapped_column(Double)
+    reported_acceptance_rate: Mapped[float | None] = mapped_column(Double)
+    e2e: Mapped[dict[str, Any] | None] = mapped_column(json_column_type())
+    ttft: Mapped[dict[str, Any] | None] = mapped_column(json_column_type())
+    itl: Mapped[dict[str, Any] | None] = mapped_column(json_column_type())

@@ -4,8 +4,9 @@ PostgreSQL, behind `canaryd.store.abc.Store`.
 This module owns the `HistoryStore` half, `SqlHistoryStore`: the transactions and
 queries behind runs, suites, pairs and their reads, retention (roll-up batches, then the
 prompts, runs, switch audit rows and revisions that only history kept) and the roll-ups'
-reads. `SqlStore` joins it with `canaryd.store.switching_sql.SqlSwitchStore` by multiple
-inheritance (why, there); both share `canaryd.store.sql_base.SqlDatabase`, which opens
+reads. `SqlStore` joins it with `canaryd.store.switching_sql.SqlSwitchStore` and
+`canaryd.store.telemetry_sql.SqlTelemetryStore` by multiple inheritance (why, in
+switching_sql); all share `canaryd.store.sql_base.SqlDatabase`, which opens
 the database and translates its errors. The mapping between records and rows is in
 `canaryd.store.mapping`.
 """
@@ -47,6 +48,7 @@ from canaryd.store.models import (
 from canaryd.store.rollup import PairRollup, rollups_by_hour
 from canaryd.store.sql_base import SqlDatabase
 from canaryd.store.switching_sql import SqlSwitchStore
+from canaryd.store.telemetry_sql import SqlTelemetryStore
 from gates.records import PairRecord, Prompt, RunInfo
 
 __all__ = ["SqlHistoryStore", "SqlStore"]
@@ -396,5 +398,5 @@ class SqlHistoryStore(SqlDatabase):
             return session.scalars(select(func.max(PairRollupRow.hour_start))).one()
 
 
-class SqlStore(SqlHistoryStore, SqlSwitchStore):
+class SqlStore(SqlHistoryStore, SqlSwitchStore, SqlTelemetryStore):
     """`Store` on SQLAlchemy: SQLite or PostgreSQL, schema managed by Alembic."""

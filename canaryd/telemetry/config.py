@@ -277,6 +277,12 @@ class TelemetryConfig(_Strict):
         le=256 * 1024 * 1024,
         description="a larger exposition is refused (counted as a failed scrape)",
     )
+    retention_days: float = Field(
+        default=7.0,
+        gt=0,
+        description="stored scrape intervals older than this are deleted by the retention "
+        "job (two rows per scrape interval: 80,640 a week at 15 s)",
+    )
     arms: dict[str, TelemetryArmConfig] = Field(
         default_factory=dict,
         description="one source per arm, named as in [arms] (`baseline` and the speculative arms)",

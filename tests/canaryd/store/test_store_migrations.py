@@ -33,6 +33,7 @@ TABLES = {
     "gate_decisions",
     "drift_references",
     "revisions",
+    "telemetry_intervals",
     "alembic_version",
 }
 

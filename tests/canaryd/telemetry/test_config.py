@@ -5,11 +5,13 @@ matchers and names refused with the key; the tables name the series the servers 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from canaryd.config import Settings, load_settings
 from canaryd.errors import ConfigError
 from canaryd.telemetry.config import TelemetryArmConfig, TelemetryConfig
 from canaryd.telemetry.promql import render, templates
@@ -166,3 +168,51 @@ class TestOpenSource:
     def test_the_timeout_fits_in_the_interval(self) -> None:
         with pytest.raises(ValidationError, match="exceeds scrape_interval_s"):
             TelemetryConfig(scrape_interval_s=5, timeout_s=10)
+
+
+class TestSettings:
+    """`[telemetry]` in canaryd.toml, through `load_settings`."""
+
+    @staticmethod
+    def load(tmp_path: Path, text: str) -> Settings:
+        path = tmp_path / "canaryd.toml"
+        path.write_text(text)
+        return load_settings(path)
+
+    def test_no_section_is_no_telemetry(self, tmp_path: Path) -> None:
+        """Without `[telemetry]` no arm has a source: telemetry is off."""
+        settings = self.load(tmp_path, "[prompts]\nseed = 1\n")
+        assert not settings.telemetry.enabled and settings.telemetry.arms == {}
+
+    def test_both_arms_load(self, tmp_path: Path) -> None:
+        """Sources for the baseline (two replicas) and the speculative arm load as given."""
+        settings = self.load(
+            tmp_path,
+            "[telemetry]\nscrape_interval_s = 5\n"
+            f'[telemetry.arms.baseline]\nmetrics_url = ["{URL}", "http://10.0.0.2:8000/metrics"]\n'
+            f'[telemetry.arms.speculative]\nmetrics_url = "{URL}"\n',
+        )
+        assert settings.telemetry.enabled and settings.telemetry.scrape_interval_s == 5
+        assert len(settings.telemetry.arms["baseline"].metrics_url) == 2
+
+    def test_an_arm_not_in_arms_names_file_and_key(self, tmp_path: Path) -> None:
+        """A misspelt arm is an error naming the file, the key and the arms there are."""
+        with pytest.raises(ConfigError) as info:
+            self.load(tmp_path, f'[telemetry.arms.speculativ]\nmetrics_url = "{URL}"\n')
+        assert str(info.value) == (
+            f"{tmp_path / 'canaryd.toml'}: telemetry.arms.speculativ: names no arm of "
+            "[arms]; expected one of baseline, speculative (got 'speculativ')"
+        )
+
+    def test_a_bad_source_names_its_key(self, tmp_path: Path) -> None:
+        """A bad value inside an arm's table names the arm's key."""
+        with pytest.raises(ConfigError, match=r"telemetry\.arms\.speculative\.metrics_url: "):
+            self.load(tmp_path, '[telemetry.arms.speculative]\nmetrics_url = "ftp://x"\n')
+
+    def test_the_environment_overrides_the_interval(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """CANARYD_TELEMETRY__SCRAPE_INTERVAL_S beats the file, and is bounded like it."""
+        monkeypatch.setenv("CANARYD_TELEMETRY__SCRAPE_INTERVAL_S", "0.5")
+        with pytest.raises(ConfigError, match="CANARYD_TELEMETRY__SCRAPE_INTERVAL_S"):
+            self.load(tmp_path, "[telemetry]\nscrape_interval_s = 30\n")
