@@ -11,6 +11,12 @@ gate (whose share is split again between the monitored categories): 16 by defaul
 False-alarm rates add, so a detector given ARL0 = N × pairs-per-30-days / budget pairs
 keeps the sum within the budget. Gates in `warn` or `dry_run` mode cannot roll back and
 take no share.
+
+Where the caller judges with production telemetry, the telemetry gates' detectors
+(`telemetry_detector_count`) join the count, and every detector's share shrinks to make
+room for them; without telemetry the count, and every figure above, is as it was. A
+telemetry detector sees one observation per scrape interval, so its ARL0 is counted in
+intervals (`telemetry_arl0`, for the caller's scrape interval).
 """
 
 from __future__ import annotations
@@ -22,34 +28,52 @@ from gates.sequential import lorden_threshold
 SECONDS_PER_30_DAYS = 30 * 86_400.0
 
 
-def detector_count(config: GatesConfig) -> int:
-    """The number of enforce detectors sharing the budget (at least one)."""
+def _enforced(section: GateConfigBase) -> bool:
+    return section.mode is GateMode.ENFORCE
 
-    def enforced(section: GateConfigBase) -> bool:
-        return section.mode is GateMode.ENFORCE
 
-    count = 0
-    if enforced(config.liveness):
+def telemetry_detector_count(config: GatesConfig) -> int:
+    """The enforce detectors of the telemetry gates: `telemetry.errors` one (its bank of
+    alternatives is one chart)."""
+    sections = config.telemetry
+    return 1 if _enforced(sections.errors) else 0
+
+
+def detector_count(config: GatesConfig, *, telemetry: bool = False) -> int:
+    """The number of enforce detectors sharing the budget (at least one); with
+    `telemetry`, the telemetry gates' among them."""
+    count = telemetry_detector_count(config) if telemetry else 0
+    if _enforced(config.liveness):
         count += 1
-    if enforced(config.error):
+    if _enforced(config.error):
         count += 2
-    if enforced(config.latency):
+    if _enforced(config.latency):
         count += len(config.latency.metrics) * (1 + len(config.latency.quantiles))
         count += len(config.latency.slos) + len(config.latency.regression_metrics)
-    if enforced(config.quality):
+    if _enforced(config.quality):
         count += 4
-    if enforced(config.speedup):
+    if _enforced(config.speedup):
         count += 1
-    if enforced(config.drift):
+    if _enforced(config.drift):
         count += 1
     return max(count, 1)
 
 
-def detector_arl0(config: GatesConfig) -> float:
-    """Each detector's in-control average run length, in pairs."""
+def detector_arl0(config: GatesConfig, *, telemetry: bool = False) -> float:
+    """Each pair detector's in-control average run length, in pairs."""
     budget = config.budget
     pairs = SECONDS_PER_30_DAYS / budget.design_pair_interval_s
-    return pairs * detector_count(config) / budget.false_rollbacks_per_30_days
+    return pairs * detector_count(config, telemetry=telemetry) / budget.false_rollbacks_per_30_days
+
+
+def telemetry_arl0(config: GatesConfig, scrape_interval_s: float) -> float:
+    """Each telemetry detector's in-control average run length, in scrape intervals of
+    `scrape_interval_s` seconds: its share of the budget at one observation per scrape."""
+    if scrape_interval_s <= 0:
+        raise ValueError(f"scrape_interval_s must be positive, got {scrape_interval_s!r}")
+    intervals = SECONDS_PER_30_DAYS / scrape_interval_s
+    count = detector_count(config, telemetry=True)
+    return intervals * count / config.budget.false_rollbacks_per_30_days
 
 
 def detector_threshold(config: GatesConfig) -> float:
@@ -57,9 +81,10 @@ def detector_threshold(config: GatesConfig) -> float:
     return lorden_threshold(detector_arl0(config))
 
 
-def detector_budget(config: GatesConfig) -> float:
+def detector_budget(config: GatesConfig, *, telemetry: bool = False) -> float:
     """Each detector's share of the budget, in false rollbacks per 30 days."""
-    return config.budget.false_rollbacks_per_30_days / detector_count(config)
+    count = detector_count(config, telemetry=telemetry)
+    return config.budget.false_rollbacks_per_30_days / count
 
 
 DEFAULT_ARL0 = detector_arl0(GatesConfig())

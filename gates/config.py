@@ -9,42 +9,35 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from engine.bounds import check_bounds
+from gates.config_base import GateConfigBase, Strict
 from gates.core import GateMode
+from gates.telemetry import TelemetryErrorGateConfig
+
+__all__ = [
+    "BudgetConfig",
+    "DriftGateConfig",
+    "ErrorGateConfig",
+    "GateConfigBase",
+    "GatesConfig",
+    "LatencyGateConfig",
+    "LatencyMetric",
+    "LatencySLO",
+    "LivenessGateConfig",
+    "ParityGateConfig",
+    "QualityGateConfig",
+    "ReferenceConfig",
+    "SpeedupGateConfig",
+    "SwitchPolicyConfig",
+    "TelemetryErrorGateConfig",
+    "TelemetryGatesConfig",
+]
 
 LatencyMetric = Literal["e2e", "ttft", "tpot"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-    _bounded = field_validator("*")(check_bounds)
-
-
-class GateConfigBase(_Strict):
-    """What every gate has: how it acts, how much evidence it needs, which window it reads.
-
-    The window is the last `window_pairs` pairs that started within `window_seconds`
-    before `now`; either limit may be None, not both. `confidence` is the one-sided level
-    of each bound a decision rests on.
-    """
-
-    mode: GateMode = GateMode.ENFORCE
-    critical: bool = False
-    min_samples: int = Field(default=100, ge=1)
-    window_pairs: int | None = Field(default=5000, ge=1)
-    window_seconds: float | None = Field(default=24 * 3600.0, gt=0)
-    confidence: float = Field(default=0.8, gt=0.5, lt=1.0)
-
-    @model_validator(mode="after")
-    def _some_window(self) -> GateConfigBase:
-        if self.window_pairs is None and self.window_seconds is None:
-            raise ValueError("a gate needs window_pairs, window_seconds, or both")
-        return self
-
-
-class BudgetConfig(_Strict):
+class BudgetConfig(Strict):
     """One false-alarm budget for every enforce gate, in false rollbacks per 30 days.
 
     It is sized for the fastest schedule the daemon is expected to run
@@ -57,7 +50,7 @@ class BudgetConfig(_Strict):
     design_pair_interval_s: float = Field(default=10.0, gt=0)
 
 
-class LatencySLO(_Strict):
+class LatencySLO(Strict):
     """An absolute limit on the speculative arm: its `quantile` of `metric` ≤ `max_seconds`."""
 
     metric: LatencyMetric
@@ -252,7 +245,7 @@ class QualityGateConfig(GateConfigBase):
     )
 
 
-class ReferenceConfig(_Strict):
+class ReferenceConfig(Strict):
     """A configured acceptance-length reference for one category."""
 
     mean: float = Field(gt=0)
@@ -334,7 +327,7 @@ class LivenessGateConfig(GateConfigBase):
     )
 
 
-class ParityGateConfig(_Strict):
+class ParityGateConfig(Strict):
     """The parity gate reads the latest capability probe, not a window of pairs: no
     sample size, no window, no confidence; only how it acts and how old a probe may be."""
 
@@ -354,7 +347,7 @@ class ParityGateConfig(_Strict):
     )
 
 
-class SwitchPolicyConfig(_Strict):
+class SwitchPolicyConfig(Strict):
     """The switch's hysteresis, cooldown, latch and restore rules (gates/switch.py)."""
 
     trip_k: int = Field(default=1, ge=1)
@@ -377,7 +370,17 @@ class SwitchPolicyConfig(_Strict):
         return self
 
 
-class GatesConfig(_Strict):
+class TelemetryGatesConfig(Strict):
+    """`[gates.telemetry.<gate>]`: the gates over the arms' own production telemetry
+    (`telemetry.errors`, gates/telemetry_errors.py). They run, and take their share of
+    the false-alarm budget, only where the caller judges with telemetry evidence
+    (canaryd's `[telemetry]` configured); their windows count scrape intervals and
+    seconds, their `min_samples` production requests."""
+
+    errors: TelemetryErrorGateConfig = TelemetryErrorGateConfig()
+
+
+class GatesConfig(Strict):
     budget: BudgetConfig = BudgetConfig()
     liveness: LivenessGateConfig = LivenessGateConfig()
     error: ErrorGateConfig = ErrorGateConfig()
@@ -386,4 +389,5 @@ class GatesConfig(_Strict):
     speedup: SpeedupGateConfig = SpeedupGateConfig()
     drift: DriftGateConfig = DriftGateConfig()
     parity: ParityGateConfig = ParityGateConfig()
+    telemetry: TelemetryGatesConfig = TelemetryGatesConfig()
     policy: SwitchPolicyConfig = SwitchPolicyConfig()

@@ -4,21 +4,24 @@ The daemon's gate job, `GET /v1/verdict`, `canaryd judge` and the power benchmar
 a window here, so they cannot disagree. `GATES` is the registry: one `GateSpec` per gate,
 named as its `GatesConfig` section and its decisions; a new gate is one module plus one
 line there. Pair gates read a window of `PairRecord`s; the probe gate (parity) reads the
-latest capability probe and runs only where the caller has one (the daemon). `judge`
-runs them all and `combine`s the enforce gates into one `Verdict`; `window_bounds`,
+latest capability probe and runs only where the caller has one (the daemon); the
+telemetry gates (`telemetry.errors`) read both arms' production telemetry and run only
+where the caller passes it, taking their share of the budget only then. `judge` runs
+them all and `combine`s the enforce gates into one `Verdict`; `window_bounds`,
 `latest_window`, `may_pin`, `pins`, `suspicion` and `advisory` are the rules around a
 judgement that every caller shares. Pure, as every module of `gates`: no clock, no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from gates.budget import detector_arl0, detector_budget
+from gates.budget import detector_arl0, detector_budget, telemetry_arl0
 from gates.config import GatesConfig
+from gates.config_base import GateConfigBase
 from gates.core import GateDecision, GateMode, GateState, checks, combine_states
 from gates.drift import ReferenceStats, drift_gate, grow_references
 from gates.error_rate import error_gate
@@ -29,10 +32,13 @@ from gates.quality import quality_gate
 from gates.records import PairRecord
 from gates.speedup import speedup_gate
 from gates.switch import SwitchMode, SwitchState
+from gates.telemetry import TelemetryEvidence
+from gates.telemetry_errors import telemetry_errors_gate
 
 __all__ = [
     "GATES",
     "PAIR_GATES",
+    "TELEMETRY_GATES",
     "Context",
     "GateSpec",
     "Judgement",
@@ -45,6 +51,7 @@ __all__ = [
     "latest_window",
     "may_pin",
     "pins",
+    "section",
     "suspicion",
     "window_bounds",
 ]
@@ -59,7 +66,9 @@ class Context:
 
     `records`: every pair of the window (the gates on all traffic); `own`: each category's
     pairs after its own last move (`category_since`); `split`: what the gates that may
-    judge per category read (`own` under `policy.scope = "category"`, else `records`)."""
+    judge per category read (`own` under `policy.scope = "category"`, else `records`).
+    `telemetry`: both arms' production telemetry, None where the caller has none;
+    `telemetry_arl0`: each telemetry detector's share of the budget, in scrape intervals."""
 
     now: datetime
     arl0: float
@@ -73,21 +82,39 @@ class Context:
     control: Sequence[PairRecord] | None = None
     probe: ProbeEvidence | None = None
     probe_interval_s: float = UNSCHEDULED_INTERVAL_S
+    telemetry: TelemetryEvidence | None = None
+    telemetry_arl0: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class GateSpec:
-    """One gate: its name (its `GatesConfig` section and its decisions' name), what it
-    reads (`pairs` or the capability `probe`), and how it judges."""
+    """One gate: its name (its `GatesConfig` section, dotted for a nested one, and its
+    decisions' name), what it reads (`pairs`, the capability `probe` or the arms'
+    production `telemetry`), and how it judges. `covers`: the pair gates whose subject a
+    telemetry gate judges at production load; while it is enforced, they may still FAIL
+    a verdict but a PASS no longer waits for them (`combine`)."""
 
     name: str
-    evidence: Literal["pairs", "probe"]
+    evidence: Literal["pairs", "probe", "telemetry"]
     run: Callable[[GatesConfig, Context], GateDecision]
+    covers: tuple[str, ...] = ()
 
 
 def _parity(config: GatesConfig, c: Context) -> GateDecision:
     return parity_gate(
         c.probe, config.parity, now=c.now, since=c.since, probe_interval_s=c.probe_interval_s
+    )
+
+
+def _telemetry_errors(config: GatesConfig, c: Context) -> GateDecision:
+    evidence = c.telemetry or TelemetryEvidence()
+    return telemetry_errors_gate(
+        evidence.baseline.counts(),
+        evidence.speculative.counts(),
+        config.telemetry.errors,
+        now=c.now,
+        arl0=c.telemetry_arl0,
+        since=c.since,
     )
 
 
@@ -143,10 +170,25 @@ GATES: tuple[GateSpec, ...] = (
             since=c.since,
         ),
     ),
+    GateSpec("telemetry.errors", "telemetry", _telemetry_errors, covers=("error", "liveness")),
     GateSpec("parity", "probe", _parity),
 )
 
 PAIR_GATES: tuple[str, ...] = tuple(spec.name for spec in GATES if spec.evidence == "pairs")
+TELEMETRY_GATES: tuple[str, ...] = tuple(
+    spec.name for spec in GATES if spec.evidence == "telemetry"
+)
+
+
+def section(config: GatesConfig, name: str) -> GateConfigBase:
+    """The configuration section of gate `name` (`"telemetry.errors"`: its `[gates.telemetry.
+    errors]`); not for the probe gate, whose section has no window."""
+    found: object = config
+    for part in name.split("."):
+        found = getattr(found, part)
+    if not isinstance(found, GateConfigBase):
+        raise KeyError(f"{name!r} names no gate section of GatesConfig")
+    return found
 
 
 def distinct(records: Sequence[PairRecord]) -> list[PairRecord]:
@@ -174,15 +216,20 @@ def _context(
     control: Sequence[PairRecord] | None,
     probe: ProbeEvidence | None = None,
     probe_interval_s: float = UNSCHEDULED_INTERVAL_S,
+    telemetry: TelemetryEvidence | None = None,
+    scrape_interval_s: float | None = None,
 ) -> Context:
+    with_telemetry = telemetry is not None
+    if with_telemetry and scrape_interval_s is None:
+        raise ValueError("telemetry evidence needs its scrape_interval_s (the budget's unit)")
     by_category = config.policy.scope == "category"
     cuts = category_since or {}
     records = distinct(records)
     own = [r for r in records if (cut := cuts.get(r.prompt.category)) is None or r.started_at > cut]
     return Context(
         now=now,
-        arl0=detector_arl0(config),
-        budget_30d=detector_budget(config),
+        arl0=detector_arl0(config, telemetry=with_telemetry),
+        budget_30d=detector_budget(config, telemetry=with_telemetry),
         since=since,
         by_category=by_category,
         records=records,
@@ -192,6 +239,10 @@ def _context(
         control=control,
         probe=probe,
         probe_interval_s=probe_interval_s,
+        telemetry=telemetry,
+        telemetry_arl0=(
+            telemetry_arl0(config, scrape_interval_s) if scrape_interval_s is not None else 0.0
+        ),
     )
 
 
@@ -231,12 +282,17 @@ def evaluate_all(
 
 @dataclass(frozen=True, slots=True)
 class Judgement:
-    """One window judged: every decision, the verdict of the enforce gates and why."""
+    """One window judged: every decision, the verdict of the enforce gates and why.
+    `covered`: the pair gates an enforced telemetry gate covers (a PASS did not wait for
+    them); `requests`: the speculative arm's production requests in its telemetry
+    (0 without telemetry)."""
 
     decisions: tuple[GateDecision, ...]
     verdict: Verdict
     reason: str
     pairs: int
+    covered: tuple[str, ...] = ()
+    requests: int = 0
 
     @property
     def suspicion(self) -> float:
@@ -256,6 +312,8 @@ def judge(
     probe: ProbeEvidence | None = None,
     with_probe: bool = False,
     probe_interval_s: float = UNSCHEDULED_INTERVAL_S,
+    telemetry: TelemetryEvidence | None = None,
+    scrape_interval_s: float | None = None,
     min_pairs: int = 0,
     subject: str = "the window",
 ) -> Judgement:
@@ -265,6 +323,13 @@ def judge(
     starts the evidence and its categories' own moves start theirs. `since` starts the
     evidence instead (a revision's window) and ignores the state's. The probe gate runs
     only `with_probe` (on `probe`, None meaning no probe yet), as the daemon judges it.
+
+    `telemetry`: both arms' production telemetry, scraped every `scrape_interval_s`
+    seconds (required with it). Pass it, empty if nothing was scraped yet, whenever
+    telemetry is configured: the telemetry gates then run (after the pair gates), every
+    detector's share of the budget makes room for theirs, and the verdict PASSes when
+    the quality checks on pairs and the telemetry gates agree (`combine`, `covered`).
+    Without it the telemetry gates are absent and nothing else changes.
     `min_pairs` and `subject` go to `combine`."""
     start = since if since is not None else (state.since if state is not None else None)
     category_since = state.category_since() if state is not None and since is None else None
@@ -278,13 +343,29 @@ def judge(
         control=control,
         probe=probe,
         probe_interval_s=probe_interval_s,
+        telemetry=telemetry,
+        scrape_interval_s=scrape_interval_s,
     )
-    decisions = tuple(
-        spec.run(config, context) for spec in GATES if spec.evidence == "pairs" or with_probe
-    )
+    runs = {"pairs": True, "probe": with_probe, "telemetry": telemetry is not None}
+    decisions = tuple(spec.run(config, context) for spec in GATES if runs[spec.evidence])
+    covered = covered_by_telemetry(decisions)
     pairs = len(context.records)  # distinct measurements
-    verdict, reason = combine(decisions, pairs, min_pairs, subject)
-    return Judgement(decisions, verdict, reason, pairs)
+    requests = sum(
+        i.requests or 0
+        for i in (telemetry.speculative.intervals if telemetry is not None else ())
+        if i.end <= now and (start is None or i.start >= start)
+    )
+    verdict, reason = combine(decisions, pairs, min_pairs, subject, covered=covered)
+    return Judgement(decisions, verdict, reason, pairs, covered, requests)
+
+
+def covered_by_telemetry(decisions: Sequence[GateDecision]) -> tuple[str, ...]:
+    """The pair gates among `decisions` whose subject an enforced telemetry gate among
+    them judges at production load (`GateSpec.covers`), in registry order."""
+    judged = {d.name for d in decisions}
+    telemetry = {d.name for d in decisions if d.enforced and d.name in TELEMETRY_GATES}
+    names = {name for spec in GATES if spec.name in telemetry for name in spec.covers}
+    return tuple(name for name in PAIR_GATES if name in names and name in judged)
 
 
 def _one_line(text: str) -> str:
@@ -292,13 +373,22 @@ def _one_line(text: str) -> str:
 
 
 def combine(
-    decisions: Sequence[GateDecision], pairs: int, min_pairs: int, subject: str
+    decisions: Sequence[GateDecision],
+    pairs: int,
+    min_pairs: int,
+    subject: str,
+    *,
+    covered: Collection[str] = (),
 ) -> tuple[Verdict, str]:
     """The verdict of the enforce gates' `decisions` on `pairs` pairs of `subject` (e.g.
     "revision 'abc'"), and why in one line.
 
     A FAIL is a detector's alarm under its false-alarm budget and stands however few pairs
-    raised it; `min_pairs` only holds back the other verdicts (NODATA below it)."""
+    raised it, a telemetry gate's as any other; `min_pairs` only holds back the other
+    verdicts (NODATA below it). The gates named in `covered` (pair gates whose subject an
+    enforced telemetry gate judges at production load, `covered_by_telemetry`) count
+    only by their FAIL: PASS needs every other enforce gate, the quality checks on pairs
+    and the telemetry gates, to PASS."""
     enforced = [d for d in decisions if d.enforced]
     if not enforced:
         return "NODATA", f"no gate is in enforce mode: nothing judges {subject}"
@@ -309,13 +399,20 @@ def combine(
         return "FAIL", _one_line(f"{names} FAILed on {pairs} pairs of {subject}: {first.detail}")
     if pairs < min_pairs:
         return "NODATA", f"{pairs} pairs of {subject}, fewer than min_pairs={min_pairs}"
-    state = combine_states([d.state for d in enforced])
+    deciding = [d for d in enforced if d.name not in covered]
+    left = sorted({d.name for d in enforced} & set(covered))
+    state = combine_states([d.state for d in deciding])
     if state is GateState.PASS:
+        if left:
+            return "PASS", (
+                f"every enforce gate PASSed on {pairs} pairs of {subject} "
+                f"({', '.join(left)} left to telemetry: only their FAIL counts)"
+            )
         return "PASS", f"every enforce gate PASSed on {pairs} pairs of {subject}"
     if state is GateState.NODATA:
         return "NODATA", f"too few pairs of {subject} for any enforce gate to decide ({pairs})"
     undecided = ", ".join(
-        f"{d.name} {d.state.value}" for d in enforced if d.state is not GateState.PASS
+        f"{d.name} {d.state.value}" for d in deciding if d.state is not GateState.PASS
     )
     return "INCONCLUSIVE", f"not decided on {pairs} pairs of {subject}: {undecided}"
 
@@ -358,11 +455,19 @@ def pins(
 
 
 def advisory(config: GatesConfig) -> GatesConfig:
-    """`config` with every gate in `warn` mode: how comparison arms are judged."""
+    """`config` with every pair and telemetry gate in `warn` mode: how comparison arms
+    are judged."""
+    warn = {"mode": GateMode.WARN}
+    telemetry = config.telemetry.model_copy(
+        update={
+            name.removeprefix("telemetry."): section(config, name).model_copy(update=warn)
+            for name in TELEMETRY_GATES
+        }
+    )
     return config.model_copy(
         update={
-            name: getattr(config, name).model_copy(update={"mode": GateMode.WARN})
-            for name in PAIR_GATES
+            **{name: section(config, name).model_copy(update=warn) for name in PAIR_GATES},
+            "telemetry": telemetry,
         }
     )
 

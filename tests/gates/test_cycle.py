@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 
-from gates import GateMode, GatesConfig, SwitchMode, SwitchState
+import pytest
+
+from gates import GateMode, GatesConfig, GateState, SwitchMode, SwitchState
+from gates.budget import detector_arl0, detector_count, telemetry_arl0
+from gates.config import TelemetryGatesConfig
 from gates.cycle import (
     GATES,
     PAIR_GATES,
+    TELEMETRY_GATES,
     advisory,
     combine,
     evaluate_all,
@@ -15,16 +21,48 @@ from gates.cycle import (
     latest_window,
     may_pin,
     pins,
+    section,
     window_bounds,
 )
-from gates.testing import at, record, result
+from gates.telemetry import ArmTelemetry, TelemetryEvidence, TelemetryInterval
+from gates.testing import T0, at, record, result
 
-# Sections of GatesConfig that configure something other than one gate.
-NOT_GATES = {"budget", "policy"}
+# Sections of GatesConfig that configure something other than one gate; `telemetry`
+# holds one section per telemetry gate.
+NOT_GATES = {"budget", "policy", "telemetry"}
+SCRAPE_S = 15.0
 
 
 def healthy(n: int) -> list:
     return [record(i) for i in range(n)]
+
+
+def arm(
+    intervals: int, *, error_rate: float = 0.005, rps: float = 5.0, seed: int = 0
+) -> ArmTelemetry:
+    """One arm's telemetry: `intervals` scrapes 15 s apart from T0, each with its
+    requests failing independently at `error_rate`."""
+    rng = random.Random(seed)
+    requests = round(rps * SCRAPE_S)
+    return ArmTelemetry.of(
+        TelemetryInterval(
+            T0 + timedelta(seconds=k * SCRAPE_S),
+            T0 + timedelta(seconds=(k + 1) * SCRAPE_S),
+            requests=requests,
+            errors=sum(rng.random() < error_rate for _ in range(requests)),
+        )
+        for k in range(intervals)
+    )
+
+
+def evidence(intervals: int, *, speculative_error_rate: float = 0.005) -> TelemetryEvidence:
+    return TelemetryEvidence(
+        arm(intervals, seed=1), arm(intervals, error_rate=speculative_error_rate, seed=2)
+    )
+
+
+# Healthy pairs with drift left out of the verdict (no references pinned in a test).
+NO_DRIFT = GatesConfig.model_validate({"drift": {"mode": "warn"}})
 
 
 class TestRegistry:
@@ -33,11 +71,24 @@ class TestRegistry:
         section configures a gate the registry does not run."""
         names = [spec.name for spec in GATES]
         assert len(names) == len(set(names))
-        assert set(names) == set(GatesConfig.model_fields) - NOT_GATES
+        sections = set(GatesConfig.model_fields) - NOT_GATES
+        telemetry = {f"telemetry.{name}" for name in TelemetryGatesConfig.model_fields}
+        assert set(names) == sections | telemetry
+        assert set(TELEMETRY_GATES) == telemetry
+        assert all(section(GatesConfig(), name) for name in PAIR_GATES + TELEMETRY_GATES)
 
     def test_decisions_carry_the_registry_names_in_its_order(self) -> None:
         """judge reports one decision per gate, named and ordered as the registry."""
-        judged = judge(healthy(30), None, SwitchState(), GatesConfig(), at(29), with_probe=True)
+        judged = judge(
+            healthy(30),
+            None,
+            SwitchState(),
+            GatesConfig(),
+            at(29),
+            with_probe=True,
+            telemetry=evidence(10),
+            scrape_interval_s=SCRAPE_S,
+        )
         assert [d.name for d in judged.decisions] == [spec.name for spec in GATES]
 
     def test_the_probe_gate_runs_only_when_asked(self) -> None:
@@ -82,6 +133,160 @@ class TestJudge:
         assert "min_pairs=50" in judged.reason
 
 
+class TestTelemetry:
+    def test_without_telemetry_nothing_changes(self) -> None:
+        """No telemetry evidence: no telemetry decision, and the pair gates decide exactly
+        as evaluate_all with the budget split between the pair detectors alone."""
+        records = [record(i, speculative=result(1.3)) for i in range(400)]
+        judged = judge(records, None, None, GatesConfig(), at(399))
+        direct = evaluate_all(records, GatesConfig(), now=at(399))
+        assert [d.name for d in judged.decisions] == list(PAIR_GATES)
+        assert [d.to_dict() for d in judged.decisions] == [d.to_dict() for d in direct]
+        assert judged.covered == () and judged.requests == 0
+        assert detector_count(GatesConfig()) == 16
+
+    def test_telemetry_takes_its_share_of_the_one_budget(self) -> None:
+        """With telemetry each detector's share shrinks to make room for the telemetry
+        detectors; a telemetry detector's ARL0 counts scrape intervals."""
+        config = GatesConfig()
+        count = detector_count(config, telemetry=True)
+        assert count == 17
+        assert detector_arl0(config, telemetry=True) == detector_arl0(config) * count / 16
+        intervals_30d = 30 * 86_400 / SCRAPE_S
+        assert telemetry_arl0(config, SCRAPE_S) == pytest.approx(
+            intervals_30d * count / config.budget.false_rollbacks_per_30_days
+        )
+        records = healthy(200)
+        plain = judge(records, None, None, config, at(199))
+        shared = judge(
+            records,
+            None,
+            None,
+            config,
+            at(199),
+            telemetry=evidence(100),
+            scrape_interval_s=SCRAPE_S,
+        )
+        threshold = {d.name: d.detector.threshold for d in plain.decisions if d.detector}
+        for decision in shared.decisions:
+            if decision.detector and decision.name in threshold:
+                assert decision.detector.threshold > threshold[decision.name]
+
+    def test_telemetry_needs_its_scrape_interval(self) -> None:
+        """The budget's unit for a telemetry detector is the scrape: no interval, no judging."""
+        with pytest.raises(ValueError, match="scrape_interval_s"):
+            judge(healthy(10), None, None, GatesConfig(), at(9), telemetry=evidence(5))
+
+    def test_a_telemetry_fail_fails_the_verdict(self) -> None:
+        """Healthy pairs, but the speculative arm fails 30 % of its production requests:
+        FAIL, named after telemetry.errors."""
+        judged = judge(
+            healthy(400),
+            None,
+            None,
+            NO_DRIFT,
+            at(399),
+            telemetry=evidence(40, speculative_error_rate=0.3),
+            scrape_interval_s=SCRAPE_S,
+            subject="revision 'r1'",
+        )
+        assert judged.verdict == "FAIL"
+        assert judged.reason.startswith("telemetry.errors FAILed")
+        assert "revision 'r1'" in judged.reason
+
+    def test_healthy_telemetry_and_healthy_pairs_pass(self) -> None:
+        """Quality PASSes on the pairs and every telemetry gate on production requests:
+        PASS, the pair gates the telemetry covers left to it."""
+        judged = judge(
+            healthy(400),
+            None,
+            None,
+            NO_DRIFT,
+            at(399),
+            telemetry=evidence(200),
+            scrape_interval_s=SCRAPE_S,
+        )
+        states = {d.name: d.state for d in judged.decisions}
+        assert states["quality"] is GateState.PASS
+        assert all(states[name] is GateState.PASS for name in TELEMETRY_GATES)
+        assert judged.verdict == "PASS"
+        assert "error" in judged.covered and "left to telemetry" in judged.reason
+        assert judged.requests == 200 * 75
+
+    def test_a_covered_pair_gate_no_longer_holds_back_a_pass(self) -> None:
+        """Too few pairs for the pair error gate (INCONCLUSIVE alone), enough production
+        requests for telemetry.errors: the verdict does not wait for the pair gate."""
+        records = healthy(400)
+        config = NO_DRIFT.model_copy(
+            update={"error": NO_DRIFT.error.model_copy(update={"min_samples": 1000})}
+        )
+        alone = judge(records, None, None, config, at(399))
+        assert alone.verdict == "INCONCLUSIVE" and "error" in alone.reason
+        judged = judge(
+            records,
+            None,
+            None,
+            config,
+            at(399),
+            telemetry=evidence(200),
+            scrape_interval_s=SCRAPE_S,
+        )
+        assert judged.verdict == "PASS"
+
+    def test_quality_still_decides(self) -> None:
+        """Telemetry covers errors, not answers: too few pairs for quality, no PASS."""
+        judged = judge(
+            healthy(50),
+            None,
+            None,
+            NO_DRIFT,
+            at(49),
+            telemetry=evidence(200),
+            scrape_interval_s=SCRAPE_S,
+        )
+        assert judged.verdict == "INCONCLUSIVE"
+        assert "quality" in judged.reason
+
+    def test_no_telemetry_scraped_yet_holds_back_a_pass(self) -> None:
+        """Telemetry configured but nothing scraped yet: telemetry.errors is NODATA and
+        the verdict waits for it."""
+        judged = judge(
+            healthy(400),
+            None,
+            None,
+            NO_DRIFT,
+            at(399),
+            telemetry=TelemetryEvidence(),
+            scrape_interval_s=SCRAPE_S,
+        )
+        assert judged.verdict == "INCONCLUSIVE"
+        assert "telemetry.errors NODATA" in judged.reason
+
+    def test_a_telemetry_gate_in_warn_covers_nothing_and_fails_nothing(self) -> None:
+        """In warn mode a telemetry FAIL alerts only, and the pair gates decide alone."""
+        config = NO_DRIFT.model_copy(
+            update={
+                "telemetry": NO_DRIFT.telemetry.model_copy(
+                    update={"errors": NO_DRIFT.telemetry.errors.model_copy(update={"mode": "warn"})}
+                )
+            }
+        )
+        judged = judge(
+            healthy(400),
+            None,
+            None,
+            config,
+            at(399),
+            telemetry=evidence(40, speculative_error_rate=0.3),
+            scrape_interval_s=SCRAPE_S,
+        )
+        assert judged.covered == ()
+        assert judged.verdict == "PASS"
+        assert next(d for d in judged.decisions if d.name == "telemetry.errors").state is (
+            GateState.FAIL
+        )
+
+
 class TestCombine:
     def test_no_enforce_gate_is_nodata(self) -> None:
         """With every gate in warn, nothing judges: NODATA."""
@@ -117,7 +322,8 @@ class TestWindowRules:
     def test_advisory_puts_every_pair_gate_in_warn(self) -> None:
         """Comparison arms are judged with every pair gate in warn mode."""
         config = advisory(GatesConfig())
-        assert all(getattr(config, name).mode is GateMode.WARN for name in PAIR_GATES)
+        assert all(section(config, name).mode is GateMode.WARN for name in PAIR_GATES)
+        assert all(section(config, name).mode is GateMode.WARN for name in TELEMETRY_GATES)
 
 
 class TestPins:
