@@ -1,29 +1,76 @@
 """Pure statistics and decisions: gates over windows of pair records, and the switch policy.
 
 Nothing here does I/O or reads the clock: the daemon passes the records, the config and
-`now` in, and stores what comes out.
+`now` in, and stores what comes out. The names below are imported on first use (PEP 562):
+the switch's records and the config need no statistics library, so a command that only
+moves the switch never imports scipy.
 """
 
-from gates.config import GatesConfig, SwitchPolicyConfig
-from gates.core import DetectorReading, GateDecision, GateMode, GateState
-from gates.cycle import GATES, Judgement, Verdict, combine, evaluate_all, judge
-from gates.drift import ReferenceStats, drift_gate, grow_references, pin_reference
-from gates.error_rate import error_gate
-from gates.latency import latency_gate
-from gates.liveness import liveness_gate
-from gates.quality import quality_gate
-from gates.speedup import speedup_gate
-from gates.switch import (
-    CategorySwitch,
-    Control,
-    Evaluation,
-    SwitchEvent,
-    SwitchMode,
-    SwitchOutcome,
-    SwitchState,
-    Transition,
-    step,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gates.config import GatesConfig, SwitchPolicyConfig
+    from gates.core import DetectorReading, GateDecision, GateMode, GateState, ReferenceStats
+    from gates.cycle import GATES, Judgement, Verdict, combine, evaluate_all, judge
+    from gates.drift import drift_gate, grow_references, pin_reference
+    from gates.error_rate import error_gate
+    from gates.latency import latency_gate
+    from gates.liveness import liveness_gate
+    from gates.quality import quality_gate
+    from gates.speedup import speedup_gate
+    from gates.switch import (
+        CategorySwitch,
+        Control,
+        Evaluation,
+        SwitchEvent,
+        SwitchMode,
+        SwitchOutcome,
+        SwitchState,
+        Transition,
+        step,
+    )
+
+# Each public name and the module that defines it.
+_MODULES = {
+    "gates.config": ("GatesConfig", "SwitchPolicyConfig"),
+    "gates.core": ("DetectorReading", "GateDecision", "GateMode", "GateState", "ReferenceStats"),
+    "gates.cycle": ("GATES", "Judgement", "Verdict", "combine", "evaluate_all", "judge"),
+    "gates.drift": ("drift_gate", "grow_references", "pin_reference"),
+    "gates.error_rate": ("error_gate",),
+    "gates.latency": ("latency_gate",),
+    "gates.liveness": ("liveness_gate",),
+    "gates.quality": ("quality_gate",),
+    "gates.speedup": ("speedup_gate",),
+    "gates.switch": (
+        "CategorySwitch",
+        "Control",
+        "Evaluation",
+        "SwitchEvent",
+        "SwitchMode",
+        "SwitchOutcome",
+        "SwitchState",
+        "Transition",
+        "step",
+    ),
+}
+_HOME = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gates' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "GATES",

@@ -164,3 +164,17 @@ def combine_states(states: Sequence[GateState]) -> GateState:
 def deciding(components: Sequence[GateDecision]) -> GateDecision:
     """The component whose state is the combined state's cause: the first most severe."""
     return max(components, key=lambda c: _SEVERITY[c.state])
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceStats:
+    """A category's healthy acceptance length: mean and sd per pair, from n pairs (the drift
+    gate's reference; here, beside the decisions, so that the store needs no statistics)."""
+
+    mean: float
+    sd: float
+    n: int = 0
+    # The same over log(acceptance length), where a proportional drop is a plain shift;
+    # None for references configured or pinned without them.
+    log_mean: float | None = None
+    log_sd: float | None = None

@@ -22,8 +22,8 @@ from typing import Literal
 from gates.budget import detector_arl0, detector_budget, telemetry_arl0
 from gates.config import GatesConfig
 from gates.config_base import GateConfigBase
-from gates.core import GateDecision, GateMode, GateState, checks, combine_states
-from gates.drift import ReferenceStats, drift_gate, grow_references
+from gates.core import GateDecision, GateMode, GateState, ReferenceStats, checks, combine_states
+from gates.drift import drift_gate, grow_references
 from gates.error_rate import error_gate
 from gates.latency import latency_gate
 from gates.liveness import liveness_gate

@@ -50,7 +50,7 @@ from scipy.stats import t as t_dist
 from gates.attribution import attribute_drift
 from gates.budget import DEFAULT_ARL0, DEFAULT_DETECTOR_BUDGET
 from gates.config import DriftGateConfig
-from gates.core import GateDecision, GateState
+from gates.core import GateDecision, GateState, ReferenceStats
 from gates.detectors import CALIBRATION_CONFIDENCE, cusum_note, reading, sequential_state
 from gates.records import PairRecord
 from gates.sequential import cusum_bank, gaussian_llr, lorden_threshold
@@ -73,19 +73,6 @@ _CHART_MULTIPLES = (1.0, 2.0)
 def _chart_drops(relevant: float) -> list[float]:
     drops = [min(relevant * m, 0.9) for m in _CHART_MULTIPLES]
     return sorted(set(drops))
-
-
-@dataclass(frozen=True, slots=True)
-class ReferenceStats:
-    """A category's healthy acceptance length: mean and sd per pair, from n pairs."""
-
-    mean: float
-    sd: float
-    n: int = 0
-    # The same over log(acceptance length), where a proportional drop is a plain shift;
-    # None for references configured or pinned without them.
-    log_mean: float | None = None
-    log_sd: float | None = None
 
 
 def acceptance_lengths(records: Sequence[PairRecord]) -> dict[str, list[float]]:

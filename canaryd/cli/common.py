@@ -1,20 +1,25 @@
-"""What every CLI command shares: turning `CanarydError` into one line and an exit code."""
+"""What every CLI command shares: turning `CanarydError` into one line and an exit code.
+
+Light at import (no engines, no scoring, no database driver): the kill switch imports
+this module, and an operator in an incident waits for every import it makes."""
 
 from __future__ import annotations
 
 import functools
 import sys
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from canaryd.config import Settings
 from canaryd.errors import CanarydError, EngineError
-from canaryd.pairs.plan import build_arms
-from engine.base import Engine
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from canaryd.config import Settings
+    from engine.base import Engine
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -42,6 +47,8 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
 def load_arms(settings: Settings, console: Console) -> dict[str, Engine]:
     """Build every arm and load it (warm-up included) behind a spinner on `console`;
     by name, `baseline` first."""
+    from canaryd.pairs.plan import build_arms  # the engines: only commands that generate
+
     engines = build_arms(settings)
     with console.status("loading and warming up engines…", spinner="dots"):
         for engine in engines.values():
@@ -52,6 +59,8 @@ def load_arms(settings: Settings, console: Console) -> dict[str, Engine]:
 def progress_bar(console: Console, label_width: int) -> Progress:
     """A bar per task on `console`: label, bar, done/total, elapsed; silent when the
     console is not a terminal (logs and pipes get no control characters)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     return Progress(
         TextColumn(f"{{task.description:<{label_width}}}"),
         BarColumn(),

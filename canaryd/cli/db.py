@@ -26,7 +26,11 @@ from canaryd.store import (
 )
 from canaryd.store import upgrade as upgrade_database
 
-app = typer.Typer(no_args_is_help=True, help="Create, upgrade and inspect the database schema.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Create, upgrade and inspect the database schema.",
+)
 
 
 @app.command()

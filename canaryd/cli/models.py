@@ -17,7 +17,7 @@ from engine.provision import pull_embedded_model, read_manifest, require_embedde
 if TYPE_CHECKING:
     from engine.heads.model import HeadKind, HeadsMetadata
 
-app = typer.Typer(no_args_is_help=True, help="Provision and locate models.")
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Provision and locate models.")
 
 
 def _progress(message: str) -> None:

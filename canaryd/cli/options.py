@@ -60,8 +60,9 @@ SinceOption = Annotated[
 
 def settings_and_url(config: Path | None, url: str | None) -> tuple[Settings, str]:
     """The settings `--config` names (else the default file: `config_path`) and the
-    database URL `--url` overrides."""
-    settings = load_settings(config)
+    database URL `--url` overrides, for a command that reads the database and uses no
+    secret (a missing `traffic.hash_key` does not stop it: `load_settings`)."""
+    settings = load_settings(config, require_secrets=False)
     return settings, settings.storage.resolved_url(url)
 
 

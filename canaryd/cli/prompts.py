@@ -17,6 +17,7 @@ from canaryd.paths import prompts_dir
 
 app = typer.Typer(
     no_args_is_help=True,
+    add_completion=False,
     help="Check and inspect prompt suites (native .jsonl or MT-Bench question.jsonl).",
 )
 

@@ -62,6 +62,7 @@ from gates.categories import category_decisions
 
 app = typer.Typer(
     no_args_is_help=True,
+    add_completion=False,
     help="The rollback switch: status, rollback (kill switch), restore, auto.",
 )
 
@@ -124,6 +125,13 @@ def category_lines(state: SwitchState) -> list[str]:
             f"{cooldown} by {own.actor or '-'}: {own.reason}"
         )
     return lines
+
+
+def _since(state: SwitchState) -> str:
+    """When the switch last moved and who moved it; a switch never moved says so."""
+    if state.since is None:
+        return "never moved (the initial state)"
+    return f"{state.since.isoformat()} by {state.actor or '-'}"
 
 
 def _adopted_line(change: SwitchChange) -> str | None:
@@ -197,7 +205,7 @@ def _report(
     else:
         typer.echo(
             f"switch unchanged: mode={state.mode.value} control={state.control.value} "
-            f"generation={state.generation} (since {state.since}, by {state.actor or '-'})"
+            f"generation={state.generation} (since {_since(state)})"
         )
     report = change.report
     if report is None:
@@ -404,7 +412,7 @@ def status(
     latched = " (LATCHED: only a human can restore)" if state.latched else ""
     typer.echo(f"control: {state.control.value}{latched}")
     typer.echo(f"reason: {state.reason}")
-    typer.echo(f"since: {state.since.isoformat() if state.since else '-'} by {state.actor or '-'}")
+    typer.echo(f"since: {_since(state)}")
     typer.echo(f"generation: {state.generation}")
     if state.cooldown_until is not None:
         typer.echo(f"cooldown until: {state.cooldown_until.isoformat()}")
@@ -505,8 +513,8 @@ def nginx_map(
     ] = nginx.BASELINE,
     config: ConfigOption = None,
 ) -> None:
-    """Render the switch as an nginx map (category header → upstream) and reload nginx
-    when the routes changed: as a `[switch.command]` hook on each generation and from a
+    r"""Render the switch as an nginx map (category header → upstream) and reload nginx
+    when the routes changed: as a `\[switch.command]` hook on each generation and from a
     timer, which turns speculation off when the state file goes stale."""
     delivered_json = os.environ.get("CANARYD_SWITCH_JSON") if state_file is None else None
     if delivered_json is not None:
@@ -519,7 +527,9 @@ def nginx_map(
         state = delivered if isinstance(delivered, dict) else None
         source = "the state canaryd handed over (CANARYD_SWITCH_JSON)"
     else:
-        path = state_file or load_settings(config_path(config)).switch.resolved_state_file()
+        path = state_file or (
+            load_settings(config_path(config), require_secrets=False).switch.resolved_state_file()
+        )
         state = read_state_file(path)
         source = str(path)
     found = nginx.routes(

@@ -25,6 +25,7 @@ from canaryd.config.sections import (
     CONFIG_ENV,
     DATABASE_URL_ENV,
     REVISION_PATTERN,
+    SECRETS_REQUIRED,
     AlertmanagerConfig,
     ArmsConfig,
     CommandHookConfig,
@@ -93,8 +94,12 @@ def _key(loc: tuple[int | str, ...]) -> str:
     return ".".join(parts) or "(top level)"
 
 
-def load_settings(path: Path | None = None) -> Settings:
-    """Load and validate the configuration; raise `ConfigError` naming file and key."""
+def load_settings(path: Path | None = None, *, require_secrets: bool = True) -> Settings:
+    """Load and validate the configuration; raise `ConfigError` naming file and key.
+
+    `require_secrets=False` is for commands that use no secret (the switch, `status`,
+    `gates`, `db`): a secret that the service reads from its EnvironmentFile, such as
+    `traffic.hash_key`, may then be missing without failing the load."""
     path = config_path(path)
     data: dict[str, Any] = {}
     source = str(path) if path else "environment (CANARYD_*)"
@@ -114,6 +119,7 @@ def load_settings(path: Path | None = None) -> Settings:
                 unknown[0],
                 "unknown section; expected one of " + ", ".join(sorted(_TOP_LEVEL_KEYS)),
             )
+    scope = SECRETS_REQUIRED.set(require_secrets)
     try:
         return Settings(**data)
     except ValidationError as exc:
@@ -130,6 +136,8 @@ def load_settings(path: Path | None = None) -> Settings:
             source = f"environment {variable}"
         message = first["msg"].removeprefix("Value error, ")
         raise ConfigError(source, key, f"{message}{value}{more}") from None
+    finally:
+        SECRETS_REQUIRED.reset(scope)
 
 
 def _env_variable(key: str) -> str | None:

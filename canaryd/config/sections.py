@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,6 +30,11 @@ from gates.records import BASELINE_ARM, DEFAULT_ARM
 
 CONFIG_ENV = "CANARYD_CONFIG"
 DATABASE_URL_ENV = "CANARYD_DATABASE_URL"
+
+# False while `load_settings(require_secrets=False)` validates: a command that uses no
+# secret (the switch, status, gates) must run in a shell without the service's
+# EnvironmentFile, so the checks that a secret is set are skipped there.
+SECRETS_REQUIRED: ContextVar[bool] = ContextVar("canaryd_secrets_required", default=True)
 
 
 class _Section(BaseModel):
@@ -351,7 +357,7 @@ class TrafficConfig(_Section):
 
     @model_validator(mode="after")
     def _keyed(self) -> TrafficConfig:
-        if self.listen is not None and self.hash_key is None:
+        if self.listen is not None and self.hash_key is None and SECRETS_REQUIRED.get():
             raise ValidationError.from_exception_data(
                 "TrafficConfig",
                 [

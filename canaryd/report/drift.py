@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from gates.drift import ReferenceStats
+from gates.core import ReferenceStats
 from gates.records import PairRecord
 from gates.stats import mean
 

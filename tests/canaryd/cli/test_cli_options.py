@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import typer
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from canaryd.cli import options
-from canaryd.cli.app import app
+from canaryd.cli.app import COMMANDS, load_command
 
 SHARED = {
     "config": (options.CONFIG_HELP, ["--config", "-c"]),
@@ -32,15 +31,15 @@ EXPECTED = {
 }  # fmt: skip
 
 
-def commands(group: TyperGroup, prefix: str = "") -> Iterator[tuple[str, object]]:
-    for name, command in group.commands.items():
+def commands(group: dict[str, object], prefix: str = "") -> Iterator[tuple[str, object]]:
+    for name, command in group.items():
         if isinstance(command, TyperGroup):
-            yield from commands(command, f"{prefix}{name} ")
+            yield from commands(dict(command.commands), f"{prefix}{name} ")
         else:
             yield f"{prefix}{name}", command
 
 
-ALL = dict(commands(typer.main.get_group(app)))
+ALL = dict(commands({name: load_command(name) for name in COMMANDS}))
 
 
 @pytest.mark.parametrize("option", sorted(SHARED))
