@@ -82,3 +82,58 @@ def add_buckets(histograms: Iterable[Mapping[float, float]]) -> dict[float, floa
             if index >= 0:
                 total[bound] += part[own[index]]
     return total
+
+
+@dataclass(frozen=True, slots=True)
+class BucketQuantile:
+    """A quantile read from buckets: the interpolated `value` (Prometheus' rule) and the
+    bucket (`low`, `high`] that holds it, the resolution the buckets allow. `high` is
+    +inf when the rank lies in the +inf bucket: the quantile is then beyond the largest
+    finite bound, and `value` (that bound) only a lower bound of it."""
+
+    value: float
+    low: float
+    high: float
+
+    @property
+    def beyond_buckets(self) -> bool:
+        return math.isinf(self.high)
+
+
+def bucket_quantile(q: float, buckets: BucketCounts) -> BucketQuantile | None:
+    """The q-quantile with the bucket that holds it; None without observations."""
+    value = histogram_quantile(q, buckets)
+    if value is None:
+        return None
+    bounds, cumulative = buckets.bounds, buckets.cumulative
+    index = min(bisect.bisect_left(cumulative, q * cumulative[-1]), len(bounds) - 1)
+    low = 0.0 if index == 0 else bounds[index - 1]
+    return BucketQuantile(value, min(low, value), bounds[index])
+
+
+def count_above(buckets: BucketCounts, x: float) -> float:
+    """Observations certainly above `x`: those past the first bound at or above it.
+    However the observations lie inside their buckets, at least this many exceed `x`."""
+    bounds, cumulative = buckets.bounds, buckets.cumulative
+    index = bisect.bisect_left(bounds, x)
+    if index >= len(bounds) or math.isinf(bounds[index]):
+        return 0.0  # past the largest finite bound: the +inf bucket may start below x
+    return cumulative[-1] - cumulative[index]
+
+
+def count_at_or_below(buckets: BucketCounts, x: float) -> float:
+    """Observations at or below `x`, interpolated linearly inside the bucket holding it
+    (the inverse of `histogram_quantile`). Past the largest finite bound the +inf bucket
+    is counted as not above `x`: the buckets cannot say how far it reaches."""
+    bounds, cumulative = buckets.bounds, buckets.cumulative
+    if not bounds:
+        return 0.0
+    index = bisect.bisect_left(bounds, x)
+    if index >= len(bounds) or math.isinf(bounds[index]):
+        return cumulative[-1]
+    below = 0.0 if index == 0 else cumulative[index - 1]
+    start = 0.0 if index == 0 else bounds[index - 1]
+    width = bounds[index] - start
+    if width <= 0 or x <= start:
+        return below if x < bounds[index] else cumulative[index]
+    return below + (cumulative[index] - below) * (x - start) / width

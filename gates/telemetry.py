@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from gates.config import GateConfigBase
+from gates.config_base import GateConfigBase
 from gates.histogram import BucketCounts
 
 
@@ -72,8 +73,9 @@ class TelemetryInterval:
     """Everything an arm's telemetry said about (`start`, `end`]: requests finished and
     failed; the increases of the end-to-end, time-to-first-token and inter-token latency
     histograms; requests running and waiting (the mean of the two scrapes, summed over
-    replicas); speculative drafts, draft tokens and accepted tokens; and the acceptance
-    the engine itself reports as a gauge (SGLang). None: the source does not say."""
+    replicas); speculative drafts, draft tokens and accepted tokens; the acceptance the
+    engine itself reports as a gauge (SGLang); and how many replicas were read at both
+    scrapes. None: the source does not say."""
 
     start: datetime
     end: datetime
@@ -89,6 +91,7 @@ class TelemetryInterval:
     accepted_tokens: int | None = None
     reported_acceptance_length: float | None = None
     reported_acceptance_rate: float | None = None
+    replicas: int | None = None
 
     def __post_init__(self) -> None:
         if self.end <= self.start:
@@ -114,6 +117,16 @@ class TelemetryInterval:
         if self.running is None or self.waiting is None:
             return None
         return self.running + self.waiting
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
+
+    def per_replica(self, value: float) -> float:
+        """`value` (a sum over the arm's replicas) per replica; the arm's whole when the
+        replica count is unknown. A canary at 10 % of the traffic on one replica beside a
+        baseline on nine is at the same load per replica, not a ninth of it."""
+        return value / self.replicas if self.replicas else value
 
     def count_interval(self) -> CountInterval | None:
         """The interval as `telemetry.errors` reads it; None without both counts."""
@@ -141,6 +154,24 @@ class ArmTelemetry:
         return TelemetryCounts.of(
             counted for i in self.intervals if (counted := i.count_interval()) is not None
         )
+
+    def window(
+        self,
+        now: datetime,
+        *,
+        window_seconds: float | None,
+        window_intervals: int | None = None,
+        since: datetime | None = None,
+    ) -> list[TelemetryInterval]:
+        """Intervals that ended at or before `now` and within `window_seconds` of it,
+        started at or after `since`, the last `window_intervals` of them, oldest first."""
+        chosen = [i for i in self.intervals if i.end <= now and (since is None or i.start >= since)]
+        if window_seconds is not None:
+            oldest = now - timedelta(seconds=window_seconds)
+            chosen = [i for i in chosen if i.end > oldest]
+        if window_intervals is not None:
+            chosen = chosen[-window_intervals:]
+        return chosen
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,3 +224,115 @@ class TelemetryErrorGateConfig(GateConfigBase):
         description="shared outages: baseline intervals on each side of an outage left "
         "out with it (an outage starts before the first error it causes is counted)",
     )
+
+
+TelemetryLatencyMetric = Literal["e2e", "ttft", "itl"]
+
+
+class TelemetryLatencyGateConfig(GateConfigBase):
+    """`telemetry.latency`: the speculative arm's production latency quantiles (e2e, TTFT,
+    ITL) may be at most `max_ratio` × the baseline's, judged from the engines' latency
+    histograms over intervals where both arms carried the same load per replica.
+    `min_samples` counts requests per arm at matched load."""
+
+    min_samples: int = Field(
+        default=500,
+        ge=1,
+        description="requests per arm at matched load before a PASS (100 s at 5 per second)",
+    )
+    window_pairs: int | None = Field(
+        default=None,
+        ge=1,
+        description="telemetry: the last this many scrape intervals (null: window_seconds alone)",
+    )
+    window_seconds: float | None = Field(default=3600.0, gt=0)
+    metrics: tuple[TelemetryLatencyMetric, ...] = ("e2e", "ttft", "itl")
+    quantiles: tuple[float, ...] = (0.5, 0.99)
+    max_ratio: float = Field(
+        default=1.2, gt=1, description="speculative / baseline quantile tolerated"
+    )
+    alarm_factor: float = Field(
+        default=2.0,
+        gt=1,
+        description="the detector's first alternative: the speculative arm's odds of "
+        "exceeding max_ratio × the baseline's quantile, × this (its bank adds 4× and 16× that)",
+    )
+    max_load_difference: float = Field(
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="matched load: an interval is compared only when the arms' requests "
+        "running + waiting per replica differ by at most this fraction of the larger (and, "
+        "where both count requests, so do their requests per second per replica)",
+    )
+
+    @model_validator(mode="after")
+    def _quantiles_in_range(self) -> TelemetryLatencyGateConfig:
+        if not self.quantiles or any(not 0 < q < 1 for q in self.quantiles):
+            raise ValueError("quantiles must be a non-empty list of values in (0, 1)")
+        if not self.metrics:
+            raise ValueError("metrics must name at least one of e2e, ttft, itl")
+        return self
+
+
+class TelemetryAcceptanceGateConfig(GateConfigBase):
+    """`telemetry.acceptance`: the speculative arm's acceptance length on all production
+    traffic (1 + accepted ÷ drafts, from the engine's counters) may fall at most
+    `max_relative_drop` below its reference: `reference_acceptance_length` when set,
+    else one pinned from the arm's own healthy telemetry. `min_samples` counts drafts
+    (verify steps)."""
+
+    min_samples: int = Field(
+        default=2000,
+        ge=1,
+        description="drafts (verify steps) before a PASS (10 s at 5 requests per second "
+        "of ~100 tokens)",
+    )
+    min_intervals: int = Field(
+        default=4,
+        ge=3,
+        description="scrape intervals with drafts before a PASS (their spread is the noise)",
+    )
+    window_pairs: int | None = Field(
+        default=None,
+        ge=1,
+        description="telemetry: the last this many scrape intervals (null: window_seconds alone)",
+    )
+    window_seconds: float | None = Field(default=6 * 3600.0, gt=0)
+    max_relative_drop: float = Field(
+        default=0.10,
+        gt=0,
+        lt=1,
+        description="drop of acceptance length below the reference tolerated",
+    )
+    alarm_relative_drop: float = Field(
+        default=0.20,
+        gt=0,
+        lt=1,
+        description="the detector's first alternative, a drop this large (its bank adds "
+        "halfway to no acceptance at all, and none at all)",
+    )
+    reference_acceptance_length: float | None = Field(
+        default=None,
+        gt=1,
+        description="a configured reference (taken as exact); null: pinned from telemetry",
+    )
+    pin_min_drafts: int = Field(
+        default=20_000,
+        ge=100,
+        description="drafts the pinned reference is computed from (the first of the evidence)",
+    )
+    pin_min_intervals: int = Field(
+        default=8,
+        ge=3,
+        description="scrape intervals with drafts the pinned reference spans at least",
+    )
+
+    @model_validator(mode="after")
+    def _alarm_beyond_tolerance(self) -> TelemetryAcceptanceGateConfig:
+        if self.alarm_relative_drop <= self.max_relative_drop:
+            raise ValueError(
+                f"alarm_relative_drop={self.alarm_relative_drop!r} must exceed "
+                f"max_relative_drop={self.max_relative_drop!r}"
+            )
+        return self

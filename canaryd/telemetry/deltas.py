@@ -160,6 +160,7 @@ class TelemetryWindow:
             accepted_tokens=self.accepted_tokens,
             reported_acceptance_length=self.reported_acceptance_length,
             reported_acceptance_rate=self.reported_acceptance_rate,
+            replicas=self.replicas,
         )
 
 

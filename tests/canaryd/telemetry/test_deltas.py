@@ -183,7 +183,7 @@ class TestWindow:
         assert (interval.running, interval.waiting, interval.load) == (3.5, 1.0, 4.5)
         assert (interval.drafts, interval.draft_tokens, interval.accepted_tokens) == (4, 16, 6)
         assert interval.reported_acceptance_length == 2.4
-        assert interval.reported_acceptance_rate is None
+        assert interval.reported_acceptance_rate is None and interval.replicas == 2
         bare = TelemetryWindow("spec", T0, end, 1).interval()
         assert (bare.requests, bare.errors, bare.load, bare.drafts) == (None, None, None, None)
         assert BucketCounts is GatesBucketCounts
