@@ -6,14 +6,18 @@
 Two dashboards: "Speculative decoding canary" on Prometheus (canaryd's /metrics) and
 "History" on the PostgreSQL datasource that reads canaryd's own tables. The JSON is
 committed; tests/packaging/test_dashboards.py regenerates it and compares byte for byte,
-and checks every PromQL metric name against a live exporter. Datasources are referenced
-by the fixed uids that grafana/provisioning/datasources/canaryd.yaml provisions.
+and checks every PromQL metric name against a live exporter. Each dashboard picks its
+datasource from a `datasource` variable (any Prometheus, or PostgreSQL for History: the
+provisioned ones of grafana/provisioning/ or a Kubernetes Grafana's own), and the canary
+dashboard shows one canaryd at a time: every canaryd_* selector carries
+`job="$job", instance="$instance"`, chosen from single-value variables.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,8 +31,13 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model
 
 OUT_DIR = Path(__file__).resolve().parent / "dashboards"
-PROMETHEUS = model.DataSourceRef(type_val="prometheus", uid="canaryd-prometheus")
-POSTGRES = model.DataSourceRef(type_val="grafana-postgresql-datasource", uid="canaryd-postgres")
+DATASOURCE = "${datasource}"
+PROMETHEUS = model.DataSourceRef(type_val="prometheus", uid=DATASOURCE)
+POSTGRES = model.DataSourceRef(type_val="grafana-postgresql-datasource", uid=DATASOURCE)
+SCOPE = 'job="$job", instance="$instance"'
+# A canaryd series: the variables list the targets that export canaryd's heartbeat.
+SCOPE_SERIES = "canaryd_heartbeat_timestamp_seconds"
+_SELECTOR = re.compile(r"\b(canaryd_[A-Za-z0-9_]+)(\{)?")
 QUANTILES = (0.5, 0.95, 0.99)
 WINDOW = "$__rate_interval"  # Grafana's rate window: at least four scrape intervals
 
@@ -36,8 +45,38 @@ WINDOW = "$__rate_interval"  # Grafana's rate window: at least four scrape inter
 # -- query helpers ------------------------------------------------------------------------
 
 
+def scoped(expr: str) -> str:
+    """`expr` with every canaryd_* selector narrowed to the chosen job and instance."""
+    return _SELECTOR.sub(lambda m: f"{m[1]}{{{SCOPE}, " if m[2] else f"{m[1]}{{{SCOPE}}}", expr)
+
+
 def promql(expr: str, legend: str, ref_id: str = "A") -> prometheus.Dataquery:
-    return prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(ref_id)
+    return prometheus.Dataquery().expr(scoped(expr)).legend_format(legend).ref_id(ref_id)
+
+
+def datasource_variable(plugin: str, label: str) -> dash.DatasourceVariable:
+    return dash.DatasourceVariable("datasource").label(label).type(plugin)
+
+
+def target_variables() -> list[dash.QueryVariable]:
+    """`job`, then `instance` within it: one value each, no "All" (one canaryd at a time)."""
+    job = (
+        dash.QueryVariable("job")
+        .label("job")
+        .datasource(PROMETHEUS)
+        .query(f"label_values({SCOPE_SERIES}, job)")
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(model.VariableSort.ALPHABETICAL_ASC)
+    )
+    instance = (
+        dash.QueryVariable("instance")
+        .label("instance")
+        .datasource(PROMETHEUS)
+        .query(f'label_values({SCOPE_SERIES}{{job="$job"}}, instance)')
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(model.VariableSort.ALPHABETICAL_ASC)
+    )
+    return [job, instance]
 
 
 class SQLQuery(cogvariants.Dataquery):
@@ -120,7 +159,7 @@ def canary_dashboard() -> dash.Dashboard:
         .datasource(PROMETHEUS)
         .enable(True)
         .icon_color("red")
-        .expr("changes(canaryd_switch_generation[2m]) > 0")
+        .expr(scoped("changes(canaryd_switch_generation[2m]) > 0"))
     )
     switch = [
         stat.Panel()
@@ -523,6 +562,9 @@ def canary_dashboard() -> dash.Dashboard:
         .timezone("utc")
         .time("now-24h", "now")
         .refresh("1m")
+        .with_variable(datasource_variable("prometheus", "Prometheus"))
+        .with_variable(target_variables()[0])
+        .with_variable(target_variables()[1])
         .annotation(switch_flips)
         .link(
             dash.DashboardLink("History")
@@ -678,6 +720,7 @@ def history_dashboard() -> dash.Dashboard:
         .editable()
         .timezone("utc")
         .time("now-30d", "now")
+        .with_variable(datasource_variable(POSTGRES.type_val or "", "PostgreSQL"))
         .link(
             dash.DashboardLink("Canary")
             .type(model.DashboardLinkType.DASHBOARDS)

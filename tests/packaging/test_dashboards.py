@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -100,16 +101,78 @@ class TestGenerated:
             committed = (DASHBOARDS / name).read_text()
             assert module.render(build) == committed, f"{name} is stale: run grafana/generate.py"
 
-    def test_uids_and_datasources_match_provisioning(self) -> None:
-        """Dashboards reference only the datasource uids provisioning creates."""
+    def test_datasources_come_from_a_variable_of_a_provisioned_type(self) -> None:
+        """Every panel and target names its datasource by the `datasource` variable, whose
+        plugin type is the panel's and one grafana/provisioning provisions."""
         provisioned = yaml.safe_load(
             (REPO / "grafana" / "provisioning" / "datasources" / "canaryd.yaml").read_text()
         )
-        uids = {ds["uid"] for ds in provisioned["datasources"]}
-        for board in dashboards().values():
+        types = {ds["type"] for ds in provisioned["datasources"]}
+        for name, board in dashboards().items():
+            (variable,) = [v for v in variables(board) if v["type"] == "datasource"]
+            assert variable["name"] == "datasource" and variable["query"] in types, name
             for panel in board["panels"]:
-                if "datasource" in panel:
-                    assert panel["datasource"]["uid"] in uids, panel["title"]
+                for ref in [panel.get("datasource")] + [
+                    t.get("datasource") for t in panel.get("targets", [])
+                ]:
+                    if ref is not None:
+                        assert ref == {"type": variable["query"], "uid": "${datasource}"}, panel[
+                            "title"
+                        ]
+
+
+def variables(board: dict[str, Any]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = board.get("templating", {}).get("list", [])
+    return found
+
+
+class TestOneInstanceAtATime:
+    def test_every_selector_is_scoped_to_the_chosen_job_and_instance(self) -> None:
+        """Each canaryd_* selector of the Prometheus dashboard (panels, annotations)
+        carries job="$job" and instance="$instance", so that max(canaryd_switch_rolled_back)
+        is one canaryd's, never a merge of several."""
+        board = dashboards()["canaryd-canary.json"]
+        exprs = [t["expr"] for t in targets(board) if "expr" in t]
+        assert len(exprs) > 30
+        selectors = [
+            m for e in exprs for m in re.finditer(r"\b(canaryd_[A-Za-z0-9_]+)(\{[^}]*\})?", e)
+        ]
+        assert selectors
+        for match in selectors:
+            labels = match[2] or ""
+            assert 'job="$job"' in labels and 'instance="$instance"' in labels, match[0]
+        assert 'max(canaryd_switch_rolled_back{job="$job", instance="$instance"})' in exprs
+
+    def test_job_and_instance_are_single_valued_variables(self) -> None:
+        by_name = {v["name"]: v for v in variables(dashboards()["canaryd-canary.json"])}
+        for name in ("job", "instance"):
+            variable = by_name[name]
+            assert variable["type"] == "query" and not variable["multi"], name
+            assert not variable["includeAll"], name
+            assert "canaryd_" in variable["query"], name
+        assert 'job="$job"' in by_name["instance"]["query"]
+
+    def test_every_expression_parses(self, tmp_path: Path) -> None:
+        """promtool accepts every dashboard expression (variables filled in) as a
+        recording rule: valid PromQL after the selectors were rewritten."""
+        from tests.packaging.test_alerts import promtool
+
+        substitutions = {"$__rate_interval": "1m", "$job": "canaryd", "$instance": "pod:9466"}
+        rules = []
+        for n, board in enumerate(dashboards().values()):
+            for m, target in enumerate(targets(board)):
+                if "expr" in target:
+                    expr = target["expr"]
+                    for key, value in substitutions.items():
+                        expr = expr.replace(key, value)
+                    rules.append({"record": f"dashboard:expr_{n}_{m}", "expr": expr})
+        path = tmp_path / "exprs.yml"
+        path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
+        result = subprocess.run(
+            [promtool(), "check", "rules", str(path)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
 
 
 class TestPromQL:
