@@ -271,33 +271,26 @@ def _judge(
     per_draft = length - 1.0
     floor = binomial_floor(counts, reference.accepted_per_draft)
     pinned = reference.drafts > 0 and reference.dispersion is not None
-    reference_spread = math.inf if not pinned else 0.0
-    if pinned and reference.dispersion is not None:
-        dof = max(reference.intervals - 1, 1)
-        reference_spread = reference.dispersion * dof / float(chi2.ppf(0.05, dof))
+    reference_spread = _reference_spread(reference)
     window_spread = successive_dispersion(counts)
-    candidates = [floor, window_spread if window_spread is not None else 0.0]
     if pinned:
-        candidates.append(reference_spread)
-    elif window_spread is None:
-        candidates.append(math.inf)  # a configured reference and no spread yet: no evidence
-    dispersion = max(candidates)
+        dispersion = max(floor, reference_spread, window_spread or 0.0)
+    else:
+        # A configured reference says nothing of the spread: the window's own, once it
+        # has enough intervals; until then no evidence.
+        dispersion = max(floor, window_spread) if window_spread is not None else math.inf
     # The reference's own error: its mean at the calibration level's lower bound.
     reference_se = math.sqrt(reference_spread / reference.drafts) if pinned else 0.0
     z = float(norm.ppf(CALIBRATION_CONFIDENCE))
     keep = 1.0 - config.max_relative_drop
-    edge_length = keep * (reference.acceptance_length - z * reference_se)
-    m0 = edge_length - 1.0
-    full = 1.0 - 1.0 / reference.acceptance_length
+    m0 = keep * (reference.acceptance_length - z * reference_se) - 1.0
+    full = 1.0 - 1.0 / reference.acceptance_length  # the drop to no acceptance at all
     drops = sorted({config.alarm_relative_drop, (config.alarm_relative_drop + full) / 2.0, full})
-    alternatives = [
-        (1.0 - d) * reference.acceptance_length - 1.0
-        for d in drops
-        if (1.0 - d) * reference.acceptance_length - 1.0 < m0
-    ]
-    if not alternatives:
-        alternatives = [max(m0 / 2.0, 0.0)]
-    charts = [_chart(counts, m0, m1, dispersion) for m1 in alternatives]
+    alternatives = [m1 for d in drops if (m1 := (1.0 - d) * reference.acceptance_length - 1.0) < m0]
+    if alternatives:
+        charts = [_chart(counts, m0, m1, dispersion) for m1 in alternatives]
+    else:  # the tolerance admits no acceptance at all: nothing to detect
+        alternatives, charts = [m0], [[0.0] * len(counts)]
     cusum, chart, bank_h = cusum_bank(charts, h)
     lower, upper, margin_lower = _bounds(counts, reference, floor, config)
     state = sequential_state(
@@ -340,6 +333,15 @@ def _judge(
         f"accepted per draft {per_draft:.3f}",
         detector=reading(cusum, bank_h),
     )
+
+
+def _reference_spread(reference: AcceptanceReference) -> float:
+    """The pinned dispersion at its chi-square upper bound (calibration level, one
+    degree of freedom per interval past the first); 0 for a configured reference."""
+    if reference.drafts <= 0 or reference.dispersion is None:
+        return 0.0
+    dof = max(reference.intervals - 1, 1)
+    return reference.dispersion * dof / float(chi2.ppf(1.0 - CALIBRATION_CONFIDENCE, dof))
 
 
 def _chart(counts: Sequence[_Counts], m0: float, m1: float, dispersion: float) -> list[float]:
