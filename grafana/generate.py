@@ -529,7 +529,7 @@ def canary_dashboard() -> dash.Dashboard:
             "Each category's share of the mirrored requests of the last closed minute: a "
             "live acceptance drop with the suites steady and this mix moved is a traffic "
             "change, not the engine's (docs/live-traffic.md).",
-            [promql("canaryd_traffic_category_share", "{{category}}")],
+            [promql("canaryd_traffic_category_ratio", "{{category}}")],
             "percentunit",
             width=6,
             soft_min=0,
@@ -538,7 +538,7 @@ def canary_dashboard() -> dash.Dashboard:
             "Live prompt length",
             "Mean prompt length (characters) of the live requests sampled in the last "
             "minute that sampled any.",
-            [promql("canaryd_traffic_prompt_chars", "prompt chars")],
+            [promql("canaryd_traffic_prompt_length_characters", "prompt characters")],
             width=6,
             soft_min=0,
         ),

@@ -3,7 +3,10 @@
 `TrafficMetrics` owns the mirrored requests by outcome (sampled or why not), the queue of
 sampled requests waiting for a pair, and the traffic mix of the last closed minute:
 each category's share (under the composition's bounded `category` label), the mean
-prompt length and the share of repeated word 3-grams.
+prompt length and the share of repeated word 3-grams. The share and the length were
+named without their units before (`canaryd_traffic_category_share`,
+`canaryd_traffic_prompt_chars`); those names are exported too, deprecated, for one
+release.
 """
 
 from __future__ import annotations
@@ -33,19 +36,33 @@ class TrafficMetrics:
             (),
             "canaryd_traffic_queue_depth",
         )
+        self.category_ratio = declare.gauge(
+            "canaryd_traffic_category_ratio",
+            "Share (0 to 1) of the mirrored requests of the last closed minute in each "
+            "category (the traffic mix; categories beyond the label cap are summed under "
+            "other).",
+            ("category",),
+            "canaryd_traffic_category_ratio",
+        )
+        self.prompt_length = declare.gauge(
+            "canaryd_traffic_prompt_length_characters",
+            "Mean prompt length, in characters, of the live requests sampled in the last "
+            "minute that sampled any.",
+            (),
+            "canaryd_traffic_prompt_length_characters",
+        )
+        # The names before the unit suffixes, exported alongside for one release.
         self.category_share = declare.gauge(
             "canaryd_traffic_category_share",
-            "Share of the mirrored requests of the last closed minute in each category "
-            "(the traffic mix; categories beyond the label cap are summed under other).",
+            "Deprecated (removed in the next release): canaryd_traffic_category_ratio.",
             ("category",),
-            "canaryd_traffic_category_share",
+            "canaryd_traffic_category_ratio",
         )
         self.prompt_chars = declare.gauge(
             "canaryd_traffic_prompt_chars",
-            "Mean prompt length (characters) of the live requests sampled in the last "
-            "minute that sampled any.",
+            "Deprecated (removed in the next release): canaryd_traffic_prompt_length_characters.",
             (),
-            "canaryd_traffic_prompt_chars",
+            "canaryd_traffic_prompt_length_characters",
         )
         self.repetition = declare.gauge(
             "canaryd_traffic_ngram_repetition",
@@ -69,10 +86,12 @@ class TrafficMetrics:
         for category, share in shares.items():
             label = self._category(category)
             folded[label] = folded.get(label, 0.0) + share
-        self.category_share.clear()
-        for label, share in folded.items():
-            self.category_share.labels(category=label).set(share)
+        for gauge in (self.category_ratio, self.category_share):
+            gauge.clear()
+            for label, share in folded.items():
+                gauge.labels(category=label).set(share)
         if prompt_chars is not None:
+            self.prompt_length.set(prompt_chars)
             self.prompt_chars.set(prompt_chars)
         if repetition is not None:
             self.repetition.set(repetition)
