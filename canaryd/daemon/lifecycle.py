@@ -4,7 +4,8 @@ and scheduler, composed of its role mixins (`CycleJobs`, `Probes`, `Reloading`).
 `Daemon.start()` enters every component through one `ExitStack` — store, the gate hook's
 start (the switch state file is written from the database before anything that can fail
 on a GPU or a model), status server (with the verdict endpoints), engines, the daemon run
-row, then the APScheduler jobs (pair cycle, gates, retention, heartbeat) — and
+row, then the APScheduler jobs (pair cycle, gates, retention, heartbeat, and the telemetry
+scrape with `[telemetry]`) — and
 `Daemon.stop()` closes that stack, so SIGTERM, SIGINT, an error at start-up and a test all
 take the same ordered path back out: stop scheduling, let the in-flight pair finish (or
 drop it whole after `schedule.shutdown_timeout_s`), flush the pairs buffered while the
@@ -33,6 +34,7 @@ from canaryd.daemon.probes import Probes
 from canaryd.daemon.progress import Progress
 from canaryd.daemon.reload import Reloading
 from canaryd.daemon.scheduling import start_scheduler
+from canaryd.daemon.telemetry import TelemetryJob
 from canaryd.errors import DatabaseError
 from canaryd.judging.verdict import VerdictService
 from canaryd.metrics import CanarydMetrics
@@ -99,6 +101,13 @@ class Daemon(CycleJobs, Probes, Reloading):
         self.cycles = 0
         self.gate_failures = 0
         self._parity = ParityJob(self.metrics)
+        self._telemetry = TelemetryJob(
+            lambda: self.settings,
+            self.metrics,
+            store=lambda: self.store,
+            leading=lambda: self.gates.role() != "follower",
+            source=config_path,
+        )
         self._traffic = None
         self._sink = None
         self._mix = SourceMix()
@@ -137,6 +146,11 @@ class Daemon(CycleJobs, Probes, Reloading):
         if self._plan is None:
             raise RuntimeError("the daemon is not started")
         return self._plan.run.run_id
+
+    @property
+    def telemetry(self) -> TelemetryJob:
+        """The scrape job of the arms' production telemetry ([telemetry])."""
+        return self._telemetry
 
     @property
     def engines(self) -> dict[str, Engine]:
@@ -213,6 +227,10 @@ class Daemon(CycleJobs, Probes, Reloading):
             if schedule:
                 self._scheduler = self._start_scheduler(settings)
                 stack.callback(self._stop_scheduler)
+            # Its own job and lock, never the pair cycle's; closed before the scheduler
+            # stops, so that a scrape in flight ends first.
+            self._telemetry.start(self._scheduler)
+            stack.callback(self._telemetry.close)
             self._stack = stack.pop_all()
 
     def stop(self) -> None:

@@ -90,6 +90,7 @@ class Reloading(DaemonState):
             publish_build_info(self.metrics, plan.run)
         self._pairs.resize(new.storage.buffer_pairs)
         self._reschedule(old.settings, new)
+        self._reconfigure_telemetry()
         if self.manage_logging:
             configure_logging(new.logging)
         log.info(
@@ -128,6 +129,14 @@ class Reloading(DaemonState):
                 "traffic": new.traffic.model_copy(update={"listen": old.traffic.listen}),
             }
         )
+
+    def _reconfigure_telemetry(self) -> None:
+        """The scrape job on the new `[telemetry]`; a source that cannot be opened keeps
+        the running ones."""
+        try:
+            self._telemetry.reconfigure()
+        except CanarydError as exc:
+            log.error("telemetry.reload_failed", reason=str(exc), kept="the running sources")
 
     def _reschedule(self, old: Settings, new: Settings) -> None:
         scheduler = self._scheduler

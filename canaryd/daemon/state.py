@@ -26,6 +26,7 @@ from canaryd.daemon.hooks import GateHook
 from canaryd.daemon.parity import ParityJob
 from canaryd.daemon.plan import Plan, load_engines
 from canaryd.daemon.progress import Progress
+from canaryd.daemon.telemetry import TelemetryJob
 from canaryd.metrics import CanarydMetrics
 from canaryd.server.app import StatusServer
 from canaryd.store import Store
@@ -64,6 +65,7 @@ class DaemonState:
     _cycle_lock: threading.Lock  # one cycle at a time; a reload swaps between
     _progress: Progress
     _parity: ParityJob
+    _telemetry: TelemetryJob  # the scrape job of [telemetry], on its own lock
     _traffic: LiveSampler | None  # with [traffic] listen: the live queue
     _sink: TrafficSink | None
     _mix: SourceMix

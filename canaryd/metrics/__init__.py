@@ -4,7 +4,8 @@
 `pairs` (each pair's timings, errors, acceptance and comparison), `liveness` (cycles,
 gate runs, heartbeat, engine readiness), `store`, `switch` (gates, detectors, the switch,
 the leader, actuators), `probe` (capability probes), `traffic` (the mirror sink and the
-traffic mix) and `build` (versions and engine identities). Every label value comes from
+traffic mix), `build` (versions and engine identities) and `telemetry` (scrapes of the
+arms' serving engines). Every label value comes from
 a bounded set (`labels`), and `metrics_reference()` renders the table docs/metrics.md
 carries verbatim, from the same declarations that build the registry (`declare`).
 """

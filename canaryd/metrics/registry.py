@@ -3,10 +3,11 @@
 The composition owns the `CollectorRegistry` (never the process-global default, so two
 instances — two tests — never share series), the bounded `category` and `arm` labels the
 families share, and the arms configured now. Each family declares and moves its own
-series: `pairs`, `liveness`, `store`, `switch`, `probe`, `traffic` and `build`, in that
-order, which is the order of the registry and of `metrics_reference()`, the table
-docs/metrics.md carries verbatim. The flat methods (`observe_pair`, `store_error`, …)
-delegate to the families, for callers that hold the whole.
+series: `pairs`, `liveness`, `store`, `switch`, `probe`, `traffic`, `build` and
+`telemetry`, in that order, which is the order of the registry and of
+`metrics_reference()`, the table docs/metrics.md carries verbatim. The flat methods
+(`observe_pair`, `store_error`, …) delegate to the families, for callers that hold the
+whole.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from canaryd.metrics.pairs import PairMetrics
 from canaryd.metrics.probe import ProbeMetrics
 from canaryd.metrics.store import StoreMetrics
 from canaryd.metrics.switch import SwitchMetrics
+from canaryd.metrics.telemetry import TelemetryMetrics
 from canaryd.metrics.traffic import TrafficMetrics
 from gates.records import ARMS, PairRecord
 
@@ -59,6 +61,7 @@ class CanarydMetrics:
         self.probe = ProbeMetrics(declare, arm=self._arm)
         self.traffic = TrafficMetrics(declare, category=self._category)
         self.build = BuildMetrics(declare)
+        self.telemetry = TelemetryMetrics(declare, arm=self._arm)
 
         self._arm_series: set[str] = set()
         self.set_arms(ARMS)

@@ -1,0 +1,110 @@
+"""Every arm's telemetry read at one instant, and consecutive readings turned into windows.
+
+`TelemetryScraper` opens one source per configured arm (`sources.open_source`) and, on
+each `scrape(now)`, reads them all in parallel at that one instant, so that the arms'
+intervals line up and judge the same minutes of production. It keeps each arm's last
+reading: the window of an arm is what happened between it and the new one
+(`deltas.telemetry_window`), so the first scrape after start gives no window. A reading in
+which no replica answered keeps the last one standing (the next window then spans the gap,
+and nothing counted meanwhile is lost); a source that raises, which none should, counts
+as such a reading, with the exception as its reason. Nothing here touches the database:
+the daemon's scrape job stores the windows, `canaryd judge` keeps them in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+
+import structlog
+
+from canaryd.telemetry.config import TelemetryConfig
+from canaryd.telemetry.deltas import TelemetryWindow, telemetry_window
+from canaryd.telemetry.signals import ArmReading, ReplicaFailure
+from canaryd.telemetry.sources import TelemetrySource, open_source
+
+__all__ = ["ArmScrape", "TelemetryScraper"]
+
+log = structlog.get_logger(__name__)
+
+Opener = Callable[[str, TelemetryConfig, str], TelemetrySource]
+
+
+@dataclass(frozen=True, slots=True)
+class ArmScrape:
+    """One arm at one scrape: what its replicas said, and the window since the arm's last
+    reading (None on the first, or when no replica was read at both ends)."""
+
+    reading: ArmReading
+    window: TelemetryWindow | None
+
+
+class TelemetryScraper:
+    """The configured arms' sources and their last readings (a context manager: `close`
+    closes the sources). `source` names the configuration file in errors."""
+
+    def __init__(
+        self, config: TelemetryConfig, source: str = "[telemetry]", *, opener: Opener = open_source
+    ) -> None:
+        self.config = config
+        self._sources: dict[str, TelemetrySource] = {}
+        self._last: dict[str, ArmReading] = {}
+        try:
+            for arm in config.arms:
+                self._sources[arm] = opener(arm, config, source)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        return tuple(self._sources)
+
+    def __enter__(self) -> TelemetryScraper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for source in self._sources.values():
+            source.close()
+        self._sources.clear()
+
+    def scrape(self, now: datetime) -> dict[str, ArmScrape]:
+        """Every arm read at `now`, in parallel, with its window since its last reading."""
+        if not self._sources:
+            return {}
+        with ThreadPoolExecutor(len(self._sources), thread_name_prefix="canaryd-scrape") as pool:
+            readings = dict(
+                zip(
+                    self._sources,
+                    pool.map(lambda arm: self._read(arm, now), self._sources),
+                    strict=True,
+                )
+            )
+        return {arm: self._advance(reading) for arm, reading in readings.items()}
+
+    def _read(self, arm: str, now: datetime) -> ArmReading:
+        try:
+            return self._sources[arm].read(now)
+        except Exception as exc:  # a source must not raise; if one does, it read nothing
+            log.exception("telemetry.source_crashed", arm=arm)
+            return ArmReading(
+                arm=arm,
+                at=now,
+                mapped=frozenset(),
+                failures=(ReplicaFailure("(source)", f"{type(exc).__name__}: {exc}"),),
+            )
+
+    def _advance(self, reading: ArmReading) -> ArmScrape:
+        last = self._last.get(reading.arm)
+        window = None
+        if last is not None and last.at < reading.at:
+            found = telemetry_window(last, reading)
+            window = found if found.replicas > 0 else None
+        if reading.replicas:
+            self._last[reading.arm] = reading
+        return ArmScrape(reading, window)
