@@ -115,11 +115,10 @@ def telemetry_latency_gate(
     since: datetime | None = None,
 ) -> GateDecision:
     """One component per (metric, quantile), combined (the worst decides): FAIL when a
-    quantile ratio's CUSUM alarms, PASS when every ratio's upper bound holds; NODATA
-    below `min_samples` requests per arm at matched load. `arl0` is each detector's
+    check's CUSUM alarms, PASS when every check's share bound holds; NODATA below
+    `min_samples` requests per arm at matched load. `arl0` is each detector's
     in-control run length in intervals; `since` (the start of the current evidence)
     drops intervals that started before it."""
-
     base = evidence.baseline.window(
         now, window_seconds=config.window_seconds, window_intervals=config.window_pairs, since=since
     )
@@ -315,7 +314,8 @@ def quantile_check(
     base = _Arm.of(matched.baseline, metric)
     spec = _Arm.of(matched.speculative, metric)
     n_base, n_spec = round(base.requests), round(spec.requests)
-    if base.pooled is None or spec.pooled is None:
+    p0 = 1.0 - q
+    if base.pooled is None or spec.pooled is None or min(base.requests, spec.requests) <= 0:
         return decision(
             name,
             config,
@@ -325,7 +325,7 @@ def quantile_check(
             statistic=statistic,
             n_baseline=n_base,
             n_speculative=n_spec,
-            threshold=config.max_ratio,
+            threshold=p0,
             detail=f"{metric} {_pct(q)}: no {metric} histogram at matched load "
             f"({n_base} baseline, {n_spec} speculative requests weighed)",
         )
@@ -342,12 +342,11 @@ def quantile_check(
             statistic=statistic,
             n_baseline=n_base,
             n_speculative=n_spec,
-            threshold=config.max_ratio,
+            threshold=p0,
             detail=f"{metric} {_pct(q)}: the baseline's quantile lies in the +inf bucket "
             "(beyond the largest finite bound): the buckets cannot read it",
         )
     limit = config.max_ratio * edge.value
-    p0 = 1.0 - q
     alternatives = odds_alternatives(p0, config.alarm_factor)
     # Per interval: weighted observations certainly above the limit, and the rest.
     split = [

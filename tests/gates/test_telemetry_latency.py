@@ -186,6 +186,21 @@ class TestMissingSignals:
         assert decision.state is GateState.NODATA
         assert all("histogram at matched load" in c.detail for c in decision.components)
 
+    def test_inter_token_latency_without_finished_requests_is_nodata(self) -> None:
+        """Intervals whose tokens belong to requests that finished later (no request
+        counted in them, no end-to-end histogram) weigh nothing: the inter-token checks
+        are NODATA, not a division by zero."""
+        evidence = arms(12, HEALTHY, HEALTHY, 8)
+        unfinished = ArmTelemetry.of(
+            replace(i, requests=0, e2e=None) for i in evidence.speculative.intervals
+        )
+        config = CONFIG.model_copy(update={"metrics": ("itl",)})
+        decision = telemetry_latency_gate(
+            TelemetryEvidence(evidence.baseline, unfinished), config, now=end_of(7)
+        )
+        assert decision.state is GateState.NODATA
+        assert all(c.threshold in (0.5, pytest.approx(0.01)) for c in decision.components)
+
     def test_empty_window_is_nodata(self) -> None:
         """No intervals at all: NODATA."""
         empty = TelemetryEvidence(ArmTelemetry(), ArmTelemetry())
