@@ -21,6 +21,7 @@ import time
 import zlib
 
 from engine.config import FakeEngineConfig
+from engine.timing import ArrivalClock
 from engine.types import (
     AcceptanceSource,
     ErrorKind,
@@ -150,12 +151,18 @@ class FakeEngine:
         ttft = self._jittered(timing, cfg.ttft_s) * scale
         stats: SpeculativeStats | None = None
         if cfg.speculative:
-            stats = self._draft_and_verify(request, len(words), self._rng(call, "accept"))
+            stats, emitted = self._draft_and_verify(request, len(words), self._rng(call, "accept"))
             step_cost = cfg.tpot_s * (1.0 + 0.1 * cfg.num_draft_tokens)
-            decode = sum(self._jittered(timing, step_cost) for _ in range(stats.verify_steps - 1))
+            gaps = [self._jittered(timing, step_cost) for _ in range(stats.verify_steps - 1)]
         else:
-            decode = sum(self._jittered(timing, cfg.tpot_s) for _ in range(len(words) - 1))
-        decode *= scale
+            emitted = [1] * len(words)
+            gaps = [self._jittered(timing, cfg.tpot_s) for _ in range(len(words) - 1)]
+        decode = sum(gaps) * scale
+        clock = ArrivalClock(0.0)
+        at = ttft
+        for gap, tokens in zip([0.0, *gaps], emitted, strict=False):
+            at += gap * scale
+            clock.delivered(at, tokens)
         e2e = ttft + decode
         roll = fault.random()
         if roll < cfg.error_rate:
@@ -191,12 +198,14 @@ class FakeEngine:
                 acceptance_source=AcceptanceSource.DECODING_LOOP
                 if stats
                 else AcceptanceSource.NOT_REPORTED,
+                itl=clock.summary(),
             )
         )
 
     def _draft_and_verify(
         self, request: GenerationRequest, output_tokens: int, rng: random.Random
-    ) -> SpeculativeStats:
+    ) -> tuple[SpeculativeStats, list[int]]:
+        """The request's acceptance figures and the tokens each verify step emitted."""
         cfg = self.config
         p = cfg.acceptance_rate_by_category.get(request.category, cfg.acceptance_rate)
         if cfg.acceptance_sd:
@@ -205,6 +214,7 @@ class FakeEngine:
         accepted_per_position = [0] * k
         drafted_per_position = [0] * k
         steps = accepted = drafted = produced = 0
+        emitted: list[int] = []
         while produced < output_tokens:
             steps += 1
             budget = output_tokens - produced
@@ -219,6 +229,7 @@ class FakeEngine:
             drafted += draft
             accepted += kept
             produced += kept + 1
+            emitted.append(kept + 1)
         return SpeculativeStats(
             verify_steps=steps,
             draft_tokens=drafted,
@@ -226,7 +237,7 @@ class FakeEngine:
             accepted_per_position=tuple(accepted_per_position),
             drafted_per_position=tuple(drafted_per_position),
             source=AcceptanceSource.DECODING_LOOP,
-        )
+        ), emitted
 
     def _finish(self, result: GenerationResult) -> GenerationResult:
         if self.config.realtime and result.e2e_s > 0:

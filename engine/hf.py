@@ -7,7 +7,8 @@ counts acceptance *inside* the decoding loop: the candidate generator that
 verification result (`update_candidate_strategy`, called with the number of draft
 tokens the target kept) is recorded. Timings come from a streamer that stamps each
 batch of tokens as the loop emits it, so TTFT is the time to the first token actually
-produced, not an estimate. `draft_heads` runs canaryd's own tree loop instead
+produced, not an estimate, and the gaps between tokens (`InterTokenLatency`) are those
+of each verify step's emitted tokens. `draft_heads` runs canaryd's own tree loop instead
 (`engine.heads.decode`), which counts and times itself. Weights are loaded once per
 (source, device, dtype) and shared by the engines that name them; the last engine to
 close releases them.
@@ -39,6 +40,7 @@ from engine.hf_hooks import (
     RecordingCandidateGenerator,
     TimingStreamer,
 )
+from engine.timing import ArrivalClock
 from engine.types import (
     AcceptanceSource,
     DraftCost,
@@ -265,6 +267,7 @@ class TransformersEngine:
                 argmax_share=float((picked >= top).float().mean()),
                 mean_top_probability=float(top.exp().mean()),
                 max_nll=float(-picked.min()),
+                gaps=tuple(float(g) for g in (top - picked).clamp(min=0.0).tolist()),
             )
 
     def _prompt_ids(self, messages: tuple[Message, ...]) -> torch.Tensor:
@@ -331,6 +334,7 @@ class TransformersEngine:
             greedy_fault=self.config.speculative.fault == "greedy_verify",
         )
         streamer.first_token_at = decoding.first_token_at
+        streamer.deliveries = decoding.deliveries
         return decoding.output(prompt_ids), decoding.cost
 
     def _eos_ids(self) -> set[int]:
@@ -461,6 +465,9 @@ class TransformersEngine:
             tpot = (finished - streamer.first_token_at) / (len(token_ids) - 1)
         spec = self.config.speculative
         stats = counter.stats(spec.num_draft_tokens) if counter and spec else None
+        clock = ArrivalClock(started)
+        for at, tokens in streamer.deliveries:
+            clock.delivered(at, tokens)
         return GenerationResult(
             text=tokenizer.decode(list(token_ids), skip_special_tokens=True),
             token_ids=token_ids,
@@ -477,4 +484,5 @@ class TransformersEngine:
             if stats
             else AcceptanceSource.NOT_REPORTED,
             draft_cost=cost,
+            itl=clock.summary(),
         )

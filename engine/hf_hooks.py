@@ -178,18 +178,22 @@ class NumericNoise:
 
 
 class TimingStreamer:
-    """A `generate` streamer that stamps when the first generated tokens appear."""
+    """A `generate` streamer that stamps each batch of generated tokens as it appears
+    (assisted generation puts a verify step's emitted tokens as one batch)."""
 
     def __init__(self) -> None:
         self.prompt_seen = False
         self.first_token_at: float | None = None
+        self.deliveries: list[tuple[float, int]] = []  # (perf_counter, tokens)
 
     def put(self, value: torch.Tensor) -> None:
         if not self.prompt_seen:  # generate() first puts the prompt itself
             self.prompt_seen = True
             return
+        now = time.perf_counter()
         if self.first_token_at is None:
-            self.first_token_at = time.perf_counter()
+            self.first_token_at = now
+        self.deliveries.append((now, int(value.numel())))
 
     def end(self) -> None:
         pass

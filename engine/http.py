@@ -2,10 +2,12 @@
 
 `OpenAIEngine` streams `/v1/chat/completions` or `/v1/completions` (server-sent events,
 `stream_options.include_usage`) and measures TTFT at the first content chunk, TPOT over
-the rest, and end-to-end around the whole call, retries included. Every failure becomes a
-`GenerationResult` with its `ErrorKind` — refused or cut connections `connection`,
-connect/read/total timeouts `timeout`, HTTP errors `http` with the status, malformed
-chunks `invalid`, a stream past its byte cap `invalid_output` — and nothing is raised.
+the rest, the gaps between tokens from each chunk's arrival and token count
+(`InterTokenLatency`), and end-to-end around the whole call, retries included. Every
+failure becomes a `GenerationResult` with its `ErrorKind` — refused or cut connections
+`connection`, connect/read/total timeouts `timeout`, HTTP errors `http` with the status,
+malformed chunks `invalid`, a stream past its byte cap `invalid_output` — and nothing is
+raised.
 
 Every read is bounded: the whole generation (queueing, scrapes, retries and every byte of
 the stream) by one deadline (`timeouts.total`, lowered by the request's `timeout_s`), the
@@ -57,6 +59,7 @@ from engine.sse import (
     read_capped,
     read_events,
 )
+from engine.timing import inter_token_latency
 from engine.types import (
     AcceptanceSource,
     ErrorKind,
@@ -327,6 +330,9 @@ class OpenAIEngine:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if cfg.server_kind == "vllm":
+            # usage on every chunk: how many tokens each chunk carried (a verify step's)
+            body["stream_options"]["continuous_usage_stats"] = True
         if sampling.stop:
             body["stop"] = list(sampling.stop)
         if cfg.api == "chat":
@@ -497,6 +503,7 @@ class OpenAIEngine:
             e2e_s=e2e,
             speculative=stats,
             acceptance_source=stats.source if stats else AcceptanceSource.NOT_REPORTED,
+            itl=inter_token_latency(stream.arrivals),
         )
 
 

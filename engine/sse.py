@@ -2,7 +2,10 @@
 
 `read_events` reads an OpenAI-compatible event stream (`data:` lines, `[DONE]`) into a
 `StreamedAnswer`: the text pieces, the finish reason, usage and the servers' own figures
-(llama.cpp `timings`, SGLang `meta_info`, vLLM `metrics`). It counts every byte the
+(llama.cpp `timings`, SGLang `meta_info`, vLLM `metrics`) and when each content chunk
+arrived with how many tokens it carried (`arrivals`: from the chunk's own usage when the
+server streams it, as vLLM does with `continuous_usage_stats`, else from its log-probs,
+else one token a chunk). It counts every byte the
 server sends against `output_byte_cap(max_tokens)`: past it the generation fails as
 `invalid_output` with `OUTPUT_CAP_DETAIL`, and the stream is closed, so an endless or
 runaway stream costs a bounded amount of memory. The time bound is the caller's (the
@@ -126,6 +129,9 @@ class StreamedAnswer:
     timings: dict[str, Any] | None = None  # llama.cpp
     meta_info: dict[str, Any] | None = None  # SGLang
     metrics: dict[str, Any] | None = None  # vLLM --per-request-spec-decode-metrics
+    # (seconds since the request started, tokens) of each chunk that carried output
+    arrivals: list[tuple[float, int]] = field(default_factory=list)
+    completion_seen: int = 0  # completion_tokens of the last chunk that reported usage
 
 
 async def _lines(response: httpx.Response, cap: int) -> AsyncGenerator[str]:
@@ -193,6 +199,7 @@ def _read_chunk(chunk: dict[str, Any], stream: StreamedAnswer, chat: bool, start
         raise StreamFailure(
             ErrorKind.HTTP, f"error event: {json.dumps(error)[:_DETAIL_CHARS]}", status
         )
+    arrived = time.perf_counter()
     for key in ("usage", "timings", "meta_info", "metrics"):
         value = chunk.get(key)
         if isinstance(value, dict):
@@ -216,14 +223,35 @@ def _read_chunk(chunk: dict[str, Any], stream: StreamedAnswer, chat: bool, start
             raise StreamFailure(ErrorKind.INVALID, f"content is {type(piece).__name__}, not text")
         if piece:
             if stream.ttft_s is None:
-                stream.ttft_s = time.perf_counter() - started
+                stream.ttft_s = arrived - started
             stream.parts.append(piece)
             stream.content_chunks += 1
+        tokens = _chunk_tokens(chunk, choice, stream, bool(piece))
+        if tokens:
+            stream.arrivals.append((arrived - started, tokens))
         if isinstance(choice.get("meta_info"), dict):
             stream.meta_info = choice["meta_info"]
         reason = choice.get("finish_reason")
         if isinstance(reason, str):
             stream.finish_reason = reason
+
+
+def _chunk_tokens(
+    chunk: dict[str, Any], choice: dict[str, Any], stream: StreamedAnswer, content: bool
+) -> int:
+    """How many output tokens a chunk's choice carried: the growth of its own usage's
+    completion_tokens, else its log-probs' length, else one when it carried text."""
+    usage = chunk.get("usage")
+    completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if isinstance(completion, int):
+        grown, stream.completion_seen = completion - stream.completion_seen, completion
+        return max(grown, 0)
+    listed_logprobs = choice.get("logprobs")
+    if isinstance(listed_logprobs, dict):
+        listed = listed_logprobs.get("content", listed_logprobs.get("tokens"))
+        if isinstance(listed, list) and listed:
+            return len(listed)
+    return 1 if content else 0
 
 
 async def read_at_most(response: httpx.Response, limit: int) -> bytes:

@@ -8,6 +8,7 @@ that loop. A figure an engine cannot report is `None` ("not reported"), never ze
 from __future__ import annotations
 
 import enum
+import itertools
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -101,6 +102,18 @@ class SpeculativeStats:
         """Accepted / drafted tokens; None when drafted tokens are not reported (or zero)."""
         return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
 
+    @property
+    def fallback_rate(self) -> float | None:
+        """The share of verify steps that kept none of their draft,
+        ``1 − (steps with ≥ 1 accepted) / steps``: the steps that fell back to one token
+        from the target. A step the engine ran without a draft (it reports a draft of no
+        tokens: a prefill, an n-gram miss) counts as a fallback. Steps with ≥ 1 accepted
+        are `accepted_per_position[0]`, since a draft is kept as a prefix; None when the
+        engine reports no per-position counts (or no steps)."""
+        if not self.accepted_per_position or self.verify_steps <= 0:
+            return None
+        return 1.0 - self.accepted_per_position[0] / self.verify_steps
+
 
 @dataclass(frozen=True, slots=True)
 class DraftCost:
@@ -123,6 +136,41 @@ class DraftCost:
 
 
 @dataclass(frozen=True, slots=True)
+class InterTokenLatency:
+    """The gaps between a generation's output tokens as its reader received them: one gap
+    per output token after the first. A delivery (a streamed chunk, a verify step's
+    emitted tokens) of n tokens after a gap g gives its first token the gap g and the
+    other n − 1 a gap of zero, since they arrived together: speculation's bursts show as
+    a low median and a high P99. Stored as this summary (`tokens` gaps over `chunks`
+    deliveries after the first token); `arrivals` keeps every delivery as
+    (seconds since the request started, tokens) while the result is in memory, for
+    pooled distributions and the Prometheus histogram, and is never stored."""
+
+    tokens: int
+    chunks: int
+    p50_s: float
+    p95_s: float
+    p99_s: float
+    max_s: float
+    arrivals: tuple[tuple[float, int], ...] = field(default=(), compare=False, repr=False)
+
+    def token_gaps(self) -> list[float]:
+        """Every gap, per token (zeros inside a delivery); empty once stored and read back."""
+        gaps: list[float] = []
+        for (before, _), (at, tokens) in zip(self.arrivals, self.arrivals[1:], strict=False):
+            gaps.append(at - before)
+            gaps.extend([0.0] * (tokens - 1))
+        if self.arrivals and self.arrivals[0][1] > 1:
+            gaps[:0] = [0.0] * (self.arrivals[0][1] - 1)
+        return gaps
+
+    def chunk_gaps(self) -> list[float]:
+        """One gap per delivery after the first (`vllm bench serve`'s ITL)."""
+        times = [at for at, _ in self.arrivals]
+        return [after - before for before, after in itertools.pairwise(times)]
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationResult:
     """One arm's answer to one request. Timings are seconds on a monotonic clock."""
 
@@ -140,6 +188,7 @@ class GenerationResult:
     speculative: SpeculativeStats | None = None  # None: baseline arm, or not reported
     acceptance_source: AcceptanceSource = AcceptanceSource.NOT_REPORTED
     draft_cost: DraftCost | None = None  # engines that time their own drafting
+    itl: InterTokenLatency | None = None  # None: fewer than two output tokens, or not timed
 
     @property
     def ok(self) -> bool:

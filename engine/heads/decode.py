@@ -12,7 +12,7 @@ the loop times its drafting apart from its verifying.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -40,6 +40,7 @@ class HeadsDecoding:
 
     token_ids: list[int]
     first_token_at: float | None = None
+    deliveries: list[tuple[float, int]] = field(default_factory=list)  # (perf_counter, tokens)
     timed_out: bool = False
     draft_s: float = 0.0
     verify_s: float = 0.0
@@ -121,6 +122,7 @@ class HeadsDecoder:
         recorder.verified(0)
         out.token_ids.append(root)
         out.first_token_at = time.perf_counter()
+        out.deliveries.append((out.first_token_at, 1))
         out.verify_s += out.first_token_at - started
         past = int(prompt_ids.shape[1])
         while root not in eos_ids and len(out.token_ids) < max_new_tokens:
@@ -142,6 +144,7 @@ class HeadsDecoder:
             recorder.drafted(tree.depth)
             recorder.verified(len(emitted) - 1)
             out.token_ids.extend(emitted)
+            out.deliveries.append((time.perf_counter(), len(emitted)))
             out.tree_tokens += tree.size
             past += len(path)
             root = emitted[-1]

@@ -61,6 +61,9 @@ class TestFakeEngine:
             assert sum(s.accepted_per_position) == s.accepted_tokens
             assert sum(s.drafted_per_position) == s.draft_tokens
             assert s.accepted_tokens <= s.draft_tokens
+            assert r.itl is not None
+            assert len(r.itl.arrivals) == s.verify_steps
+            assert r.itl.tokens == r.output_tokens - 1
 
     def test_per_category_acceptance_drift(self) -> None:
         """A lower acceptance rate for one category lowers only its acceptance length."""

@@ -72,6 +72,16 @@ class TestBaselineArm:
         assert result.speculative is None
         assert result.acceptance_length is None
 
+    def test_itl_has_one_gap_per_token(self, tiny: Any) -> None:
+        """Autoregressive decoding delivers one token at a time: every gap is a chunk's,
+        none is zero, and the slowest is no longer than decoding after the first token."""
+        result = engine(tiny).generate(request(max_tokens=16))
+        itl = result.itl
+        assert itl is not None and result.ok
+        assert (itl.tokens, itl.chunks) == (result.output_tokens - 1, result.output_tokens - 1)
+        assert min(itl.token_gaps()) > 0
+        assert result.ttft_s is not None and itl.max_s <= result.e2e_s - result.ttft_s
+
     def test_multi_turn_messages_go_through_the_chat_template(self, tiny: Any) -> None:
         """Earlier turns are part of the prompt: more messages, more prompt tokens."""
         e = engine(tiny)
@@ -150,6 +160,21 @@ class TestSpeculativeArm:
         assert all(a >= b for a, b in itertools.pairwise(accepted)), (
             "a draft position is only accepted when every earlier one was"
         )
+
+    def test_itl_has_one_delivery_per_verify_step(
+        self, tiny: Any, tiny_draft: Any, method: str
+    ) -> None:
+        """Each verify step's emitted tokens arrive together: one delivery a step, a gap
+        for every token after the first, and the gaps within the generation's time."""
+        result = engine(tiny, SPECULATIVE_METHODS[method], draft=tiny_draft).generate(
+            request(max_tokens=32)
+        )
+        stats, itl = result.speculative, result.itl
+        assert stats is not None and itl is not None and result.ok
+        assert len(itl.arrivals) == stats.verify_steps
+        assert sum(n for _, n in itl.arrivals) == result.output_tokens
+        assert itl.tokens == result.output_tokens - 1
+        assert 0 <= itl.p50_s <= itl.p99_s <= itl.max_s <= result.e2e_s
 
 
 class TestPromptLookupDrafting:

@@ -92,6 +92,33 @@ class TestHealthyStream:
         assert result.acceptance_source is AcceptanceSource.NOT_REPORTED
         assert result.speculative is None
 
+    def test_itl_counts_one_token_a_chunk_without_usage(
+        self, server: MisbehavingServer, engine: OpenAIEngine
+    ) -> None:
+        """A server that does not say how many tokens a chunk carried: each content chunk
+        is one token, so eight chunks give seven gaps, each as long as the server's delay
+        at least (and no longer than the whole generation)."""
+        server.queue(Behaviour(tokens=8, token_delay_s=0.01))
+        result = engine.generate(REQUEST)
+        assert result.itl is not None
+        assert (result.itl.tokens, result.itl.chunks) == (7, 7)
+        assert 0.009 <= result.itl.p50_s <= result.itl.p99_s <= result.itl.max_s < result.e2e_s
+
+    def test_vllm_chunks_say_how_many_tokens_they_carried(self, server: MisbehavingServer) -> None:
+        """A vLLM arm asks for usage on every chunk; a chunk of three tokens gives one gap
+        and two zeros, so the median gap is zero and the tail keeps the chunk's gap."""
+        server.queue(Behaviour(tokens=6, token_delay_s=0.01, chunk_tokens=3))
+        for engine in _engine(server.url, server_kind="vllm"):
+            result = engine.generate(REQUEST)
+        body = server.requests[-1]
+        assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+        assert result.output_tokens == 18
+        assert result.itl is not None
+        assert (result.itl.tokens, result.itl.chunks) == (17, 5)
+        assert result.itl.p50_s == 0.0
+        assert result.itl.max_s >= 0.009
+        assert [n for _, n in result.itl.arrivals] == [3] * 6
+
     def test_request_body(self, server: MisbehavingServer, engine: OpenAIEngine) -> None:
         """The body asks for a stream with usage and carries the pair's sampling."""
         engine.generate(REQUEST)

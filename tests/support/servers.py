@@ -55,6 +55,7 @@ class Behaviour:
     piece: str | None = None  # each content chunk's text (default " tok<i>")
     chunk_bytes: int = 64 * 1024  # fault "endless": the text of each content chunk
     drip_s: float = 2.0  # fault "drip": seconds between two bytes
+    chunk_tokens: int = 1  # tokens each content chunk carries (its usage says so when asked)
 
 
 def word_id(word: str) -> int:
@@ -225,7 +226,14 @@ def _handler_for(server: MisbehavingServer) -> type[BaseHTTPRequestHandler]:
             chat = "messages" in body
             created = int(time.time())
 
+            continuous = (body.get("stream_options") or {}).get("continuous_usage_stats")
+            sent = [0]
+
             def chunk(piece: str | None, finish: str | None = None) -> str:
+                extra: dict[str, Any] = {}
+                if continuous:
+                    sent[0] += behaviour.chunk_tokens if piece else 0
+                    extra["usage"] = {"prompt_tokens": 5, "completion_tokens": sent[0]}
                 if chat:
                     delta = {} if piece is None else {"content": piece}
                     choice: dict[str, Any] = {"index": 0, "delta": delta}
@@ -236,7 +244,7 @@ def _handler_for(server: MisbehavingServer) -> type[BaseHTTPRequestHandler]:
                 choice["finish_reason"] = finish
                 return json.dumps(
                     {"id": "cmpl-test", "object": kind, "created": created,
-                     "model": body.get("model", ""), "choices": [choice]}
+                     "model": body.get("model", ""), "choices": [choice], **extra}
                 )  # fmt: skip
 
             if chat:
@@ -258,7 +266,9 @@ def _handler_for(server: MisbehavingServer) -> type[BaseHTTPRequestHandler]:
             max_tokens = int(body.get("max_tokens", n))
             self._event(chunk(None, "length" if n >= max_tokens else "stop"))
             if (body.get("stream_options") or {}).get("include_usage"):
-                usage = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
+                produced = n * behaviour.chunk_tokens
+                usage = {"prompt_tokens": 5, "completion_tokens": produced,
+                         "total_tokens": 5 + produced}  # fmt: skip
                 final = {"id": "cmpl-test", "object": "chat.completion.chunk", "created": created,
                          "model": body.get("model", ""), "choices": [], "usage": usage}  # fmt: skip
                 final.update(behaviour.final_extra)
