@@ -1,9 +1,9 @@
 """Scoring a pair: consistency between the arms, degeneration, and task quality.
 
 `score_pair` turns the two `GenerationResult`s of a pair into `PairScores`;
-`evaluate_check` grades one answer against a prompt's `Check`. The text metrics are
-`evaluate` modules shipped in ``evaluate_modules/`` and loaded once per process
-(`load_metrics`); see docs/scoring.md for every definition.
+`evaluate_check` grades one answer against a prompt's `Check`. The text metrics
+(ROUGE-L, chrF, token edit similarity: `text_metrics`, on sacrebleu and rapidfuzz) are
+loaded once per process (`load_metrics`); see docs/scoring.md for every definition.
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ from canaryd.scoring.loading import (
     ROUGE_L,
     TOKEN_EDIT_SIMILARITY,
     ScoringMetrics,
-    load_metric,
     load_metrics,
-    metric_path,
 )
 from canaryd.scoring.loops import RepetitionLoop, find_repetition_loop, has_repetition_loop
 from canaryd.scoring.pair import first_divergence, score_pair, task_score
@@ -33,9 +31,7 @@ __all__ = [
     "first_divergence",
     "has_repetition_loop",
     "last_number",
-    "load_metric",
     "load_metrics",
-    "metric_path",
     "normalise_answer",
     "score_pair",
     "task_score",
