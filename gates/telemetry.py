@@ -257,6 +257,11 @@ class TelemetryLatencyGateConfig(GateConfigBase):
         description="the detector's first alternative: the speculative arm's odds of "
         "exceeding max_ratio × the baseline's quantile, × this (its bank adds 4× and 16× that)",
     )
+    itl_per_token: bool = Field(
+        default=True,
+        description="divide each interval's inter-token latencies by its acceptance length "
+        "(a speculative step streams that many tokens as one observation)",
+    )
     max_load_difference: float = Field(
         default=0.5,
         gt=0,

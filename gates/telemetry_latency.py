@@ -16,6 +16,14 @@ the same tolerance is the slowness under judgement, not a mismatch: an interval 
 out only when both measures disagree. With too few requests left at matched load the
 decision is NODATA and its detail counts what was left out and why.
 
+**Inter-token latency per token.** vLLM observes one inter-token latency per engine step
+and request; a speculative verify step streams several tokens at once and takes longer
+than a plain decode step, so its raw gaps are longer even where the arm is faster per
+token. With `itl_per_token` (default) an arm's gaps are divided by its acceptance length
+over the window (1 + accepted ÷ drafts; 1 without speculation) before the arms are
+compared: the time per token of a step, as the end-to-end latency sees it. A drop of
+acceptance itself is `telemetry.acceptance`'s to judge.
+
 **Quantiles from buckets.** A histogram says how many observations fell in each bucket,
 not where inside it. The baseline's quantile is read as Prometheus'
 `histogram_quantile` reads it (linear inside its bucket). FAIL and WARN then count only
@@ -241,17 +249,44 @@ class _Arm:
     requests: float  # the observations, weighted: requests
 
     @classmethod
-    def of(cls, intervals: Sequence[TelemetryInterval], metric: TelemetryLatencyMetric) -> _Arm:
+    def of(
+        cls,
+        intervals: Sequence[TelemetryInterval],
+        metric: TelemetryLatencyMetric,
+        itl_per_token: bool,
+    ) -> _Arm:
         read: list[tuple[BucketCounts, float]] = []
+        # One length for the arm's window, so that its intervals share bounds and pool
+        # into one histogram of the buckets' own resolution.
+        length = acceptance_length(intervals) if metric == "itl" and itl_per_token else None
         for interval in intervals:
             buckets = getattr(interval, metric)
             if buckets is None or buckets.count <= 0:
                 continue
             weight = observation_weight(interval, metric, buckets)
-            if weight is not None:
-                read.append((buckets, weight))
+            if weight is None:
+                continue
+            if length is not None and interval.drafts:
+                buckets = per_token(buckets, length)
+            read.append((buckets, weight))
         pooled = BucketCounts.of(add_buckets(b.as_mapping() for b, _ in read)) if read else None
         return cls(tuple(read), pooled, sum(b.count * w for b, w in read))
+
+
+def acceptance_length(intervals: Sequence[TelemetryInterval]) -> float | None:
+    """1 + accepted ÷ drafts over the intervals with draft counters; None without any."""
+    counted = [i for i in intervals if i.drafts and i.accepted_tokens is not None]
+    drafts = sum(i.drafts or 0 for i in counted)
+    if not drafts:
+        return None
+    return 1.0 + sum(i.accepted_tokens or 0 for i in counted) / drafts
+
+
+def per_token(buckets: BucketCounts, length: float) -> BucketCounts:
+    """Inter-token latency per token: vLLM observes one inter-token latency per engine
+    step, and a speculative verify step streams `length` tokens at once (the arm's
+    acceptance length), so the bounds are divided by it."""
+    return BucketCounts(tuple(b / length for b in buckets.bounds), buckets.cumulative)
 
 
 def observation_weight(
@@ -311,8 +346,8 @@ def quantile_check(
         f"speculative share of {metric} above {config.max_ratio:g} × the baseline's "
         f"{_pct(q)}, at matched load"
     )
-    base = _Arm.of(matched.baseline, metric)
-    spec = _Arm.of(matched.speculative, metric)
+    base = _Arm.of(matched.baseline, metric, config.itl_per_token)
+    spec = _Arm.of(matched.speculative, metric, config.itl_per_token)
     n_base, n_spec = round(base.requests), round(spec.requests)
     p0 = 1.0 - q
     if base.pooled is None or spec.pooled is None or min(base.requests, spec.requests) <= 0:

@@ -39,8 +39,10 @@ class ArmTraffic:
     latencies log-normal around `ttft_s` and `itl_s` (spread `sigma`), × `slowdown`;
     with `draft_tokens` > 0, speculative verify steps of that many draft tokens, each
     accepted with a request's probability (mean `acceptance`, spread
-    `acceptance_spread` between requests). `interval_jitter` is a per-interval
-    log-normal factor on every latency (batches that run slower together)."""
+    `acceptance_spread` between requests), each step taking `verify_step_cost` × a
+    decode step and observed as one inter-token latency, as vLLM observes it.
+    `interval_jitter` is a per-interval log-normal factor on every latency (batches
+    that run slower together)."""
 
     rps: float = 5.0
     replicas: int = 1
@@ -52,6 +54,7 @@ class ArmTraffic:
     slowdown: float = 1.0
     interval_jitter: float = 0.05
     draft_tokens: int = 0
+    verify_step_cost: float = 1.3
     acceptance: float = 0.7
     acceptance_spread: float = 0.1
     waiting_share: float = 0.1
@@ -74,15 +77,19 @@ def simulate_interval(
     tokens = np.maximum(
         2, np.round(traffic.tokens * np.exp(rng.normal(0.0, traffic.tokens_spread, requests)))
     ).astype(int)
-    itl = traffic.itl_s * scale * np.exp(rng.normal(0.0, traffic.sigma, int((tokens - 1).sum())))
+    drafts = draft_tokens = accepted = None
+    gaps, gap_s = tokens - 1, traffic.itl_s  # one inter-token observation per decode step
+    if traffic.draft_tokens > 0:
+        steps, drafts, draft_tokens, accepted = _speculation(rng, traffic, tokens)
+        # A verify step streams its accepted tokens and one more at once: vLLM observes
+        # one inter-token latency per step, the step's whole time.
+        gaps, gap_s = np.maximum(steps - 1, 1), traffic.itl_s * traffic.verify_step_cost
+    itl = gap_s * scale * np.exp(rng.normal(0.0, traffic.sigma, int(gaps.sum())))
     e2e = ttft.copy()
     if requests:
-        starts = np.concatenate(([0], np.cumsum(tokens - 1)[:-1]))
+        starts = np.concatenate(([0], np.cumsum(gaps)[:-1]))
         e2e += np.add.reduceat(itl, starts)
     in_flight = traffic.rps * float(np.mean(e2e)) if requests else 0.0
-    drafts = draft_tokens = accepted = None
-    if traffic.draft_tokens > 0:
-        drafts, draft_tokens, accepted = _speculation(rng, traffic, tokens)
     return TelemetryInterval(
         start=start,
         end=start + timedelta(seconds=seconds),
@@ -102,14 +109,15 @@ def simulate_interval(
 
 def _speculation(
     rng: np.random.Generator, traffic: ArmTraffic, tokens: np.ndarray
-) -> tuple[int, int, int]:
-    """Drafts, draft tokens and accepted tokens of requests of `tokens` tokens: each request's
-    acceptance probability drawn around `acceptance`; a verify step accepts a run of
-    draft tokens up to the first rejected one; steps until the request's tokens are out
-    (each step yields its accepted tokens and one more)."""
+) -> tuple[np.ndarray, int, int, int]:
+    """Verify steps per request, and drafts, draft tokens and accepted tokens of
+    requests of `tokens` tokens: each request's acceptance probability drawn around
+    `acceptance`; a verify step accepts a run of draft tokens up to the first rejected
+    one; steps until the request's tokens are out (each step yields its accepted tokens
+    and one more)."""
     requests = len(tokens)
     if requests == 0:
-        return 0, 0, 0
+        return np.zeros(0, dtype=int), 0, 0, 0
     k = traffic.draft_tokens
     spread = traffic.acceptance_spread
     alphas = np.clip(rng.normal(traffic.acceptance, spread, requests), 0.01, 0.99)
@@ -118,7 +126,7 @@ def _speculation(
     per_step = np.repeat(alphas, steps)
     accepted = np.minimum(rng.geometric(1.0 - per_step) - 1, k)
     drafts = int(steps.sum())
-    return drafts, drafts * k, int(accepted.sum())
+    return steps, drafts, drafts * k, int(accepted.sum())
 
 
 def simulate_arm(

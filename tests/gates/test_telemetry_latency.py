@@ -25,6 +25,7 @@ from gates.telemetry_latency import (
     match_load,
     observation_weight,
     odds_alternatives,
+    per_token,
     telemetry_latency_gate,
 )
 from gates.telemetry_testing import T0, ArmTraffic, end_of, simulate_arm
@@ -124,6 +125,30 @@ class TestSlowUnderLoad:
         spec = simulate_arm(rng, plan, intervals=2 * TEN_MINUTES)
         failed = first(TelemetryEvidence(base, spec), GateState.FAIL, 2 * TEN_MINUTES)
         assert failed is not None and TEN_MINUTES <= failed < 2 * TEN_MINUTES
+
+
+class TestSpeculativeSteps:
+    SPECULATIVE = replace(HEALTHY, draft_tokens=4, acceptance=0.7, verify_step_cost=1.3)
+
+    def test_healthy_speculation_passes_per_token(self) -> None:
+        """A speculative arm whose verify steps take 1.3× a decode step but stream about
+        2.7 tokens each PASSes: its inter-token gaps are compared per token. Read raw
+        (itl_per_token off), the same gaps look 1.3× longer and the inter-token median
+        does not PASS."""
+        evidence = arms(13, HEALTHY, self.SPECULATIVE, TEN_MINUTES)
+        decision = telemetry_latency_gate(evidence, CONFIG, now=end_of(TEN_MINUTES - 1))
+        assert decision.state is GateState.PASS, decision.detail
+        raw = CONFIG.model_copy(update={"itl_per_token": False})
+        decision = telemetry_latency_gate(evidence, raw, now=end_of(TEN_MINUTES - 1))
+        median = next(c for c in decision.components if c.name.endswith("itl.p50"))
+        assert median.state in (GateState.FAIL, GateState.WARN), median.detail
+
+    def test_slower_per_token_fails(self) -> None:
+        """A speculative arm whose steps are so slow under load that each token takes
+        1.5× the baseline's FAILs within ten minutes."""
+        slow = replace(self.SPECULATIVE, slowdown=1.5 * 2.7 / 1.3)
+        failed = first(arms(14, HEALTHY, slow, TEN_MINUTES), GateState.FAIL, TEN_MINUTES)
+        assert failed is not None and failed < TEN_MINUTES
 
 
 class TestMatchedLoad:
@@ -229,6 +254,7 @@ class TestPieces:
         cannot be weighed."""
         itl = BucketCounts((0.02, float("inf")), (300.0, 400.0))
         interval = TelemetryInterval(T0, T0 + timedelta(seconds=15), requests=4, itl=itl)
+        assert per_token(itl, 2.0).bounds == (0.01, float("inf"))
         assert observation_weight(interval, "itl", itl) == pytest.approx(0.01)
         assert observation_weight(interval, "e2e", itl) == 1.0
         unknown = replace(interval, requests=None)
