@@ -33,10 +33,18 @@ def _enforced(section: GateConfigBase) -> bool:
 
 
 def telemetry_detector_count(config: GatesConfig) -> int:
-    """The enforce detectors of the telemetry gates: `telemetry.errors` one (its bank of
-    alternatives is one chart)."""
+    """The enforce detectors of the telemetry gates (a bank of alternatives is one
+    chart): `telemetry.errors` one, `telemetry.latency` one per metric and quantile,
+    `telemetry.acceptance` one: 8 by default."""
     sections = config.telemetry
-    return 1 if _enforced(sections.errors) else 0
+    count = 0
+    if _enforced(sections.errors):
+        count += 1
+    if _enforced(sections.latency):
+        count += len(sections.latency.metrics) * len(sections.latency.quantiles)
+    if _enforced(sections.acceptance):
+        count += 1
+    return count
 
 
 def detector_count(config: GatesConfig, *, telemetry: bool = False) -> int:

@@ -13,7 +13,11 @@ from pydantic import Field, field_validator, model_validator
 
 from gates.config_base import GateConfigBase, Strict
 from gates.core import GateMode
-from gates.telemetry import TelemetryErrorGateConfig
+from gates.telemetry import (
+    TelemetryAcceptanceGateConfig,
+    TelemetryErrorGateConfig,
+    TelemetryLatencyGateConfig,
+)
 
 __all__ = [
     "BudgetConfig",
@@ -30,8 +34,10 @@ __all__ = [
     "ReferenceConfig",
     "SpeedupGateConfig",
     "SwitchPolicyConfig",
+    "TelemetryAcceptanceGateConfig",
     "TelemetryErrorGateConfig",
     "TelemetryGatesConfig",
+    "TelemetryLatencyGateConfig",
 ]
 
 LatencyMetric = Literal["e2e", "ttft", "tpot"]
@@ -372,12 +378,15 @@ class SwitchPolicyConfig(Strict):
 
 class TelemetryGatesConfig(Strict):
     """`[gates.telemetry.<gate>]`: the gates over the arms' own production telemetry
-    (`telemetry.errors`, gates/telemetry_errors.py). They run, and take their share of
-    the false-alarm budget, only where the caller judges with telemetry evidence
-    (canaryd's `[telemetry]` configured); their windows count scrape intervals and
-    seconds, their `min_samples` production requests."""
+    (`telemetry.errors`, `telemetry.latency`, `telemetry.acceptance`: gates/telemetry_*.py).
+    They run, and take their share of the false-alarm budget, only where the caller
+    judges with telemetry evidence (canaryd's `[telemetry]` configured); their windows
+    count scrape intervals and seconds, their `min_samples` production requests (drafts
+    for `telemetry.acceptance`)."""
 
     errors: TelemetryErrorGateConfig = TelemetryErrorGateConfig()
+    latency: TelemetryLatencyGateConfig = TelemetryLatencyGateConfig()
+    acceptance: TelemetryAcceptanceGateConfig = TelemetryAcceptanceGateConfig()
 
 
 class GatesConfig(Strict):

@@ -5,7 +5,8 @@ a window here, so they cannot disagree. `GATES` is the registry: one `GateSpec` 
 named as its `GatesConfig` section and its decisions; a new gate is one module plus one
 line there. Pair gates read a window of `PairRecord`s; the probe gate (parity) reads the
 latest capability probe and runs only where the caller has one (the daemon); the
-telemetry gates (`telemetry.errors`) read both arms' production telemetry and run only
+telemetry gates (`telemetry.errors`, `.latency`, `.acceptance`) read both arms' production
+telemetry (and the acceptance reference pinned from it) and run only
 where the caller passes it, taking their share of the budget only then. `judge` runs
 them all and `combine`s the enforce gates into one `Verdict`; `window_bounds`,
 `latest_window`, `may_pin`, `pins`, `suspicion` and `advisory` are the rules around a
@@ -33,7 +34,9 @@ from gates.records import PairRecord
 from gates.speedup import speedup_gate
 from gates.switch import SwitchMode, SwitchState
 from gates.telemetry import TelemetryEvidence
+from gates.telemetry_acceptance import AcceptanceReference, telemetry_acceptance_gate
 from gates.telemetry_errors import telemetry_errors_gate
+from gates.telemetry_latency import telemetry_latency_gate
 
 __all__ = [
     "GATES",
@@ -68,7 +71,8 @@ class Context:
     pairs after its own last move (`category_since`); `split`: what the gates that may
     judge per category read (`own` under `policy.scope = "category"`, else `records`).
     `telemetry`: both arms' production telemetry, None where the caller has none;
-    `telemetry_arl0`: each telemetry detector's share of the budget, in scrape intervals."""
+    `telemetry_arl0`: each telemetry detector's share of the budget, in scrape intervals;
+    `acceptance_reference`: the speculative arm's healthy acceptance, pinned by the caller."""
 
     now: datetime
     arl0: float
@@ -84,6 +88,7 @@ class Context:
     probe_interval_s: float = UNSCHEDULED_INTERVAL_S
     telemetry: TelemetryEvidence | None = None
     telemetry_arl0: float = 0.0
+    acceptance_reference: AcceptanceReference | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +120,27 @@ def _telemetry_errors(config: GatesConfig, c: Context) -> GateDecision:
         now=c.now,
         arl0=c.telemetry_arl0,
         since=c.since,
+    )
+
+
+def _telemetry_latency(config: GatesConfig, c: Context) -> GateDecision:
+    return telemetry_latency_gate(
+        c.telemetry or TelemetryEvidence(),
+        config.telemetry.latency,
+        now=c.now,
+        arl0=c.telemetry_arl0,
+        since=c.since,
+    )
+
+
+def _telemetry_acceptance(config: GatesConfig, c: Context) -> GateDecision:
+    return telemetry_acceptance_gate(
+        c.telemetry or TelemetryEvidence(),
+        config.telemetry.acceptance,
+        now=c.now,
+        arl0=c.telemetry_arl0,
+        since=c.since,
+        reference=c.acceptance_reference,
     )
 
 
@@ -171,6 +197,8 @@ GATES: tuple[GateSpec, ...] = (
         ),
     ),
     GateSpec("telemetry.errors", "telemetry", _telemetry_errors, covers=("error", "liveness")),
+    GateSpec("telemetry.latency", "telemetry", _telemetry_latency, covers=("latency", "speedup")),
+    GateSpec("telemetry.acceptance", "telemetry", _telemetry_acceptance, covers=("drift",)),
     GateSpec("parity", "probe", _parity),
 )
 
@@ -218,6 +246,7 @@ def _context(
     probe_interval_s: float = UNSCHEDULED_INTERVAL_S,
     telemetry: TelemetryEvidence | None = None,
     scrape_interval_s: float | None = None,
+    acceptance_reference: AcceptanceReference | None = None,
 ) -> Context:
     with_telemetry = telemetry is not None
     if with_telemetry and scrape_interval_s is None:
@@ -243,6 +272,7 @@ def _context(
         telemetry_arl0=(
             telemetry_arl0(config, scrape_interval_s) if scrape_interval_s is not None else 0.0
         ),
+        acceptance_reference=acceptance_reference,
     )
 
 
@@ -314,6 +344,7 @@ def judge(
     probe_interval_s: float = UNSCHEDULED_INTERVAL_S,
     telemetry: TelemetryEvidence | None = None,
     scrape_interval_s: float | None = None,
+    acceptance_reference: AcceptanceReference | None = None,
     min_pairs: int = 0,
     subject: str = "the window",
 ) -> Judgement:
@@ -325,7 +356,10 @@ def judge(
     only `with_probe` (on `probe`, None meaning no probe yet), as the daemon judges it.
 
     `telemetry`: both arms' production telemetry, scraped every `scrape_interval_s`
-    seconds (required with it). Pass it, empty if nothing was scraped yet, whenever
+    seconds (required with it), and `acceptance_reference`, the speculative arm's healthy
+    acceptance pinned from it (`gates.telemetry_acceptance.pin_acceptance_reference`;
+    None: not pinned yet, `telemetry.acceptance` NODATA unless a reference is
+    configured). Pass the telemetry, empty if nothing was scraped yet, whenever
     telemetry is configured: the telemetry gates then run (after the pair gates), every
     detector's share of the budget makes room for theirs, and the verdict PASSes when
     the quality checks on pairs and the telemetry gates agree (`combine`, `covered`).
@@ -345,6 +379,7 @@ def judge(
         probe_interval_s=probe_interval_s,
         telemetry=telemetry,
         scrape_interval_s=scrape_interval_s,
+        acceptance_reference=acceptance_reference,
     )
     runs = {"pairs": True, "probe": with_probe, "telemetry": telemetry is not None}
     decisions = tuple(spec.run(config, context) for spec in GATES if runs[spec.evidence])

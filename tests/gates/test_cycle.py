@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import random
+from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
+import numpy as np
 import pytest
 
 from gates import GateMode, GatesConfig, GateState, SwitchMode, SwitchState
@@ -24,8 +26,10 @@ from gates.cycle import (
     section,
     window_bounds,
 )
-from gates.telemetry import ArmTelemetry, TelemetryEvidence, TelemetryInterval
-from gates.testing import T0, at, record, result
+from gates.telemetry import ArmTelemetry, TelemetryEvidence
+from gates.telemetry_acceptance import AcceptanceReference, pin_acceptance_reference
+from gates.telemetry_testing import ArmTraffic, simulate_arm
+from gates.testing import at, record, result
 
 # Sections of GatesConfig that configure something other than one gate; `telemetry`
 # holds one section per telemetry gate.
@@ -37,28 +41,43 @@ def healthy(n: int) -> list:
     return [record(i) for i in range(n)]
 
 
-def arm(
-    intervals: int, *, error_rate: float = 0.005, rps: float = 5.0, seed: int = 0
-) -> ArmTelemetry:
-    """One arm's telemetry: `intervals` scrapes 15 s apart from T0, each with its
-    requests failing independently at `error_rate`."""
-    rng = random.Random(seed)
-    requests = round(rps * SCRAPE_S)
+def with_errors(arm: ArmTelemetry, rate: float, rng: np.random.Generator) -> ArmTelemetry:
+    """`arm` with each interval's requests failing independently at `rate`."""
     return ArmTelemetry.of(
-        TelemetryInterval(
-            T0 + timedelta(seconds=k * SCRAPE_S),
-            T0 + timedelta(seconds=(k + 1) * SCRAPE_S),
-            requests=requests,
-            errors=sum(rng.random() < error_rate for _ in range(requests)),
-        )
-        for k in range(intervals)
+        replace(i, errors=int(rng.binomial(i.requests or 0, rate))) for i in arm.intervals
     )
 
 
-def evidence(intervals: int, *, speculative_error_rate: float = 0.005) -> TelemetryEvidence:
+def evidence(
+    intervals: int, *, speculative_error_rate: float = 0.005, seed: int = 0
+) -> TelemetryEvidence:
+    """Both arms at 5 requests per second, 15 s scrapes from T0: the baseline failing
+    0.5 % of its requests, the speculative arm 20 % faster with acceptance length about
+    2.5 (3 draft tokens a step)."""
+    rng = np.random.default_rng(seed)
+    baseline = simulate_arm(rng, ArmTraffic(rps=5.0), intervals=intervals)
+    speculative = simulate_arm(
+        rng, ArmTraffic(rps=5.0, slowdown=0.8, draft_tokens=3, acceptance=0.69), intervals=intervals
+    )
     return TelemetryEvidence(
-        arm(intervals, seed=1), arm(intervals, error_rate=speculative_error_rate, seed=2)
+        with_errors(baseline, 0.005, rng), with_errors(speculative, speculative_error_rate, rng)
     )
+
+
+def pinned(telemetry: TelemetryEvidence) -> AcceptanceReference | None:
+    """The speculative arm's acceptance reference, pinned from its first intervals."""
+    config = GatesConfig().telemetry.acceptance
+    now = telemetry.speculative.intervals[-1].end
+    return pin_acceptance_reference(telemetry.speculative, config, now=now)
+
+
+def judged_with(telemetry: TelemetryEvidence) -> dict[str, Any]:
+    """judge's telemetry arguments: the evidence, its scrape interval, its pinned reference."""
+    return {
+        "telemetry": telemetry,
+        "scrape_interval_s": SCRAPE_S,
+        "acceptance_reference": pinned(telemetry),
+    }
 
 
 # Healthy pairs with drift left out of the verdict (no references pinned in a test).
@@ -86,8 +105,7 @@ class TestRegistry:
             GatesConfig(),
             at(29),
             with_probe=True,
-            telemetry=evidence(10),
-            scrape_interval_s=SCRAPE_S,
+            **judged_with(evidence(10)),
         )
         assert [d.name for d in judged.decisions] == [spec.name for spec in GATES]
 
@@ -150,7 +168,8 @@ class TestTelemetry:
         detectors; a telemetry detector's ARL0 counts scrape intervals."""
         config = GatesConfig()
         count = detector_count(config, telemetry=True)
-        assert count == 17
+        # errors 1, latency 3 metrics × 2 quantiles, acceptance 1
+        assert count == 16 + 1 + 6 + 1
         assert detector_arl0(config, telemetry=True) == detector_arl0(config) * count / 16
         intervals_30d = 30 * 86_400 / SCRAPE_S
         assert telemetry_arl0(config, SCRAPE_S) == pytest.approx(
@@ -164,8 +183,7 @@ class TestTelemetry:
             None,
             config,
             at(199),
-            telemetry=evidence(100),
-            scrape_interval_s=SCRAPE_S,
+            **judged_with(evidence(100)),
         )
         threshold = {d.name: d.detector.threshold for d in plain.decisions if d.detector}
         for decision in shared.decisions:
@@ -186,8 +204,7 @@ class TestTelemetry:
             None,
             NO_DRIFT,
             at(399),
-            telemetry=evidence(40, speculative_error_rate=0.3),
-            scrape_interval_s=SCRAPE_S,
+            **judged_with(evidence(40, speculative_error_rate=0.3)),
             subject="revision 'r1'",
         )
         assert judged.verdict == "FAIL"
@@ -197,21 +214,14 @@ class TestTelemetry:
     def test_healthy_telemetry_and_healthy_pairs_pass(self) -> None:
         """Quality PASSes on the pairs and every telemetry gate on production requests:
         PASS, the pair gates the telemetry covers left to it."""
-        judged = judge(
-            healthy(400),
-            None,
-            None,
-            NO_DRIFT,
-            at(399),
-            telemetry=evidence(200),
-            scrape_interval_s=SCRAPE_S,
-        )
+        telemetry = evidence(200)
+        judged = judge(healthy(400), None, None, NO_DRIFT, at(399), **judged_with(telemetry))
         states = {d.name: d.state for d in judged.decisions}
         assert states["quality"] is GateState.PASS
         assert all(states[name] is GateState.PASS for name in TELEMETRY_GATES)
         assert judged.verdict == "PASS"
         assert "error" in judged.covered and "left to telemetry" in judged.reason
-        assert judged.requests == 200 * 75
+        assert judged.requests == sum(i.requests or 0 for i in telemetry.speculative.intervals)
 
     def test_a_covered_pair_gate_no_longer_holds_back_a_pass(self) -> None:
         """Too few pairs for the pair error gate (INCONCLUSIVE alone), enough production
@@ -228,8 +238,7 @@ class TestTelemetry:
             None,
             config,
             at(399),
-            telemetry=evidence(200),
-            scrape_interval_s=SCRAPE_S,
+            **judged_with(evidence(200)),
         )
         assert judged.verdict == "PASS"
 
@@ -241,8 +250,7 @@ class TestTelemetry:
             None,
             NO_DRIFT,
             at(49),
-            telemetry=evidence(200),
-            scrape_interval_s=SCRAPE_S,
+            **judged_with(evidence(200)),
         )
         assert judged.verdict == "INCONCLUSIVE"
         assert "quality" in judged.reason
@@ -262,29 +270,31 @@ class TestTelemetry:
         assert judged.verdict == "INCONCLUSIVE"
         assert "telemetry.errors NODATA" in judged.reason
 
-    def test_a_telemetry_gate_in_warn_covers_nothing_and_fails_nothing(self) -> None:
+    def test_telemetry_gates_in_warn_cover_nothing_and_fail_nothing(self) -> None:
         """In warn mode a telemetry FAIL alerts only, and the pair gates decide alone."""
-        config = NO_DRIFT.model_copy(
-            update={
-                "telemetry": NO_DRIFT.telemetry.model_copy(
-                    update={"errors": NO_DRIFT.telemetry.errors.model_copy(update={"mode": "warn"})}
-                )
-            }
-        )
+        warn = {name: {"mode": "warn"} for name in TelemetryGatesConfig.model_fields}
+        config = GatesConfig.model_validate({"drift": {"mode": "warn"}, "telemetry": warn})
         judged = judge(
             healthy(400),
             None,
             None,
             config,
             at(399),
-            telemetry=evidence(40, speculative_error_rate=0.3),
-            scrape_interval_s=SCRAPE_S,
+            **judged_with(evidence(40, speculative_error_rate=0.3)),
         )
         assert judged.covered == ()
         assert judged.verdict == "PASS"
         assert next(d for d in judged.decisions if d.name == "telemetry.errors").state is (
             GateState.FAIL
         )
+
+    def test_a_covered_pair_gate_still_fails_the_verdict(self) -> None:
+        """Covered gates count by their FAIL: a dead speculative arm in the pairs FAILs
+        however healthy its telemetry looks."""
+        records = [record(i, speculative=result(ok=False)) for i in range(20)]
+        judged = judge(records, None, None, NO_DRIFT, at(19), **judged_with(evidence(40)))
+        assert "liveness" in judged.covered
+        assert judged.verdict == "FAIL" and "liveness" in judged.reason
 
 
 class TestCombine:

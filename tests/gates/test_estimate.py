@@ -13,6 +13,13 @@ from gates.telemetry import ArmTelemetry, TelemetryEvidence, TelemetryInterval
 from gates.testing import T0, at, record, result
 
 NO_DRIFT = GatesConfig.model_validate({"drift": {"mode": "warn"}})
+# Of the telemetry gates only telemetry.errors enforced: the evidence below has counts only.
+ERRORS_ONLY = GatesConfig.model_validate(
+    {
+        "drift": {"mode": "warn"},
+        "telemetry": {"latency": {"mode": "warn"}, "acceptance": {"mode": "warn"}},
+    }
+)
 
 
 def healthy(n: int) -> list:
@@ -62,17 +69,17 @@ class TestEstimate:
             healthy(400),
             None,
             None,
-            NO_DRIFT,
+            ERRORS_ONLY,
             at(399),
             telemetry=telemetry(20),
             scrape_interval_s=15.0,
         )
         assert judged.verdict == "INCONCLUSIVE"
-        figures = estimate(judged, NO_DRIFT, pairs_per_minute=20, requests_per_minute=60)
+        figures = estimate(judged, ERRORS_ONLY, pairs_per_minute=20, requests_per_minute=60)
         assert figures.pairs_to_decision == 0
         assert figures.waiting_on == "telemetry.errors"
         assert figures.minutes_to_decision == pytest.approx(5.0)
-        unknown = estimate(judged, NO_DRIFT, pairs_per_minute=20)
+        unknown = estimate(judged, ERRORS_ONLY, pairs_per_minute=20)
         assert unknown.minutes_to_decision is None and unknown.waiting_on == "telemetry.errors"
         assert figures.to_dict() == {
             "pairs_to_decision": 0,
