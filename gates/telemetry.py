@@ -305,13 +305,13 @@ class TelemetryAcceptanceGateConfig(GateConfigBase):
     )
     window_seconds: float | None = Field(default=6 * 3600.0, gt=0)
     max_relative_drop: float = Field(
-        default=0.10,
+        default=0.15,
         gt=0,
         lt=1,
         description="drop of acceptance length below the reference tolerated",
     )
     alarm_relative_drop: float = Field(
-        default=0.20,
+        default=0.25,
         gt=0,
         lt=1,
         description="the detector's first alternative, a drop this large (its bank adds "
