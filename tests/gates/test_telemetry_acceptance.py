@@ -114,7 +114,7 @@ class TestDrop:
             assert dropped.estimate < dropped.threshold
 
     def test_drop_within_tolerance_does_not_fail(self) -> None:
-        """A 6 % lower acceptance length (inside the 15 % tolerance) does not FAIL: it
+        """An 8 % lower acceptance length (inside the 15 % tolerance) does not FAIL: it
         PASSes after an hour."""
         plan = [HEALTHY] * PIN + [replace(HEALTHY, acceptance=0.65)] * 228
         arm = simulate_arm(np.random.default_rng(9), plan, intervals=240)
