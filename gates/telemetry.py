@@ -259,8 +259,8 @@ class TelemetryLatencyGateConfig(GateConfigBase):
     )
     itl_per_token: bool = Field(
         default=True,
-        description="divide each interval's inter-token latencies by its acceptance length "
-        "(a speculative step streams that many tokens as one observation)",
+        description="divide an arm's inter-token latencies by its acceptance length over the "
+        "window (a speculative step streams that many tokens as one observation)",
     )
     max_load_difference: float = Field(
         default=0.5,
