@@ -1,4 +1,9 @@
-"""The latency gate: speculative vs baseline quantiles of e2e, TTFT and TPOT.
+"""The latency gate: speculative vs baseline quantiles of e2e, TTFT, TPOT and ITL.
+
+A metric's value per generation is its e2e, TTFT or TPOT, or for `itl` the generation's
+own P99 gap between tokens (`InterTokenLatency.p99_s`): the stall a streaming reader
+feels, which speculation's bursts raise while its mean (TPOT) falls. `itl` is judged
+only when configured (`metrics`, `regression_metrics`, an SLO), like any other metric.
 
 One decision for the gate, with one component per (metric, quantile) ratio and per
 absolute SLO. Only pairs where both arms succeeded count: failures belong to the error
@@ -65,7 +70,10 @@ _MIN_LOG_SCALE = 0.02  # 2 % timing noise: below it, differences are clock resol
 
 
 def _metric(result: GenerationResult, metric: LatencyMetric) -> float | None:
-    value = {"e2e": result.e2e_s, "ttft": result.ttft_s, "tpot": result.tpot_s}[metric]
+    if metric == "itl":
+        value = None if result.itl is None else result.itl.p99_s
+    else:
+        value = {"e2e": result.e2e_s, "ttft": result.ttft_s, "tpot": result.tpot_s}[metric]
     return value if value is not None and value > 0 else None
 
 

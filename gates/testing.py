@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from engine.types import ErrorKind, GenerationResult, Message, SpeculativeStats
+from engine.types import (
+    ErrorKind,
+    GenerationResult,
+    InterTokenLatency,
+    Message,
+    SpeculativeStats,
+)
 from gates.records import DEFAULT_ARM, PairRecord, PairScores, PairSource, Prompt
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -31,8 +37,10 @@ def result(
     tpot: float | None = 0.02,
     output_tokens: int = 40,
     verify_steps: int | None = None,
+    itl_p99: float | None = None,
 ) -> GenerationResult:
-    """One arm's result; `verify_steps` makes it a speculative result with acceptance data."""
+    """One arm's result; `verify_steps` makes it a speculative result with acceptance data,
+    `itl_p99` gives it an inter-token latency summary with that P99 (its median `tpot`)."""
     if not ok:
         return GenerationResult.failed(ErrorKind.HTTP, "injected", e2e, http_status=503)
     stats = None
@@ -49,6 +57,11 @@ def result(
         tpot_s=tpot,
         e2e_s=e2e,
         speculative=stats,
+        itl=None
+        if itl_p99 is None
+        else InterTokenLatency(
+            output_tokens - 1, output_tokens - 1, tpot or 0.0, itl_p99, itl_p99, itl_p99
+        ),
     )
 
 

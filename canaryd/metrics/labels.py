@@ -27,6 +27,9 @@ TPOT_BUCKETS: Final = (
     0.001, 0.0015, 0.0025, 0.004, 0.006, 0.01, 0.015, 0.025, 0.04, 0.06,
     0.1, 0.15, 0.25, 0.4, 0.6, 1.0, 2.0,
 )  # fmt: skip
+# A gap between two tokens: zero inside a verify step's burst (the first bucket), up to
+# the stalls a streaming user feels.
+ITL_BUCKETS: Final = (*TPOT_BUCKETS, 5.0, 15.0)
 # Tokens per verify step lie in 1 … k+1; quarter steps where typical values sit (1–3),
 # then coarser, up to k = 16 drafted tokens.
 ACCEPTANCE_LENGTH_BUCKETS: Final = (

@@ -1,7 +1,8 @@
 """The pair series: what one prompt sent to both arms looks like from outside.
 
-`PairMetrics` owns the pair counter (by outcome), each arm's latencies, output tokens
-and errors, the speculative arms' acceptance (per verify step and per draft position),
+`PairMetrics` owns the pair counter (by outcome), each arm's latencies (TTFT, TPOT, the
+gap before every token, end-to-end), output tokens and errors, the speculative arms'
+acceptance (per verify step, per draft position, and the steps that fell back),
 and the comparison of each pair: speedup, token-for-token consistency, greedy
 divergences and the task-score delta. Speculative figures carry the arm's configured
 name, so comparison arms sit beside the switch's arm. Figures an engine did not report
@@ -18,6 +19,7 @@ from typing import Final
 from canaryd.metrics.declare import Declarer
 from canaryd.metrics.labels import (
     ACCEPTANCE_LENGTH_BUCKETS,
+    ITL_BUCKETS,
     LATENCY_BUCKETS,
     PAIR_OUTCOMES,
     QUALITY_DELTA_BUCKETS,
@@ -76,6 +78,15 @@ class PairMetrics:
             ("arm", "category"),
             "histogram_quantile(0.5, sum by (arm, le) (rate(canaryd_tpot_seconds_bucket[1h])))",
             TPOT_BUCKETS,
+        )
+        self.itl = declare.histogram(
+            "canaryd_itl_seconds",
+            "Inter-token latency of successful generations: one observation per output "
+            "token after the first, the gap since the token before it as the reader "
+            "received it (0 for the other tokens of a verify step's burst or a chunk).",
+            ("arm", "category"),
+            "histogram_quantile(0.99, sum by (arm, le) (rate(canaryd_itl_seconds_bucket[1h])))",
+            ITL_BUCKETS,
         )
         self.e2e = declare.histogram(
             "canaryd_e2e_seconds",
@@ -148,6 +159,15 @@ class PairMetrics:
             ("arm", "category"),
             "1 + sum by (arm, category) (rate(canaryd_speculative_accepted_tokens_total[1h]))"
             " / sum by (arm, category) (rate(canaryd_speculative_verify_steps_total[1h]))",
+        )
+        self.fallback_steps = declare.counter(
+            "canaryd_speculative_fallback_steps_total",
+            "Verify steps of successful speculative generations whose engine reports "
+            "acceptance per position, by outcome: fallback (no draft token kept, or no "
+            "draft: one token from the target) or accepted (at least one kept).",
+            ("arm", "category", "outcome"),
+            'sum by (arm) (rate(canaryd_speculative_fallback_steps_total{outcome="fallback"}'
+            "[1h])) / sum by (arm) (rate(canaryd_speculative_fallback_steps_total[1h]))",
         )
         self.acceptance_not_reported = declare.counter(
             "canaryd_speculative_acceptance_not_reported_total",
@@ -292,6 +312,10 @@ class PairMetrics:
         if result.tpot_s is not None:
             self.tpot.labels(arm=arm, category=category).observe(result.tpot_s)
         self.e2e.labels(arm=arm, category=category).observe(result.e2e_s)
+        if result.itl is not None:
+            itl = self.itl.labels(arm=arm, category=category)
+            for gap in result.itl.token_gaps():
+                itl.observe(gap)
         self.output_tokens.labels(arm=arm, category=category).inc(result.output_tokens)
 
     def _observe_acceptance(self, arm: str, category: str, result: GenerationResult) -> None:
@@ -308,6 +332,10 @@ class PairMetrics:
         length = result.acceptance_length
         if length is not None:
             self.acceptance_length.labels(**labels).observe(length)
+        if stats.fallback_rate is not None:
+            kept = stats.accepted_per_position[0]
+            self.fallback_steps.labels(**labels, outcome="accepted").inc(kept)
+            self.fallback_steps.labels(**labels, outcome="fallback").inc(stats.verify_steps - kept)
         # Accepted without drafted per position would make a rate with no denominator,
         # and drafted without accepted would count unreported acceptances as zeros: count
         # positions only when the engine reports both (an empty tuple is "not reported").

@@ -156,6 +156,45 @@ class TestObservePair:
             )
         assert value(metrics, "canaryd_speculative_acceptance_not_reported_total", **c) is None
 
+    def test_itl_observes_every_token_gap(self, metrics: CanarydMetrics) -> None:
+        """`canaryd_itl_seconds` gets one observation per output token after the first on
+        each arm, zeros inside a verify step's burst, summing to the arm's gaps."""
+        records = run_pairs([prompt("code", i) for i in range(4)])
+        for record in records:
+            metrics.observe_pair(record)
+        for arm in ("baseline", "speculative"):
+            results = [getattr(r, arm) for r in records]
+            gaps = [g for r in results if r.itl is not None for g in r.itl.token_gaps()]
+            c = {"arm": arm, "category": "code"}
+            assert value(metrics, "canaryd_itl_seconds_count", **c) == sum(
+                r.output_tokens - 1 for r in results
+            )
+            assert value(metrics, "canaryd_itl_seconds_sum", **c) == pytest.approx(sum(gaps))
+        bursts = sum(
+            g == 0.0 for r in records if r.speculative.itl for g in r.speculative.itl.token_gaps()
+        )
+        assert bursts > 0
+        zeros = value(
+            metrics, "canaryd_itl_seconds_bucket", le="0.001", arm="speculative", category="code"
+        )
+        assert zeros is not None and zeros >= bursts
+
+    def test_fallback_steps_split_the_verify_steps(self, metrics: CanarydMetrics) -> None:
+        """Fallback and accepted steps add up to the verify steps, the fallback ones being
+        the steps whose first draft position was not kept."""
+        records = run_pairs([prompt("code", i) for i in range(8)])
+        for record in records:
+            metrics.observe_pair(record)
+        stats = [s for r in records if (s := r.speculative.speculative) is not None]
+        c = {"arm": "speculative", "category": "code"}
+        fallback = value(
+            metrics, "canaryd_speculative_fallback_steps_total", outcome="fallback", **c
+        )
+        kept = value(metrics, "canaryd_speculative_fallback_steps_total", outcome="accepted", **c)
+        assert kept == sum(s.accepted_per_position[0] for s in stats)
+        assert fallback == sum(s.verify_steps for s in stats) - kept
+        assert fallback is not None and fallback > 0
+
     def test_counts_acceptance_per_draft_position(self, metrics: CanarydMetrics) -> None:
         """Per-position counters equal the sums of accepted and drafted per position."""
         records = run_pairs([prompt("rag", i) for i in range(5)])
