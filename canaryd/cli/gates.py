@@ -23,7 +23,7 @@ def _number(value: float | None) -> str:
 def _line(decision: GateDecision) -> str:
     bounds = f"[{_number(decision.lower)}, {_number(decision.upper)}]"
     return (
-        f"{decision.name:<9} {decision.state.value:<12} {decision.mode.value:<8} "
+        f"{decision.name:<20} {decision.state.value:<12} {decision.mode.value:<8} "
         f"{decision.statistic or '-'} = {_number(decision.estimate)} {bounds} "
         f"vs {_number(decision.threshold)}; n={decision.n_baseline}/{decision.n_speculative}"
         f"{' critical' if decision.critical else ''}"

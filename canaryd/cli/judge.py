@@ -7,7 +7,9 @@ it) and exits 0 on PASS, 1 on FAIL, 3 (or `--undecided-exit`) on INCONCLUSIVE or
 and 2 on a configuration or infrastructure problem, as every command does. The gates and
 the verdict are the daemon's (`gates.cycle.judge`); drift,
 which watches one arm against its own pinned past, is judged only where this database
-holds references for these arms."""
+holds references for these arms. With `[telemetry]` in `--config`, both arms' production
+telemetry is scraped from the start of the run (`canaryd.telemetry.recorder`, kept in
+memory, not stored) and the telemetry gates judge it beside the pairs."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from canaryd.cli.options import (
 )
 from canaryd.config import load_settings
 from canaryd.daemon.quarantine import storable
+from canaryd.judging.evidence import acceptance_reference
 from canaryd.judging.verdict import finite
 from canaryd.logs import configure_logging
 from canaryd.pairs.plan import (
@@ -43,6 +46,7 @@ from canaryd.pairs.plan import (
 )
 from canaryd.scoring import load_metrics
 from canaryd.store import SqlStore
+from canaryd.telemetry.recorder import TelemetryRecorder
 from engine.base import Engine
 from gates import GateDecision, GateMode
 from gates.cycle import Verdict
@@ -127,6 +131,7 @@ def judge(
     err = Console(stderr=True)
     store = SqlStore.open(settings.storage.resolved_url(), create=True)
     engines: dict[str, Engine] = {}
+    recorder: TelemetryRecorder | None = None
     try:
         references = store.drift_references(arm_key(settings, arm))
         gates = settings.gates
@@ -136,6 +141,9 @@ def judge(
             )
         load_metrics()  # scoring's imports, before the clock of the time to a decision
         engines = load_arms(settings, err)
+        if settings.telemetry.enabled:
+            recorder = TelemetryRecorder(settings.telemetry, str(config or "[telemetry]"))
+            recorder.start()
         minutes = DEFAULT_MAX_MINUTES if max_minutes is None else max_minutes
         budget_config = {"judge": {"pairs": budget, "max_minutes": minutes}}
         run = new_run(settings, "judge", engines, extra_config=budget_config)
@@ -155,12 +163,17 @@ def judge(
                 for record in group.records:
                     store.save_pair(storable(record)[0])
                 records.append(group.record(arm))
+                now = datetime.now(UTC)
+                telemetry = recorder.evidence(arm) if recorder is not None else None
                 judged = judge_window(
                     records,
                     references,
                     None,
                     gates,
-                    datetime.now(UTC),
+                    now,
+                    telemetry=telemetry,
+                    scrape_interval_s=settings.telemetry.scrape_interval_s,
+                    acceptance_reference=acceptance_reference(telemetry, gates, now),
                     subject=f"judge run {run.run_id}",
                 )
                 decisions, verdict, reason = list(judged.decisions), judged.verdict, judged.reason
@@ -170,6 +183,8 @@ def judge(
                     break
         store.finish_run(run.run_id, datetime.now(UTC))
     finally:
+        if recorder is not None:
+            recorder.close()
         for engine in engines.values():
             engine.close()
         store.close()

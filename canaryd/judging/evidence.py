@@ -1,9 +1,18 @@
-"""Which stored pairs are evidence: the window of an arm that a judgement reads.
+"""Which stored pairs and telemetry are evidence: the window of an arm that a judgement
+reads.
 
 Shared by the daemon's gate job and the verdict: `read_window` asks the store for the pairs
 of the longest gate window (`gates.cycle.window_bounds`) up to a time, optionally cut to a
 revision's window and one category, and `under_current_arms` keeps only the pairs measured
-with the arms configured now.
+with the arms configured now. `read_telemetry` does the same for the arms' production
+telemetry: the scrape intervals of the baseline and the arm in the longest telemetry gate
+window (`telemetry_seconds`), cut to a revision's window, stored under the arms key of
+each as configured now (a new draft model, or a new baseline, starts from nothing).
+`acceptance_reference` pins the speculative arm's acceptance reference from that evidence
+when none is configured: its earliest intervals (`gates.telemetry_acceptance.
+pin_acceptance_reference`), recomputed at every judgement from what is stored, so a
+restart pins the same; the reference thus slides with the window once the evidence is
+older than it, and `telemetry.acceptance` catches a drop that happens within the window.
 """
 
 from __future__ import annotations
@@ -13,12 +22,21 @@ from datetime import datetime, timedelta
 import structlog
 
 from canaryd.config import Settings
-from canaryd.pairs.plan import arm_pair_config
-from canaryd.store import HistoryStore
-from gates.cycle import window_bounds
-from gates.records import PairRecord
+from canaryd.pairs.plan import arm_key, arm_pair_config
+from canaryd.store import HistoryStore, TelemetryStore
+from gates.config import GatesConfig
+from gates.cycle import TELEMETRY_GATES, section, window_bounds
+from gates.records import BASELINE_ARM, PairRecord
+from gates.telemetry import ArmTelemetry, TelemetryEvidence
+from gates.telemetry_acceptance import AcceptanceReference, pin_acceptance_reference
 
-__all__ = ["read_window", "under_current_arms"]
+__all__ = [
+    "acceptance_reference",
+    "read_telemetry",
+    "read_window",
+    "telemetry_seconds",
+    "under_current_arms",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -78,3 +96,59 @@ def read_window(
         until = min(until, end)
     records = store.pairs(since=since, until=until, limit=limit, arm=arm, category=category)
     return under_current_arms(settings, store, records, arm)
+
+
+def telemetry_seconds(config: GatesConfig) -> float | None:
+    """The longest window any telemetry gate reads, in seconds; None: unbounded (a gate
+    counting scrape intervals alone)."""
+    seconds = [section(config, name).window_seconds for name in TELEMETRY_GATES]
+    if not seconds or None in seconds:
+        return None
+    return max(s for s in seconds if s is not None)
+
+
+def read_telemetry(
+    store: TelemetryStore,
+    settings: Settings,
+    arm: str,
+    at: datetime,
+    *,
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> TelemetryEvidence | None:
+    """The baseline's and `arm`'s scrape intervals that lie in the longest telemetry gate
+    window up to `at`, from `start` and up to `end` when given (a revision's window),
+    measured under each arm's configuration of now; None when `[telemetry]` names no arm
+    (the telemetry gates then do not run). An arm without a source has no intervals."""
+    if not settings.telemetry.enabled:
+        return None
+    seconds = telemetry_seconds(settings.gates)
+    since = at - timedelta(seconds=seconds) if seconds is not None else None
+    if start is not None:
+        since = start if since is None else max(since, start)
+    until = at if end is None else min(at, end)
+
+    def intervals(name: str) -> ArmTelemetry:
+        if name not in settings.telemetry.arms:
+            return ArmTelemetry()
+        stored = store.telemetry(name, arms=arm_key(settings, name), since=since, until=until)
+        return ArmTelemetry.of(s.interval for s in stored)
+
+    return TelemetryEvidence(baseline=intervals(BASELINE_ARM), speculative=intervals(arm))
+
+
+def acceptance_reference(
+    evidence: TelemetryEvidence | None,
+    config: GatesConfig,
+    now: datetime,
+    *,
+    since: datetime | None = None,
+) -> AcceptanceReference | None:
+    """The speculative arm's acceptance reference pinned from `evidence` (from `since`):
+    None without evidence, while too few drafts are in it, or when
+    `gates.telemetry.acceptance.reference_acceptance_length` is configured (the gate
+    takes that one itself)."""
+    section_config = config.telemetry.acceptance
+    if evidence is None or section_config.reference_acceptance_length is not None:
+        return None
+    return pin_acceptance_reference(evidence.speculative, section_config, now=now, since=since)

@@ -2,8 +2,10 @@
 
 `SwitchGates` implements the daemon's `GateHook`. On each `evaluate(now)` it reads from
 the store the pairs of the switch's arm (`switch.arm`) that cover the longest configured
-gate window, pins drift references for categories that have none yet (from the window,
-only while speculative decoding is on), judges it (`gates.cycle.judge`), stores the decisions
+gate window, and with `[telemetry]` both arms' stored scrape intervals
+(`canaryd.judging.evidence.read_telemetry`), pins drift references for categories that
+have none yet (from the window, only while speculative decoding is on), judges it
+(`gates.cycle.judge`, the telemetry gates with it), stores the decisions
 (one evaluation), exports the gate metrics, and lets `SwitchService` step the policy
 under the switch's row lock and apply the outcome. Every comparison arm is gated the
 same way on its own pairs and references, with every gate in `warn` mode, and its
@@ -35,7 +37,7 @@ from typing import Any
 import structlog
 
 from canaryd.config import Settings
-from canaryd.judging.evidence import read_window
+from canaryd.judging.evidence import acceptance_reference, read_telemetry, read_window
 from canaryd.judging.leader import Leadership, leadership_for
 from canaryd.judging.verdict import MAX_REVISIONS
 from canaryd.metrics import CanarydMetrics
@@ -46,7 +48,7 @@ from canaryd.store import SqlStore, Store
 from canaryd.switch import SwitchService
 from gates import Evaluation, ReferenceStats, SwitchState
 from gates.core import checks
-from gates.cycle import advisory, judge, pins
+from gates.cycle import advisory, judge, may_pin, pins
 from gates.parity import ProbeEvidence
 from gates.records import PairRecord
 
@@ -236,7 +238,17 @@ class SwitchGates:
         for arm in self.settings.comparison_arms:
             records = self._window(store, arm, now)
             references = self._references(store, records, arm, now, None)
-            judged = judge(records, references, None, config, now)
+            telemetry = read_telemetry(store, self.settings, arm, now)
+            judged = judge(
+                records,
+                references,
+                None,
+                config,
+                now,
+                telemetry=telemetry,
+                scrape_interval_s=self.settings.telemetry.scrape_interval_s,
+                acceptance_reference=acceptance_reference(telemetry, config, now),
+            )
             store.save_evaluation(Evaluation(now, judged.decisions), comparison_arm=arm)
             log.info(
                 "gates.compared",
@@ -267,6 +279,9 @@ class SwitchGates:
         # A category's own move restarts the evidence of its per-category checks.
         control = config.quality.control_arm
         probe = latest_probe(store, self.settings)
+        telemetry = read_telemetry(store, self.settings, arm, now)
+        # Pinned from healthy telemetry only, as the drift references are.
+        pin = may_pin(state)
         judged = judge(
             records,
             references,
@@ -277,6 +292,11 @@ class SwitchGates:
             probe=probe,
             with_probe=True,
             probe_interval_s=self.settings.schedule.probe_interval_s,
+            telemetry=telemetry,
+            scrape_interval_s=self.settings.telemetry.scrape_interval_s,
+            acceptance_reference=(
+                acceptance_reference(telemetry, config, now, since=state.since) if pin else None
+            ),
         )
         decisions = judged.decisions
         service.set_routes(_routes(probe))

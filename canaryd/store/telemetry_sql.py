@@ -6,7 +6,8 @@ arm) in one transaction, reading an arm's intervals of a time window measured un
 arms configuration, oldest first, and deleting the old ones. A `StoredInterval` maps to a
 row field for field; a latency histogram's bucket increases are JSON,
 `{"le": [upper bounds], "count": [cumulative counts]}`, with an infinite bound written as
-`"+Inf"` (JSON has no infinity; PostgreSQL's JSONB refuses one).
+`"+Inf"` (JSON has no infinity; PostgreSQL's JSONB refuses one). The interval's replica
+count is the row's (`StoredInterval.replicas`).
 """
 
 from __future__ import annotations
@@ -78,7 +79,9 @@ def interval_from_row(row: TelemetryIntervalRow) -> StoredInterval:
     return StoredInterval(
         arm=row.arm,
         arms=row.arms,
-        interval=TelemetryInterval(start=row.start_at, end=row.end_at, **values),
+        interval=TelemetryInterval(
+            start=row.start_at, end=row.end_at, replicas=row.replicas, **values
+        ),
         replicas=row.replicas,
         failed_replicas=row.failed_replicas,
         restarted_replicas=row.restarted_replicas,

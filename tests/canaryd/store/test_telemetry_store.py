@@ -26,7 +26,7 @@ def stored(
     interval = TelemetryInterval(
         start=T0 + index * STEP,
         end=T0 + (index + 1) * STEP,
-        **{"requests": 60, "errors": 1, **fields},  # type: ignore[arg-type]
+        **{"requests": 60, "errors": 1, "replicas": 2, **fields},  # type: ignore[arg-type]
     )
     return StoredInterval(arm=arm, arms=arms, interval=interval, replicas=2)
 
@@ -59,6 +59,7 @@ class TestTelemetryStore:
                 drafts=900,
                 draft_tokens=4500,
                 accepted_tokens=2100,
+                replicas=2,
             ),
             replicas=2,
             failed_replicas=1,
