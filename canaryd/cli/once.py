@@ -44,10 +44,12 @@ def summary_table(summary: dict[str, CategorySummary], run_id: str, arm: str = "
         "accept len mean",
         "p50",
         "p90",
+        "fallback",
         "exact match",
         "quality Δ",
         "base e2e p50/p99 s",
         "spec e2e p50/p99 s",
+        "ITL p99 b/s",
         "errors b/s",
     ):
         table.add_column(column, justify="left" if column == "category" else "right")
@@ -59,10 +61,12 @@ def summary_table(summary: dict[str, CategorySummary], run_id: str, arm: str = "
             _fmt(s.acceptance_length_mean),
             _fmt(s.acceptance_length_p50),
             _fmt(s.acceptance_length_p90),
+            _fmt(None if s.fallback_rate is None else s.fallback_rate * 100, ".0f", "%"),
             _fmt(None if s.exact_match_rate is None else s.exact_match_rate * 100, ".0f", "%"),
             _fmt(s.quality_delta_mean, "+.2f"),
             f"{_fmt(s.baseline_e2e_p50_s)}/{_fmt(s.baseline_e2e_p99_s)}",
             f"{_fmt(s.speculative_e2e_p50_s)}/{_fmt(s.speculative_e2e_p99_s)}",
+            f"{_fmt(s.baseline_itl_p99_s, '.3f')}/{_fmt(s.speculative_itl_p99_s, '.3f')}",
             f"{s.baseline_errors}/{s.speculative_errors}",
             end_section=category != ALL and ALL in summary and category == list(summary)[-2],
         )

@@ -28,6 +28,15 @@ def arm_json(result: GenerationResult, *, speculative: bool) -> dict[str, Any]:
         "ttft_s": result.ttft_s,
         "tpot_s": result.tpot_s,
         "e2e_s": result.e2e_s,
+        # the gaps between tokens (s): P50/P95/P99 and max; null under two tokens
+        "itl": None
+        if result.itl is None
+        else {
+            "p50_s": result.itl.p50_s,
+            "p95_s": result.itl.p95_s,
+            "p99_s": result.itl.p99_s,
+            "max_s": result.itl.max_s,
+        },
         "prompt_tokens": result.prompt_tokens,
         "output_tokens": result.output_tokens,
         "tokens_per_s": result.tokens_per_s,
@@ -49,6 +58,7 @@ def arm_json(result: GenerationResult, *, speculative: bool) -> dict[str, Any]:
             "drafted_per_position": _positions(stats.drafted_per_position if stats else ()),
             "acceptance_length": result.acceptance_length,
             "acceptance_rate": stats.acceptance_rate if stats else None,
+            "fallback_rate": stats.fallback_rate if stats else None,
         }
         cost = result.draft_cost
         data |= {  # null unless the engine timed its own drafting

@@ -27,12 +27,18 @@ class CategorySummary:
     acceptance_length_p90: float | None
     # accepted / drafted tokens, pooled over pairs that report drafted tokens
     acceptance_rate: float | None
+    # verify steps that kept no draft token / verify steps, pooled over pairs that report
+    # acceptance per position
+    fallback_rate: float | None
     exact_match_rate: float | None
     quality_delta_mean: float | None  # speculative - baseline task score
     baseline_e2e_p50_s: float | None
     baseline_e2e_p99_s: float | None
     speculative_e2e_p50_s: float | None
     speculative_e2e_p99_s: float | None
+    # median over successful generations of each one's P99 gap between tokens
+    baseline_itl_p99_s: float | None
+    speculative_itl_p99_s: float | None
     baseline_tokens_per_s: float | None  # pooled output tokens / pooled e2e time
     speculative_tokens_per_s: float | None
     baseline_errors: int
@@ -59,6 +65,17 @@ def summarise_group(records: Sequence[PairRecord]) -> CategorySummary:
     base_ok = [r.baseline for r in records if r.baseline.ok]
     spec_ok = [r.speculative for r in records if r.speculative.ok]
 
+    stepped = [
+        stats
+        for r in complete
+        if (stats := r.speculative.speculative) is not None and stats.fallback_rate is not None
+    ]
+    kept_steps = sum(stats.accepted_per_position[0] for stats in stepped)
+    steps = sum(stats.verify_steps for stats in stepped)
+
+    def itl_p99(results: Sequence[Any]) -> float | None:
+        return quantile([g.itl.p99_s for g in results if g.itl is not None], 0.5)
+
     def throughput(results: Sequence[Any]) -> float | None:
         seconds = sum(g.e2e_s for g in results)
         return sum(g.output_tokens for g in results) / seconds if seconds > 0 else None
@@ -71,12 +88,15 @@ def summarise_group(records: Sequence[PairRecord]) -> CategorySummary:
         acceptance_length_p50=quantile(lengths, 0.5),
         acceptance_length_p90=quantile(lengths, 0.9),
         acceptance_rate=rate(accepted, drafted),
+        fallback_rate=rate(steps - kept_steps, steps),
         exact_match_rate=rate(sum(s.exact_match for s in scored), len(scored)),
         quality_delta_mean=mean(deltas),
         baseline_e2e_p50_s=quantile([g.e2e_s for g in base_ok], 0.5),
         baseline_e2e_p99_s=quantile([g.e2e_s for g in base_ok], 0.99),
         speculative_e2e_p50_s=quantile([g.e2e_s for g in spec_ok], 0.5),
         speculative_e2e_p99_s=quantile([g.e2e_s for g in spec_ok], 0.99),
+        baseline_itl_p99_s=itl_p99(base_ok),
+        speculative_itl_p99_s=itl_p99(spec_ok),
         baseline_tokens_per_s=throughput(base_ok),
         speculative_tokens_per_s=throughput(spec_ok),
         baseline_errors=sum(not r.baseline.ok for r in records),

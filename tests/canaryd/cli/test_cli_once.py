@@ -83,6 +83,7 @@ class TestOnceJson:
         assert result.exit_code == 0, result.output
         assert "code" in result.stdout and "all" in result.stdout
         assert "speedup" in result.stdout
+        assert "ITL p99 b/s" in result.stdout and "fallback" in result.stdout
 
 
 class TestOnceBadInput:
@@ -216,9 +217,10 @@ def category(speedup: float | None, pairs: int = 3, errors: tuple[int, int] = (0
     return CategorySummary(
         pairs=pairs, complete_pairs=pairs, speedup_median=speedup,
         acceptance_length_mean=None, acceptance_length_p50=None, acceptance_length_p90=None,
-        acceptance_rate=None, exact_match_rate=1.0, quality_delta_mean=0.0,
+        acceptance_rate=None, fallback_rate=None, exact_match_rate=1.0, quality_delta_mean=0.0,
         baseline_e2e_p50_s=None, baseline_e2e_p99_s=None, speculative_e2e_p50_s=None,
-        speculative_e2e_p99_s=None, baseline_tokens_per_s=None, speculative_tokens_per_s=None,
+        speculative_e2e_p99_s=None, baseline_itl_p99_s=None, speculative_itl_p99_s=None,
+        baseline_tokens_per_s=None, speculative_tokens_per_s=None,
         baseline_errors=errors[0], speculative_errors=errors[1],
     )  # fmt: skip
 

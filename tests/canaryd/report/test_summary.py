@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from canaryd.report import ALL, summarise
+from engine.timing import inter_token_latency
 from engine.types import AcceptanceSource, GenerationResult, Message, SpeculativeStats
 from gates.records import PairRecord, Prompt
 from gates.testing import record
@@ -63,3 +64,32 @@ class TestAcceptanceRate:
             pair(i, stats(verify_steps=2, draft_tokens=None, accepted_tokens=4)) for i in range(3)
         ]
         assert summarise(records)["qa"].acceptance_rate is None
+
+
+class TestFallbackAndItl:
+    def test_fallback_rate_pools_steps_of_pairs_with_positions(self) -> None:
+        """Steps that kept no draft token over all steps, pooled over the pairs that
+        report acceptance per position: (2 + 1) fallbacks of (4 + 2) steps."""
+        with_positions = [
+            replace(stats(4, 12, 3), accepted_per_position=(2, 1, 0)),
+            replace(stats(2, 6, 1), accepted_per_position=(1, 0, 0)),
+        ]
+        records = [pair(i, s) for i, s in enumerate(with_positions)]
+        records.append(pair(2, stats(5, 15, 5)))  # no positions: not counted
+        assert summarise(records)["qa"].fallback_rate == pytest.approx(3 / 6)
+
+    def test_itl_p99_is_the_median_of_the_generations_p99(self) -> None:
+        """Each arm's ITL P99 is the median over its successful generations of their own
+        P99 gap; generations without one are left out, and none at all is None."""
+        records = [pair(i, None) for i in range(3)]
+        assert summarise(records)["qa"].speculative_itl_p99_s is None
+        gaps = [0.1, 0.3, 0.2]
+        records = [
+            replace(r, speculative=replace(r.speculative, itl=inter_token_latency(
+                [(0.1, 1), (0.1 + g, 1), (0.2 + g, 1)]
+            )))
+            for r, g in zip(records, gaps, strict=True)
+        ]  # fmt: skip
+        summary = summarise(records)["qa"]
+        assert summary.speculative_itl_p99_s == pytest.approx(0.2, abs=0.01)
+        assert summary.baseline_itl_p99_s is None
