@@ -31,6 +31,28 @@ class EngineConfigError(EngineError, ValueError):
         super().__init__(f"engine config {key}: {reason}")
 
 
+# What `pip install canaryd[local]` adds: the in-process engines, draft heads, models.
+LOCAL_PACKAGES = frozenset({"torch", "transformers", "accelerate", "gguf", "safetensors"})
+
+
+class MissingExtraError(EngineError, ImportError):
+    """A local feature (in-process engine, draft heads, `canaryd models`) on an install
+    without the `local` extra."""
+
+    def __init__(self, feature: str, package: str) -> None:
+        self.feature, self.package = feature, package
+        super().__init__(
+            f"{feature} needs {package!r}, which is not installed: install canaryd[local] "
+            "(pip install 'canaryd[local]'); remote arms (kind = \"openai\") need neither"
+        )
+
+
+def missing_local_package(exc: ImportError) -> str | None:
+    """The `local` extra's package whose absence `exc` reports, else None."""
+    name = (exc.name or "").split(".")[0]
+    return name if name in LOCAL_PACKAGES else None
+
+
 class MetricsFormatError(ValueError):
     """A /metrics or /server_info body that does not parse."""
 

@@ -11,12 +11,20 @@ from engine.config import (
     OpenAIEngineConfig,
     TransformersEngineConfig,
 )
-from engine.errors import EngineConfigError
+from engine.errors import EngineConfigError, MissingExtraError, missing_local_package
 
 
 def build_engine(config: EngineConfig, *, models_dir: Path | None = None) -> Engine:
     if isinstance(config, TransformersEngineConfig):
-        from engine.hf import TransformersEngine  # imports torch: only when asked for
+        try:
+            from engine.hf import TransformersEngine  # imports torch: only when asked for
+        except ImportError as exc:
+            package = missing_local_package(exc)
+            if package is None:
+                raise
+            raise MissingExtraError(
+                'kind = "transformers" (the in-process engine)', package
+            ) from exc
 
         return TransformersEngine(config, models_dir=models_dir)
     if isinstance(config, FakeEngineConfig):

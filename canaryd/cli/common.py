@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 import typer
 
 from canaryd.errors import CanarydError, EngineError
+from engine.errors import MissingExtraError, missing_local_package
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -40,6 +41,11 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
         except (CanarydError, EngineError) as exc:
             raise fail(str(exc), exc.exit_code) from None
+        except ImportError as exc:  # a local feature on an install without the extra
+            package = missing_local_package(exc)
+            if package is None:
+                raise
+            raise fail(str(MissingExtraError("this command", package))) from None
 
     return wrapper
 

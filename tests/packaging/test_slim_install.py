@@ -1,0 +1,155 @@
+"""The slim install's boundary, without building a second venv: in a subprocess where the
+`local` extra's packages (torch, transformers, accelerate, gguf, safetensors) and the
+stack canaryd dropped (evaluate, datasets, pyarrow, pandas, nltk) cannot be imported — a
+meta-path blocker installed by a `sitecustomize` on PYTHONPATH, which also records every
+attempt — `canaryd judge` decides on two loopback OpenAI-compatible arms and
+`canaryd switch status` reads the switch, neither trying to import a blocked package; an
+in-process engine there fails with one line naming the extra to install."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.servers import MisbehavingServer
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BLOCKED = (
+    "torch",
+    "transformers",
+    "accelerate",
+    "gguf",
+    "safetensors",
+    "evaluate",
+    "datasets",
+    "pyarrow",
+    "pandas",
+    "nltk",
+)
+SITECUSTOMIZE = f"""
+import os
+import sys
+
+_BLOCKED = {BLOCKED!r}
+_LOG = os.environ["SLIM_BLOCKER_LOG"]
+
+
+class _Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in _BLOCKED:
+            with open(_LOG, "a", encoding="utf-8") as log:
+                log.write(name + "\\n")
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _Blocker())
+"""
+# Only liveness enforces: five healthy pairs decide PASS whatever the timing.
+LIVENESS_ONLY = """
+[prompts]
+max_tokens = 8
+[gates.liveness]
+min_samples = 5
+window_pairs = 10
+[gates.error]
+mode = "dry_run"
+[gates.latency]
+mode = "dry_run"
+[gates.quality]
+mode = "dry_run"
+[gates.speedup]
+mode = "dry_run"
+[gates.drift]
+mode = "dry_run"
+"""
+
+
+@pytest.fixture
+def slim(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
+    """An environment whose interpreters cannot import the blocked packages, and the log
+    of their attempts."""
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+    log = tmp_path / "attempts.log"
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("CANARYD_")}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(blocker), str(REPO_ROOT)]),
+        SLIM_BLOCKER_LOG=str(log),
+        CANARYD_DATA_DIR=str(tmp_path / "data"),
+        CANARYD_CONFIG="",
+        COLUMNS="200",
+    )
+    yield env, log
+
+
+def canaryd(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "canaryd", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def attempts(log: Path) -> list[str]:
+    return log.read_text(encoding="utf-8").split() if log.exists() else []
+
+
+class TestSlimInstall:
+    def test_the_blocker_blocks(self, slim: tuple[dict[str, str], Path]) -> None:
+        """The harness itself: importing torch under it fails and is recorded."""
+        env, log = slim
+        done = subprocess.run(
+            [sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 1 and "No module named 'torch'" in done.stderr
+        assert attempts(log) == ["torch"]
+
+    def test_judge_on_remote_arms(self, slim: tuple[dict[str, str], Path], tmp_path: Path) -> None:
+        """`canaryd judge` PASSes a healthy candidate and imports nothing blocked."""
+        env, log = slim
+        config = tmp_path / "judge.toml"
+        config.write_text(
+            LIVENESS_ONLY + f'[storage]\nurl = "sqlite:///{tmp_path / "judge.db"}"\n',
+            encoding="utf-8",
+        )
+        with MisbehavingServer() as baseline, MisbehavingServer() as candidate:
+            done = canaryd(
+                env, "judge", "--config", str(config), "--baseline", baseline.url,
+                "--candidate", candidate.url, "--pairs", "20", "--model", "m",
+            )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "verdict: PASS" in done.stdout
+        assert attempts(log) == []
+
+    def test_switch_status(self, slim: tuple[dict[str, str], Path], tmp_path: Path) -> None:
+        """`canaryd db upgrade` and `canaryd switch status` work and import nothing blocked."""
+        env, log = slim
+        url = f"sqlite:///{tmp_path / 'switch.db'}"
+        env = {**env, "CANARYD_SWITCH__STATE_FILE": str(tmp_path / "switch.json")}
+        upgraded = canaryd(env, "db", "upgrade", "--url", url)
+        assert upgraded.returncode == 0, upgraded.stderr
+        status = canaryd(env, "switch", "status", "--url", url)
+        assert status.returncode == 0, status.stderr
+        assert "mode: auto (speculative decoding ENABLED)" in status.stdout
+        assert attempts(log) == []
+
+    def test_in_process_engine_names_the_extra(self, slim: tuple[dict[str, str], Path]) -> None:
+        """The default arms (the embedded model in-process) fail with one line naming
+        `canaryd[local]`, not a traceback."""
+        env, _ = slim
+        done = canaryd(env, "once", "--pairs", "1")
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "Traceback" not in done.stderr
+        assert 'kind = "transformers" (the in-process engine) needs' in done.stderr
+        assert "install canaryd[local]" in done.stderr
