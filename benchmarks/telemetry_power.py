@@ -1,0 +1,605 @@
+"""How fast a rollout's verdict decides when the gates read production telemetry as well as
+pairs, and how often it rolls back a healthy revision.
+
+Production traffic is simulated per deployment (one baseline and one speculative arm) at
+1, 5 and 50 requests per second, scraped every 15 s: each scrape interval comes from
+`gates.telemetry_testing` (Poisson arrivals; log-normal TTFT and inter-token latencies,
+the speculative arm's one per verify step of `verify_step_cost` decode steps; the three
+latency histograms binned at vLLM's bucket bounds; requests running and waiting by
+Little's law; drafts, draft tokens and accepted tokens with k = 3 draft tokens and a
+per-request acceptance probability giving an acceptance length of about 2.5), with
+request errors drawn per request (0.5 % on both arms). Beside it the rollout burst runs
+pairs at `--pairs-per-minute` (20 by default, `rollout.max_pairs_per_minute`), built
+with `gates.testing`'s record builders: greedy pairs that match exactly (a lossless
+speculative decoder), task-score deltas of 0 with ±1 on 2 % each, 0.5 % failures per
+arm, the speculative arm about 1.8× faster (pairs run at the burst's low concurrency).
+
+Every 15 s the revision is judged the one way the product judges it: `gates.cycle.judge`
+over the pairs and both arms' telemetry since the revision started, with
+`GatesConfig()` defaults, the scrape interval as the telemetry detectors' unit and the
+acceptance reference pinned (`pin_acceptance_reference`) from the stable revision's
+healthy telemetry before the rollout. A PASS needs the quality checks on pairs and the
+three telemetry gates (`combine`); any enforce FAIL is a FAIL. To save time the verdict
+is first screened every `screen` intervals (1 minute); a screened interval whose last
+judgement decided, or shows an enforce detector at 0.9 of its threshold, is replayed
+interval by interval, so each time is exact to the 15 s scrape.
+
+Faults, present from the revision's first request (pairs and telemetry alike):
+- `errors_5pct`: the speculative arm fails 5 % of its requests.
+- `latency_x1.5_under_load`: at production load the speculative arm's TTFT and its
+  inter-token latency per token are 1.5× the baseline's (speculation losing at high
+  batch sizes); its pairs, at the burst's concurrency, stay as fast as when healthy.
+- `acceptance_drop_30pct`: the speculative arm's acceptance length falls 30 % (the
+  per-request acceptance probability lowered by bisection until it does; the measured
+  lengths are reported).
+
+Reported (JSON with `--out`): per rate (`rates` keyed "1", "5", "50"), `healthy.trips`
+(FAIL verdicts of healthy revisions, in the rollout runs and in the soak),
+`healthy.minutes_to_pass` and each fault's `minutes_to_fail` (medians over seeds; a run
+undecided by the cap counts as longer than any, and a median that falls on one is
+null), with the runs behind them. `healthy_false_trips_per_30d`: the healthy trips per
+30 days of simulated healthy traffic (the rollout runs and a soak of `--soak-hours` per
+rate, judged on telemetry alone at each hour, a trip counted where an enforce
+telemetry detector's CUSUM peak in its window reached its threshold) with the 95 %
+Poisson upper bound; `budget`: the detectors sharing the one false-alarm budget and
+each one's ARL0 (pairs for pair detectors, scrape intervals for telemetry detectors).
+
+`--quick`: 3 seeds, a 40-minute cap, a 2-hour soak per rate, two processes (about 2-3
+minutes on 2 cores). The full run: 10 seeds, a 90-minute cap, 24 hours of soak per rate.
+
+Usage: .venv/bin/python benchmarks/telemetry_power.py [--quick] [--out FILE] [--seeds N]
+       [--cap-minutes M] [--soak-hours H] [--pairs-per-minute R] [--screen N] [--jobs N]
+       [--rates RPS ...] [--faults FAULT ...]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if not __package__:
+    # Run as a file: the repository root, not this folder, holds the packages.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# The imports below need the path above.
+import argparse
+import functools
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from gates.budget import detector_arl0, detector_count, telemetry_arl0, telemetry_detector_count
+from gates.config import GatesConfig
+from gates.core import GateState, checks
+from gates.cycle import TELEMETRY_GATES, Judgement, judge
+from gates.records import PairRecord
+from gates.telemetry import ArmTelemetry, TelemetryEvidence, TelemetryInterval
+from gates.telemetry_acceptance import AcceptanceReference, pin_acceptance_reference
+from gates.telemetry_testing import ArmTraffic, simulate_interval
+from gates.testing import T0, record, result, scores
+
+RATES = (1, 5, 50)
+FAULTS = ("errors_5pct", "latency_x1.5_under_load", "acceptance_drop_30pct")
+SCRAPE_S = 15.0
+PAIRS_PER_MINUTE = 20.0  # rollout.max_pairs_per_minute's default
+BASELINE_ERROR_RATE = 0.005
+FAULT_ERROR_RATE = 0.05
+DRAFT_TOKENS = 3
+TARGET_ACCEPTANCE_LENGTH = 2.5
+LATENCY_FAULT = 1.5
+ACCEPTANCE_DROP = 0.30
+SCREEN_INTERVALS = 4
+NEAR_THRESHOLD = 0.9
+HOURS_PER_30_DAYS = 720.0
+# Pairs: the baseline's end-to-end time and the speculative arm's speed-up at the
+# burst's concurrency; verify steps for 40 output tokens at the healthy length.
+PAIR_E2E_S = 2.0
+PAIR_SPEEDUP = 1.8
+PAIR_OUTPUT_TOKENS = 40
+SCORE_FLIP_SHARE = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class Arms:
+    """Both arms' production traffic, and what the speculative arm's pairs look like."""
+
+    baseline: ArmTraffic
+    speculative: ArmTraffic
+    speculative_error_rate: float
+    pair_error_rate: float
+    pair_acceptance_length: float
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The traffic of every scenario at one rate, fitted once."""
+
+    healthy: Arms
+    faults: dict[str, Arms]
+    acceptance_lengths: dict[str, float]
+
+
+def acceptance_length(traffic: ArmTraffic, seed: int = 12345, intervals: int = 10) -> float:
+    """The simulator's acceptance length (1 + accepted ÷ drafts) for `traffic`, measured
+    on a large fixed-seed sample at 50 requests per second."""
+    rng = np.random.default_rng(seed)
+    busy = replace(traffic, rps=50.0)
+    drafts = accepted = 0
+    for index in range(intervals):
+        interval = simulate_interval(rng, busy, T0 + timedelta(seconds=index * SCRAPE_S), SCRAPE_S)
+        drafts += interval.drafts or 0
+        accepted += interval.accepted_tokens or 0
+    return 1.0 + accepted / drafts
+
+
+def acceptance_for(target: float, traffic: ArmTraffic) -> float:
+    """The mean per-request acceptance probability whose acceptance length is `target`
+    (bisection on the measured length, which rises with it)."""
+    low, high = 0.02, 0.98
+    for _ in range(12):
+        middle = (low + high) / 2
+        if acceptance_length(replace(traffic, acceptance=middle)) < target:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+@functools.cache
+def fitted_acceptance() -> tuple[float, float, float, float]:
+    """The per-request acceptance probabilities of the healthy arm (length 2.5) and of
+    the 30 % drop, and the lengths measured with them (the same at every rate)."""
+    template = ArmTraffic(draft_tokens=DRAFT_TOKENS)
+    healthy = acceptance_for(TARGET_ACCEPTANCE_LENGTH, template)
+    length = acceptance_length(replace(template, acceptance=healthy))
+    dropped = acceptance_for((1.0 - ACCEPTANCE_DROP) * length, template)
+    return healthy, length, dropped, acceptance_length(replace(template, acceptance=dropped))
+
+
+def plan_for(rate: int) -> Plan:
+    """The healthy arms at `rate` requests per second, and each fault's."""
+    alpha, length, dropped_alpha, dropped_length = fitted_acceptance()
+    baseline = ArmTraffic(rps=float(rate))
+    speculative = ArmTraffic(rps=float(rate), draft_tokens=DRAFT_TOKENS, acceptance=alpha)
+    healthy = Arms(baseline, speculative, BASELINE_ERROR_RATE, BASELINE_ERROR_RATE, length)
+    # Per token, a verify step of `verify_step_cost` decode steps yields `length` tokens:
+    # slowed so that TTFT and the per-token latency are 1.5x the baseline's.
+    per_token = speculative.verify_step_cost / length
+    slow = replace(
+        speculative,
+        ttft_s=LATENCY_FAULT * baseline.ttft_s,
+        itl_s=speculative.itl_s * LATENCY_FAULT / per_token,
+    )
+    dropped = replace(speculative, acceptance=dropped_alpha)
+    faults = {
+        "errors_5pct": replace(
+            healthy, speculative_error_rate=FAULT_ERROR_RATE, pair_error_rate=FAULT_ERROR_RATE
+        ),
+        "latency_x1.5_under_load": replace(healthy, speculative=slow),
+        "acceptance_drop_30pct": replace(
+            healthy, speculative=dropped, pair_acceptance_length=dropped_length
+        ),
+    }
+    return Plan(healthy, faults, {"healthy": length, "acceptance_drop_30pct": dropped_length})
+
+
+# --- the simulated rollout -------------------------------------------------------------
+
+
+def with_errors(
+    interval: TelemetryInterval, rate: float, rng: np.random.Generator
+) -> TelemetryInterval:
+    """`interval` with each of its requests failing independently at `rate`."""
+    return replace(interval, errors=int(rng.binomial(interval.requests or 0, rate)))
+
+
+def pairs_for(
+    arms: Arms, rng: np.random.Generator, count: int, spacing_s: float
+) -> list[PairRecord]:
+    """`count` burst pairs, one every `spacing_s` seconds from T0."""
+    base_e2e = PAIR_E2E_S * np.exp(rng.normal(0.0, 0.3, count))
+    spec_e2e = base_e2e / PAIR_SPEEDUP * np.exp(rng.normal(0.0, 0.15, count))
+    base_ok = rng.random(count) >= BASELINE_ERROR_RATE
+    spec_ok = rng.random(count) >= arms.pair_error_rate
+    flips = rng.random(count)
+    steps = max(1, round(PAIR_OUTPUT_TOKENS / arms.pair_acceptance_length))
+    records = []
+    for index in range(count):
+        delta = 0.0
+        if flips[index] < SCORE_FLIP_SHARE:
+            delta = 1.0
+        elif flips[index] < 2 * SCORE_FLIP_SHARE:
+            delta = -1.0
+        records.append(
+            record(
+                index,
+                baseline=result(float(base_e2e[index]), ok=bool(base_ok[index])),
+                speculative=result(
+                    float(spec_e2e[index]),
+                    ok=bool(spec_ok[index]),
+                    output_tokens=PAIR_OUTPUT_TOKENS,
+                    verify_steps=steps,
+                ),
+                pair_scores=scores(delta=delta),
+                started_at=T0 + timedelta(seconds=(index + 1) * spacing_s),
+                run_id="telemetry_power",
+            )
+        )
+    return records
+
+
+def stable_reference(
+    arms: Arms, rng: np.random.Generator, config: GatesConfig, before: datetime
+) -> AcceptanceReference:
+    """The acceptance reference pinned from the stable revision's healthy telemetry in the
+    intervals just before `before` (the rollout's start)."""
+    needed = config.telemetry.acceptance
+    intervals: list[TelemetryInterval] = []
+    for count in range(1, 2000):
+        start = before - timedelta(seconds=count * SCRAPE_S)
+        intervals.insert(0, simulate_interval(rng, arms.speculative, start, SCRAPE_S))
+        drafts = sum(i.drafts or 0 for i in intervals)
+        if count >= needed.pin_min_intervals and drafts >= needed.pin_min_drafts:
+            pinned = pin_acceptance_reference(ArmTelemetry.of(intervals), needed, now=before)
+            if pinned is not None:
+                return pinned
+    raise RuntimeError("no acceptance reference after 2000 intervals")
+
+
+def decided(judged: Judgement) -> bool:
+    return judged.verdict in ("PASS", "FAIL")
+
+
+def near_alarm(judged: Judgement) -> bool:
+    """An enforce detector whose CUSUM peak in its window reached 0.9 of its threshold:
+    an alarm may have come and gone between two screened judgements."""
+    return any(
+        check.detector.peak >= NEAR_THRESHOLD * check.detector.threshold
+        for decision in judged.decisions
+        if decision.enforced
+        for check in checks([decision])
+        if check.detector is not None and check.detector.threshold > 0
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One rollout: the verdict it ended with (None: undecided at the cap), when, which
+    gates FAILed, and the judgements it took."""
+
+    verdict: str | None
+    minutes: float | None
+    failed_by: tuple[str, ...]
+    judgements: int
+
+
+def rollout(
+    arms: Arms,
+    stable: Arms,
+    seed: int,
+    *,
+    cap_minutes: float,
+    pairs_per_minute: float,
+    config: GatesConfig,
+    screen: int = SCREEN_INTERVALS,
+) -> Outcome:
+    """A revision (`arms`) judged from its first request until its verdict decides or
+    the cap; its acceptance reference pinned from the `stable` revision before it."""
+    rng = np.random.default_rng(seed)
+    reference = stable_reference(stable, rng, config, T0)
+    intervals = int(cap_minutes * 60 / SCRAPE_S)
+    spacing = 60.0 / pairs_per_minute
+    pairs = pairs_for(arms, rng, int(cap_minutes * pairs_per_minute) + 1, spacing)
+    baseline: list[TelemetryInterval] = []
+    speculative: list[TelemetryInterval] = []
+    calls = 0
+
+    def judged_at(count: int) -> Judgement:
+        nonlocal calls
+        calls += 1
+        now = T0 + timedelta(seconds=count * SCRAPE_S)
+        return judge(
+            pairs[: int(count * SCRAPE_S / spacing)],
+            None,
+            None,
+            config,
+            now,
+            since=T0,
+            telemetry=TelemetryEvidence(
+                ArmTelemetry(tuple(baseline[:count])), ArmTelemetry(tuple(speculative[:count]))
+            ),
+            scrape_interval_s=SCRAPE_S,
+            acceptance_reference=reference,
+            subject="the revision",
+        )
+
+    screened = 0
+    for count in range(1, intervals + 1):
+        start = T0 + timedelta(seconds=(count - 1) * SCRAPE_S)
+        base = simulate_interval(rng, arms.baseline, start, SCRAPE_S)
+        spec = simulate_interval(rng, arms.speculative, start, SCRAPE_S)
+        baseline.append(with_errors(base, BASELINE_ERROR_RATE, rng))
+        speculative.append(with_errors(spec, arms.speculative_error_rate, rng))
+        if count % screen and count != intervals:
+            continue
+        judged = judged_at(count)
+        if decided(judged) or near_alarm(judged):
+            for replay in range(screened + 1, count + 1):
+                exact = judged if replay == count else judged_at(replay)
+                if decided(exact):
+                    failed = tuple(
+                        d.name for d in exact.decisions if d.enforced and d.state is GateState.FAIL
+                    )
+                    return Outcome(exact.verdict, replay * SCRAPE_S / 60, failed, calls)
+        screened = count
+    return Outcome(None, None, (), calls)
+
+
+def soak(rate: int, seed: int, *, hours: float, config: GatesConfig) -> dict[str, Any]:
+    """Healthy telemetry for `hours`, judged on telemetry alone at every hour (a trip:
+    an enforce telemetry detector's CUSUM peak in its window reached its threshold,
+    i.e. an alarm any 15 s judgement in the hour could have raised)."""
+    arms = plan_for(rate).healthy
+    rng = np.random.default_rng(seed)
+    reference = stable_reference(arms, rng, config, T0)
+    per_hour = int(3600 / SCRAPE_S)
+    baseline: list[TelemetryInterval] = []
+    speculative: list[TelemetryInterval] = []
+    trips: list[dict[str, Any]] = []
+    for hour in range(1, math.ceil(hours) + 1):
+        for index in range((hour - 1) * per_hour, hour * per_hour):
+            start = T0 + timedelta(seconds=index * SCRAPE_S)
+            base = simulate_interval(rng, arms.baseline, start, SCRAPE_S)
+            spec = simulate_interval(rng, arms.speculative, start, SCRAPE_S)
+            baseline.append(with_errors(base, BASELINE_ERROR_RATE, rng))
+            speculative.append(with_errors(spec, BASELINE_ERROR_RATE, rng))
+        now = T0 + timedelta(seconds=hour * per_hour * SCRAPE_S)
+        judged = judge(
+            [],
+            None,
+            None,
+            config,
+            now,
+            telemetry=TelemetryEvidence(
+                ArmTelemetry(tuple(baseline)), ArmTelemetry(tuple(speculative))
+            ),
+            scrape_interval_s=SCRAPE_S,
+            acceptance_reference=reference,
+        )
+        alarms = [
+            check.name
+            for decision in judged.decisions
+            if decision.enforced and decision.name in TELEMETRY_GATES
+            for check in checks([decision])
+            if check.state is GateState.FAIL
+            or (check.detector is not None and check.detector.peak >= check.detector.threshold)
+        ]
+        if alarms:
+            trips.append({"hour": hour, "checks": alarms})
+            baseline.clear()  # a rollback restarts the evidence
+            speculative.clear()
+    return {"rate": rate, "hours": float(math.ceil(hours)), "trips": trips}
+
+
+# --- the benchmark ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One unit of work for the pool: a rollout run or a soak."""
+
+    kind: str  # "rollout" or "soak"
+    rate: int
+    scenario: str  # "healthy" or a fault
+    seed: int
+
+
+def run_task(
+    task: Task, cap_minutes: float, pairs_per_minute: float, soak_hours: float, screen: int
+) -> Any:
+    config = GatesConfig()
+    if task.kind == "soak":
+        return soak(task.rate, task.seed, hours=soak_hours, config=config)
+    plan = plan_for(task.rate)
+    arms = plan.healthy if task.scenario == "healthy" else plan.faults[task.scenario]
+    return rollout(
+        arms,
+        plan.healthy,
+        task.seed,
+        cap_minutes=cap_minutes,
+        pairs_per_minute=pairs_per_minute,
+        config=config,
+        screen=screen,
+    )
+
+
+def censored_median(values: Sequence[float | None]) -> float | None:
+    """The median with undecided runs (None) longer than any; None when it is one."""
+    ordered = sorted(values, key=lambda v: math.inf if v is None else v)
+    if not ordered:
+        return None
+    middle = ordered[(len(ordered) - 1) // 2]
+    if len(ordered) % 2 == 0:
+        upper = ordered[len(ordered) // 2]
+        if middle is None or upper is None:
+            return None
+        return (middle + upper) / 2
+    return middle
+
+
+def poisson_upper95(count: int) -> float:
+    """The one-sided 95 % upper bound on a Poisson mean from `count` events."""
+    from scipy.stats import chi2
+
+    return float(chi2.ppf(0.95, 2 * (count + 1)) / 2)
+
+
+def run(
+    *,
+    seeds: int,
+    cap_minutes: float,
+    soak_hours: float,
+    pairs_per_minute: float = PAIRS_PER_MINUTE,
+    screen: int = SCREEN_INTERVALS,
+    jobs: int = 1,
+    rates: Sequence[int] = RATES,
+    faults: Sequence[str] = FAULTS,
+) -> dict[str, Any]:
+    """Every rate's healthy and faulty rollouts over `seeds` seeds and its soak; the JSON."""
+    began = time.perf_counter()
+    tasks = [Task("soak", rate, "healthy", 1000 + rate) for rate in rates if soak_hours > 0]
+    tasks += [
+        Task("rollout", rate, scenario, seed * 1000 + rate)
+        for rate in rates
+        for scenario in ("healthy", *faults)
+        for seed in range(seeds)
+    ]
+    arguments = (cap_minutes, pairs_per_minute, soak_hours, screen)
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(run_task, task, *arguments) for task in tasks]
+            results = [future.result() for future in futures]
+    else:
+        results = [run_task(task, *arguments) for task in tasks]
+    done = dict(zip(tasks, results, strict=True))
+    config = GatesConfig()
+    report: dict[str, Any] = {"rates": {}}
+    healthy_hours = 0.0
+    healthy_trips = 0
+    for rate in rates:
+        runs: dict[str, list[Outcome]] = {scenario: [] for scenario in ("healthy", *faults)}
+        for task in tasks:
+            if task.kind == "rollout" and task.rate == rate:
+                runs[task.scenario].append(done[task])
+        soaked = next((done[t] for t in tasks if t.kind == "soak" and t.rate == rate), None)
+        healthy = runs["healthy"]
+        rollout_trips = sum(1 for o in healthy if o.verdict == "FAIL")
+        soak_trips = len(soaked["trips"]) if soaked else 0
+        healthy_trips += rollout_trips + soak_trips
+        healthy_hours += sum((o.minutes or cap_minutes) / 60 for o in healthy)
+        healthy_hours += soaked["hours"] if soaked else 0.0
+        passed = [o.minutes if o.verdict == "PASS" else None for o in healthy]
+        report["rates"][str(rate)] = {
+            "healthy": {
+                "trips": rollout_trips + soak_trips,
+                "minutes_to_pass": censored_median(passed),
+                "runs_minutes_to_pass": passed,
+                "rollout_trips": rollout_trips,
+                "soak_hours": soaked["hours"] if soaked else 0.0,
+                "soak_trips": soaked["trips"] if soaked else [],
+            },
+            "faults": {
+                fault: {
+                    "minutes_to_fail": censored_median(
+                        [o.minutes if o.verdict == "FAIL" else None for o in runs[fault]]
+                    ),
+                    "runs_minutes_to_fail": [
+                        o.minutes if o.verdict == "FAIL" else None for o in runs[fault]
+                    ],
+                    "failed_by": sorted({name for o in runs[fault] for name in o.failed_by}),
+                    "passed_runs": sum(1 for o in runs[fault] if o.verdict == "PASS"),
+                }
+                for fault in faults
+            },
+        }
+    per_30d = healthy_trips / healthy_hours * HOURS_PER_30_DAYS if healthy_hours else None
+    upper = poisson_upper95(healthy_trips) / healthy_hours * HOURS_PER_30_DAYS
+    lengths = plan_for(rates[0]).acceptance_lengths
+    report.update(
+        {
+            "healthy_false_trips_per_30d": per_30d,
+            "healthy_false_trips_per_30d_upper95": upper,
+            "healthy_hours": healthy_hours,
+            "budget": {
+                "false_rollbacks_per_30_days": config.budget.false_rollbacks_per_30_days,
+                "detectors": detector_count(config, telemetry=True),
+                "telemetry_detectors": telemetry_detector_count(config),
+                "pair_detector_arl0_pairs": detector_arl0(config, telemetry=True),
+                "telemetry_detector_arl0_intervals": telemetry_arl0(config, SCRAPE_S),
+            },
+            "setup": {
+                "seeds": seeds,
+                "cap_minutes": cap_minutes,
+                "scrape_interval_s": SCRAPE_S,
+                "pairs_per_minute": pairs_per_minute,
+                "screen_intervals": screen,
+                "baseline_error_rate": BASELINE_ERROR_RATE,
+                "draft_tokens": DRAFT_TOKENS,
+                "acceptance_length_healthy": lengths["healthy"],
+                "acceptance_length_acceptance_drop_30pct": lengths["acceptance_drop_30pct"],
+            },
+            "elapsed_s": round(time.perf_counter() - began, 1),
+        }
+    )
+    return report
+
+
+def table(report: dict[str, Any]) -> str:
+    """The figures as text: per rate, minutes to PASS and to FAIL per fault, and trips."""
+
+    def minutes(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    lines = [f"{'rps':>4} {'trips':>5} {'pass min':>8} " + " ".join(f"{f:>24}" for f in FAULTS)]
+    for rate, figures in report["rates"].items():
+        healthy = figures["healthy"]
+        fails = [
+            minutes(figures["faults"][f]["minutes_to_fail"]) if f in figures["faults"] else "-"
+            for f in FAULTS
+        ]
+        lines.append(
+            f"{rate:>4} {healthy['trips']:>5} {minutes(healthy['minutes_to_pass']):>8} "
+            + " ".join(f"{value:>24}" for value in fails)
+        )
+    lines.append(
+        f"healthy false trips per 30 days: {report['healthy_false_trips_per_30d']:.3g} "
+        f"(95 % bound {report['healthy_false_trips_per_30d_upper95']:.3g}, "
+        f"{report['healthy_hours']:.1f} h of healthy traffic); {report['elapsed_s']} s"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="3 seeds, 30 min cap, 2 h soak")
+    parser.add_argument("--out", default=None, help="write the JSON here")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per scenario")
+    parser.add_argument("--cap-minutes", type=float, default=None)
+    parser.add_argument("--soak-hours", type=float, default=None, help="per rate")
+    parser.add_argument("--pairs-per-minute", type=float, default=PAIRS_PER_MINUTE)
+    parser.add_argument(
+        "--rates", type=int, nargs="+", default=list(RATES), help="requests per second"
+    )
+    parser.add_argument("--faults", nargs="+", default=list(FAULTS), choices=FAULTS)
+    parser.add_argument(
+        "--screen", type=int, default=None, help="intervals between screened judgements"
+    )
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    args = parser.parse_args(argv)
+    report = run(
+        seeds=args.seeds or (3 if args.quick else 10),
+        cap_minutes=args.cap_minutes or (30.0 if args.quick else 90.0),
+        soak_hours=args.soak_hours
+        if args.soak_hours is not None
+        else (2.0 if args.quick else 24.0),
+        pairs_per_minute=args.pairs_per_minute,
+        screen=args.screen or (8 if args.quick else SCREEN_INTERVALS),
+        jobs=args.jobs,
+        rates=args.rates,
+        faults=args.faults,
+    )
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(table(report))
+
+
+if __name__ == "__main__":
+    main()
