@@ -9,6 +9,7 @@ are reported as "not measured" with the reason, never as zeros — a zero would 
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -195,3 +196,36 @@ class ResourceMonitor:
             "interval_s": self.interval_s,
             "elapsed_s": self._elapsed,
         }
+
+
+def cpu_busy_seconds(stat: Path = Path("/proc/stat")) -> float | None:
+    """Core-seconds every CPU of the machine has spent busy since boot (all but idle and
+    iowait): a local server's work counts as well as this process's. None off Linux."""
+    try:
+        fields = stat.read_text().splitlines()[0].split()[1:]
+        ticks = [int(value) for value in fields]
+    except (OSError, IndexError, ValueError):
+        return None
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class ResourceMeter:
+    """Resource-seconds spent over a window: GPU-seconds (each GPU NVML sees, held for
+    the window's wall time) where NVML answers, else the machine's busy CPU core-seconds.
+    `unit` says which ("gpu_s", "cpu_core_s"); `None` figures where neither is readable."""
+
+    def __init__(self) -> None:
+        nvml = Nvml()
+        self.gpus = len(nvml.sample())
+        nvml.close()
+        self.unit = "gpu_s" if self.gpus else "cpu_core_s"
+
+    def reading(self) -> float | None:
+        if self.gpus:
+            return time.perf_counter() * self.gpus
+        return cpu_busy_seconds()
+
+    def spent(self, since: float | None) -> float | None:
+        now = self.reading()
+        return None if since is None or now is None else max(now - since, 0.0)

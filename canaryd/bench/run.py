@@ -32,6 +32,8 @@ from typing import Any
 
 import structlog
 
+from canaryd.bench.resources import ResourceMeter
+from canaryd.bench.serving import Slo, poisson_arrivals, serving_figures, vllm_view
 from canaryd.report.figures import (
     ArmWindow,
     LevelRecord,
@@ -60,16 +62,25 @@ DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 16, 64)
 
 @dataclass(frozen=True, slots=True)
 class BenchPlan:
-    """The ladder to climb. Exactly one of `requests` and `duration_s` is set."""
+    """The ladder to climb: closed-loop `concurrency` levels, then open-loop `rates`
+    (requests per second, gamma gaps of shape `burstiness`; open-loop levels need
+    `requests`). Exactly one of `requests` and `duration_s` is set."""
 
     concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
     requests: int | None = None  # per level and arm
     duration_s: float | None = None  # per level: the baseline arm's time budget
     warmup: int = 2  # requests per arm before the ladder, excluded
+    rates: tuple[float, ...] = ()
+    burstiness: float = 1.0
+    slo: Slo = field(default_factory=Slo)
 
     def __post_init__(self) -> None:
-        if not self.concurrency or any(c < 1 for c in self.concurrency):
+        if not (self.concurrency or self.rates) or any(c < 1 for c in self.concurrency):
             raise ValueError(f"concurrency levels must be ≥ 1, got {self.concurrency!r}")
+        if any(r <= 0 for r in self.rates) or self.burstiness <= 0:
+            raise ValueError(f"rates and burstiness must be > 0, got {self.rates!r}")
+        if self.rates and self.requests is None:
+            raise ValueError("open-loop rates need a number of requests, not a duration")
         if (self.requests is None) == (self.duration_s is None):
             raise ValueError("set exactly one of requests and duration_s")
         if self.requests is not None and self.requests < 1:
@@ -114,6 +125,8 @@ def bench_results(run: StoredRun, pairs: Sequence[PairRecord]) -> dict[str, Any]
         "ladder": [asdict(level) for level in ladder_figures(section, pairs)],
         "consistency": _by_category(of_arm[arms[0]], consistency_figures),
         "resources": section.get("resources"),
+        "serving": serving_results(section),
+        "cold": (section.get("warmup") or {}).get("cold"),
         "switch_arm": arms[0],
         "arms": {
             arm: {
@@ -123,6 +136,30 @@ def bench_results(run: StoredRun, pairs: Sequence[PairRecord]) -> dict[str, Any]
             for arm in arms
         },
     }
+
+
+def serving_results(section: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each level's serving figures per arm (with their `vllm bench serve` keys) and the
+    speculative arms' cost per useful token over the baseline's."""
+    levels = []
+    for data in section.get("levels", []):
+        serving = data.get("serving") or {}
+        base_cost = (serving.get(BASELINE_ARM) or {}).get("cost_per_useful_token")
+        levels.append(
+            {
+                "concurrency": data.get("concurrency"),
+                "rate": data.get("rate"),
+                "arms": {arm: {**f, "vllm": vllm_view(f)} for arm, f in serving.items()},
+                "cost_ratio": {
+                    arm: f["cost_per_useful_token"] / base_cost
+                    if base_cost and f.get("cost_per_useful_token") is not None
+                    else None
+                    for arm, f in serving.items()
+                    if arm != BASELINE_ARM
+                },
+            }
+        )
+    return levels
 
 
 def _by_category(
@@ -208,6 +245,52 @@ def drive_arm(
     return ArmRun(ArmWindow(started_at, wall_s), [results[i] for i in sorted(results)])
 
 
+def drive_open(
+    engine: Engine,
+    request_for: Callable[[int], GenerationRequest],
+    arrivals: Sequence[float],
+    *,
+    on_done: Callable[[], None] | None = None,
+) -> ArmRun:
+    """Open loop: request i is sent `arrivals[i]` seconds after the start whatever is
+    still in flight (as `vllm bench serve --request-rate` sends). Results in index order;
+    the window spans the start to the last reply."""
+    results: dict[int, Timed] = {}
+    lock = threading.Lock()
+    started_at = datetime.now(UTC)
+    started = time.perf_counter()
+
+    def send(index: int) -> None:
+        timed = call_engine(engine, request_for(index))
+        with lock:
+            results[index] = timed
+        if on_done is not None:
+            on_done()
+
+    workers = max(1, min(len(arrivals), 256))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bench-open") as pool:
+        futures = []
+        for index, at in enumerate(arrivals):
+            delay = started + at - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            futures.append(pool.submit(send, index))
+        for future in futures:
+            future.result()
+    wall_s = time.perf_counter() - started
+    return ArmRun(ArmWindow(started_at, wall_s), [results[i] for i in sorted(results)])
+
+
+def passed_quality(record: PairRecord) -> bool:
+    """A complete pair whose speculative output kept the baseline's quality: an exact
+    match, or a task score no lower than the baseline's (no check: not a loss), and no
+    loop the baseline did not have."""
+    scores = record.scores
+    if not record.complete or scores is None or scores.speculative_loop > scores.baseline_loop:
+        return False
+    return scores.exact_match or (scores.task_score_delta or 0.0) >= 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class BenchParams:
     """Sampling shared by both arms (from `[prompts]`); `max_tokens` overrides prompts'."""
@@ -257,6 +340,7 @@ class Bench:
         self.progress = progress or BenchProgress()
         self._rng = random.Random(params.seed)  # noqa: S311  (arm order, not security)
         self.warmup: dict[str, Any] = {}
+        self.meter = ResourceMeter()
 
     def request(self, index: int, request_id: str) -> GenerationRequest:
         prompt = self.prompts[index % len(self.prompts)]
@@ -273,10 +357,13 @@ class Bench:
             category=prompt.category,
         )
 
-    def pair_id(self, concurrency: int, index: int, arm: str | None = None) -> str:
+    def pair_id(
+        self, concurrency: int, index: int, arm: str | None = None, rate: float | None = None
+    ) -> str:
         """Request `index` of a level (the group of its pairs); with several speculative
         arms, `arm`'s pair of it."""
-        group = f"{self.run_id}-c{concurrency}-{index:05d}"
+        level = f"c{concurrency}" if rate is None else f"r{rate:g}"
+        group = f"{self.run_id}-{level}-{index:05d}"
         return group if arm is None or len(self.speculative) == 1 else f"{group}-{arm}"
 
     def run_warmup(self) -> None:
@@ -286,6 +373,7 @@ class Bench:
             return
         self.progress.phase("warm-up", len(self.arms) * self.plan.warmup)
         walls: dict[str, float] = {}
+        cold: dict[str, Any] = {}
         for arm in self.arms:
             run = drive_arm(
                 self.arms[arm],
@@ -295,7 +383,16 @@ class Bench:
                 on_done=self.progress.advance,
             )
             walls[arm] = run.window.wall_s
-        self.warmup = {"requests_per_arm": self.plan.warmup, "wall_s": walls}
+            # The first requests after start, apart from the warm levels' figures.
+            cold[arm] = serving_figures(
+                [t.result for t in run.results],
+                run.window.wall_s,
+                slo=self.plan.slo,
+                resource_s=None,
+                resource_unit=self.meter.unit,
+                useful_tokens=0,
+            )
+        self.warmup = {"requests_per_arm": self.plan.warmup, "wall_s": walls, "cold": cold}
 
     def _order(self) -> tuple[str, ...]:
         """Which arm goes first, second, … is drawn at random per level."""
@@ -305,21 +402,40 @@ class Bench:
         self._rng.shuffle(names)
         return tuple(names)
 
-    def run_level(self, concurrency: int) -> tuple[LevelRecord, list[PairRecord]]:
+    def run_level(
+        self, concurrency: int = 0, rate: float | None = None
+    ) -> tuple[LevelRecord, list[PairRecord]]:
+        """One level: closed loop at `concurrency`, or open loop at `rate` per second."""
         order = self._order()
         runs: dict[str, ArmRun] = {}
+        spent: dict[str, float | None] = {}
         limit = self.plan.requests
+        arrivals = (
+            poisson_arrivals(limit or 0, rate, self.plan.burstiness, self.params.seed)
+            if rate is not None
+            else []
+        )
         for position, arm in enumerate(order):
             timed_first = position == 0 and self.plan.duration_s is not None
-            self.progress.phase(f"c={concurrency} {arm}", limit)
-            runs[arm] = drive_arm(
-                self.arms[arm],
-                lambda i: self.request(i, self.pair_id(concurrency, i)),
-                concurrency,
-                limit=None if timed_first else limit,
-                deadline_s=self.plan.duration_s if timed_first else None,
-                on_done=self.progress.advance,
-            )
+            self.progress.phase(f"r={rate:g} {arm}" if rate else f"c={concurrency} {arm}", limit)
+            before = self.meter.reading()
+            if rate is not None:
+                runs[arm] = drive_open(
+                    self.arms[arm],
+                    lambda i: self.request(i, self.pair_id(concurrency, i, rate=rate)),
+                    arrivals,
+                    on_done=self.progress.advance,
+                )
+            else:
+                runs[arm] = drive_arm(
+                    self.arms[arm],
+                    lambda i: self.request(i, self.pair_id(concurrency, i)),
+                    concurrency,
+                    limit=None if timed_first else limit,
+                    deadline_s=self.plan.duration_s if timed_first else None,
+                    on_done=self.progress.advance,
+                )
+            spent[arm] = self.meter.spent(before)
             if timed_first:  # the other arm sends exactly the requests this one sent
                 limit = len(runs[arm].results)
         records = []
@@ -335,7 +451,7 @@ class Bench:
                 prompt = self.prompts[index % len(self.prompts)]
                 records.append(
                     PairRecord(
-                        pair_id=self.pair_id(concurrency, index, arm),
+                        pair_id=self.pair_id(concurrency, index, arm, rate),
                         run_id=self.run_id,
                         prompt=prompt,
                         started_at=min(base.started_at, spec.started_at),
@@ -346,7 +462,7 @@ class Bench:
                         sampling_seed=self.params.seed + index,
                         temperature=self.params.temperature,
                         arm=arm,
-                        group_id=self.pair_id(concurrency, index),
+                        group_id=self.pair_id(concurrency, index, rate=rate),
                     )
                 )
         level = LevelRecord(
@@ -354,6 +470,8 @@ class Bench:
             arm_order=order,
             pair_ids=tuple(r.pair_id for r in records),
             windows={arm: runs[arm].window for arm in order},
+            rate=rate,
+            serving=self._serving(runs, spent, records),
         )
         log.info(
             "bench.level_done",
@@ -363,11 +481,43 @@ class Bench:
         )
         return level, records
 
+    def _serving(
+        self,
+        runs: Mapping[str, ArmRun],
+        spent: Mapping[str, float | None],
+        records: Sequence[PairRecord],
+    ) -> dict[str, Any]:
+        """Each arm's serving figures at a level; useful tokens are those of the pairs
+        (of that arm; for the baseline, of the switch's arm) that passed quality."""
+        passed = {r.pair_id for r in records if passed_quality(r)}
+        first = next(iter(self.speculative))
+        useful = {
+            arm: sum(
+                (r.baseline if arm == BASELINE_ARM else r.speculative).output_tokens
+                for r in records
+                if r.pair_id in passed and r.arm == (first if arm == BASELINE_ARM else arm)
+            )
+            for arm in runs
+        }
+        return {
+            arm: serving_figures(
+                [t.result for t in run.results],
+                run.window.wall_s,
+                slo=self.plan.slo,
+                resource_s=spent.get(arm),
+                resource_unit=self.meter.unit,
+                useful_tokens=useful[arm],
+            )
+            for arm, run in runs.items()
+        }
+
     def section(
         self, levels: Sequence[LevelRecord], resources: Mapping[str, Any]
     ) -> dict[str, Any]:
         plan = asdict(self.plan)
         plan["concurrency"] = list(self.plan.concurrency)
+        plan["rates"] = list(self.plan.rates)
+        plan["slo"] = self.plan.slo.as_json()
         return {
             "schema": BENCH_SCHEMA,
             "plan": plan,

@@ -41,6 +41,17 @@ from canaryd.report import bench_markdown
 from canaryd.store import SqlStore
 
 
+def parse_rates(text: str) -> tuple[float, ...]:
+    """`0.5,2` → (0.5, 2.0); every rate a positive number of requests per second."""
+    try:
+        rates = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of numbers") from None
+    if not rates or any(rate <= 0 for rate in rates) or len(set(rates)) != len(rates):
+        raise typer.BadParameter(f"{text!r}: rates must be distinct numbers > 0")
+    return rates
+
+
 def parse_concurrency(text: str) -> tuple[int, ...]:
     """`1,4,16` → (1, 4, 16); every level a positive integer, listed once."""
     try:
@@ -71,9 +82,34 @@ class _RichProgress(BenchProgress):
 def bench(
     config: ConfigOption = None,
     concurrency: Annotated[
-        str,
-        typer.Option(help="comma-separated concurrency ladder"),
-    ] = ",".join(map(str, DEFAULT_CONCURRENCY)),
+        str | None,
+        typer.Option(
+            help="comma-separated concurrency ladder (default "
+            + ",".join(map(str, DEFAULT_CONCURRENCY))
+            + " unless --rate is given)"
+        ),
+    ] = None,
+    rate: Annotated[
+        str | None,
+        typer.Option("--rate", help="comma-separated open-loop request rates per second (Poisson)"),
+    ] = None,
+    burstiness: Annotated[
+        float,
+        typer.Option(min=0.001, help="gamma shape of the open-loop gaps (1: Poisson)"),
+    ] = 1.0,
+    slo: Annotated[
+        str | None,
+        typer.Option(
+            "--slo", help="goodput limits per request, e.g. ttft=0.5,itl=0.1,e2e=10 (seconds)"
+        ),
+    ] = None,
+    dataset: Annotated[
+        Path | None,
+        typer.Option(
+            "--dataset",
+            help="a FastChat/Spec-Bench question.jsonl to send instead of the suites",
+        ),
+    ] = None,
     duration: Annotated[
         float | None,
         typer.Option(
@@ -91,25 +127,49 @@ def bench(
     warmup: Annotated[
         int, typer.Option(min=0, help="warm-up requests per arm, excluded from figures")
     ] = 2,
-    out: Annotated[Path, typer.Option("--out", help="directory for results.json")] = Path(
-        "bench-results"
-    ),
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="results file (*.json), or a directory for results.json"),
+    ] = Path("bench-results"),
     as_json: Annotated[bool, typer.Option("--json", help="print results.json on stdout")] = False,
 ) -> None:
     """Run the one-shot evaluation: warm-up, concurrency ladder, acceptance, consistency."""
+    from canaryd.bench.datasets import question_prompts
+    from canaryd.bench.serving import Slo, parse_slo
+
     configure_logging(level="WARNING")
-    levels = parse_concurrency(concurrency)
+    rates = parse_rates(rate) if rate is not None else ()
+    if concurrency is None:
+        levels = () if rates else DEFAULT_CONCURRENCY
+    else:
+        levels = parse_concurrency(concurrency)
     if duration is not None and requests is not None:
         raise fail("give --duration or --requests, not both")
+    if rates and duration is not None:
+        raise fail("--rate sends a number of requests (--requests), not a --duration")
+    try:
+        limits = parse_slo(slo) if slo else Slo()
+    except ValueError as exc:
+        raise fail(f"--slo {exc}") from None
     plan = BenchPlan(
         concurrency=levels,
-        requests=None if duration is not None else (requests or default_requests(levels)),
+        requests=None if duration is not None else (requests or default_requests(levels or (16,))),
         duration_s=duration,
         warmup=warmup,
+        rates=rates,
+        burstiness=burstiness,
+        slo=limits,
     )
     settings = load_settings(config)
     suites = configured_suites(settings)
-    prompts = resolve_prompts(settings, None, suites)
+    if dataset is not None:
+        try:
+            prompts = question_prompts(dataset, settings.prompts.max_tokens or 128)
+        except (OSError, ValueError) as exc:
+            raise fail(f"--dataset {dataset}: {exc}") from None
+        suites = []
+    else:
+        prompts = resolve_prompts(settings, None, suites)
     sampler = prompt_sampler(settings, prompts)
     # The same prompts, in the same order, at every level and on both arms.
     sequence = sampler.take(plan.requests or len(prompts))
@@ -142,6 +202,10 @@ def bench(
                     level_record, level_pairs = runner.run_level(level)
                     level_records.append(level_record)
                     records.extend(level_pairs)
+                for level_rate in plan.rates:
+                    level_record, level_pairs = runner.run_level(rate=level_rate)
+                    level_records.append(level_record)
+                    records.extend(level_pairs)
         run = new_run(
             settings,
             "bench",
@@ -156,8 +220,8 @@ def bench(
         results = bench_results(stored, stored_pairs)
     finally:
         store.close()
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "results.json"
+    path = out if out.suffix == ".json" else out / "results.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2) + "\n")
     if as_json:
         json.dump(results, sys.stdout, indent=2)

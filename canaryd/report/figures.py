@@ -9,7 +9,7 @@ of one ladder level: the bench writes it, the report reads it back.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -242,10 +242,13 @@ class LevelRecord:
     """Which stored pairs one level produced (of every speculative arm), and each arm's
     wall-clock window, by arm name; `arm_order` is the order the arms were driven in."""
 
-    concurrency: int
+    concurrency: int  # 0 for an open-loop level
     arm_order: tuple[str, ...]
     pair_ids: tuple[str, ...]
     windows: dict[str, ArmWindow]
+    rate: float | None = None  # requests per second of an open-loop level
+    # per arm, `canaryd.bench.serving.serving_figures` of its in-memory results
+    serving: dict[str, Any] = field(default_factory=dict)
 
     @property
     def speculative_arms(self) -> tuple[str, ...]:
@@ -259,6 +262,8 @@ class LevelRecord:
     def as_json(self) -> dict[str, Any]:
         return {
             "concurrency": self.concurrency,
+            "rate": self.rate,
+            "serving": self.serving,
             "arm_order": list(self.arm_order),
             "pair_ids": list(self.pair_ids),
             "arms": {
@@ -283,6 +288,8 @@ class LevelRecord:
                 for arm, w in data["arms"].items()
                 if arm in order
             },
+            rate=None if data.get("rate") is None else float(data["rate"]),
+            serving=dict(data.get("serving") or {}),
         )
 
 
