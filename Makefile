@@ -19,24 +19,33 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) $(CONSTRAINTS) $(TORCH_SPEC)
-	$(PIP) $(CONSTRAINTS) -e '.[dev]'
+	$(PIP) $(CONSTRAINTS) -e '.[local,postgres,dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
 # Refresh requirements.lock: resolve pyproject.toml's ranges in a new, empty venv and
-# write down what came. Review the diff, run `make test`, commit both (README "Upgrading").
+# write down what came; then requirements-runtime.lock, the core install alone (no extras)
+# at those versions, with every wheel's hash (uv pip compile). Review the diff, run
+# `make test`, commit all three (README "Upgrading").
 lock:
 	rm -rf .venv-lock
 	$(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/python -m pip install --quiet --disable-pip-version-check $(TORCH_SPEC)
-	.venv-lock/bin/python -m pip install --quiet --disable-pip-version-check '.[dev]'
-	{ echo "# Exact versions for make venv/test/demo (pip --constraint). Made by 'make lock';"; \
-	  echo "# pyproject.toml keeps the ranges that library users install from."; \
+	.venv-lock/bin/python -m pip install --quiet --disable-pip-version-check '.[local,postgres,dev]'
+	{ echo "# Exact versions for make venv/test/demo (pip --constraint): .[local,postgres,dev]. Made by"; \
+	  echo "# 'make lock'; pyproject.toml keeps the ranges that library users install from."; \
 	  .venv-lock/bin/python -m pip freeze --all --exclude-editable \
 	    | grep -v -E '^(canaryd|pip|setuptools|wheel)==' | LC_ALL=C sort -f; } > requirements.lock
+	.venv-lock/bin/python -m pip install --quiet --disable-pip-version-check uv
+	{ echo "# The core install (pip install canaryd, no extras) at requirements.lock's versions, with"; \
+	  echo "# hashes: pip install --require-hashes -r requirements-runtime.lock, then the wheel with"; \
+	  echo "# --no-deps (docs/install.md). Made by 'make lock'."; \
+	  .venv-lock/bin/uv pip compile pyproject.toml --generate-hashes --constraint requirements.lock \
+	    --python-version 3.11 --python-platform x86_64-manylinux_2_28 --no-header --quiet -o -; \
+	} > requirements-runtime.lock
 	rm -rf .venv-lock
-	@echo "requirements.lock refreshed: git diff requirements.lock"
+	@echo "requirements.lock and requirements-runtime.lock refreshed: git diff requirements*.lock"
 
 model: venv
 	$(BIN)/canaryd models pull
@@ -85,8 +94,8 @@ clean:
 # 64 MiB (docs/gpu-proof.md). PostgreSQL's driver stays behind: the proof uses SQLite.
 # rouge-score ships only as a source archive: it is built here (pure Python).
 GPU_BUNDLE := .gpu-bundle
-GPU_BUNDLE_WHEELS := alembic annotated-types apscheduler datasets defusedxml dill evaluate \
-	gguf jsonschema jsonschema-specifications mako multiprocess nltk pydantic pydantic-core \
+GPU_BUNDLE_WHEELS := alembic annotated-types apscheduler defusedxml \
+	gguf jsonschema jsonschema-specifications mako nltk pydantic pydantic-core \
 	pydantic-settings python-dotenv rapidfuzz referencing rpds-py sqlalchemy structlog \
 	typing-extensions typing-inspection tzlocal uvicorn
 GPU_BUNDLE_SDISTS := rouge-score

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,11 @@ class TestEntryPoint:
         result = CliRunner().invoke(app, ["--version"])
         assert result.exit_code == 0
         assert result.stdout.strip() == f"canaryd {__version__}"
+
+    def test_version_is_the_projects(self) -> None:
+        """`canaryd.__version__` is pyproject.toml's version (the wheel's)."""
+        project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+        assert project["project"]["version"] == __version__
 
     @pytest.mark.parametrize("name", sorted(COMMANDS))
     def test_summary_is_the_commands_own_help(self, name: str) -> None:
