@@ -341,6 +341,36 @@ def canary_dashboard() -> dash.Dashboard:
             "s",
             width=8,
         ),
+        series(
+            "ITL P99 per arm",
+            "The 99th percentile gap between consecutive output tokens as the reader "
+            "received them (0 inside a verify step's burst): the stall a streaming user "
+            "feels, which TPOT (the mean gap) hides.",
+            [
+                promql(
+                    "histogram_quantile(0.99, sum by (arm, le)"
+                    f" (rate(canaryd_itl_seconds_bucket[{WINDOW}])))",
+                    "{{arm}} p99",
+                )
+            ],
+            "s",
+            width=12,
+        ),
+        series(
+            "Fallback rate per arm",
+            "Share of verify steps that kept none of their draft (one token from the "
+            "target), engines that report acceptance per position.",
+            [
+                promql(
+                    "sum by (arm) (rate(canaryd_speculative_fallback_steps_total"
+                    f'{{outcome="fallback"}}[{WINDOW}])) / sum by (arm)'
+                    f" (rate(canaryd_speculative_fallback_steps_total[{WINDOW}]))",
+                    "{{arm}}",
+                )
+            ],
+            "percentunit",
+            width=12,
+        ),
     ]
     errors = [
         series(
