@@ -42,7 +42,7 @@ lock:
 	  echo "# hashes: pip install --require-hashes -r requirements-runtime.lock, then the wheel with"; \
 	  echo "# --no-deps (docs/install.md). Made by 'make lock'."; \
 	  .venv-lock/bin/uv pip compile pyproject.toml --generate-hashes --constraint requirements.lock \
-	    --python-version 3.11 --python-platform x86_64-manylinux_2_28 --no-header --quiet -o -; \
+	    --python-version 3.11 --python-platform x86_64-manylinux_2_28 --no-header; \
 	} > requirements-runtime.lock
 	rm -rf .venv-lock
 	@echo "requirements.lock and requirements-runtime.lock refreshed: git diff requirements*.lock"
