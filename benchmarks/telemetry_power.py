@@ -11,8 +11,9 @@ per-request acceptance probability giving an acceptance length of about 2.5), wi
 request errors drawn per request (0.5 % on both arms). Beside it the rollout burst runs
 pairs at `--pairs-per-minute` (20 by default, `rollout.max_pairs_per_minute`), built
 with `gates.testing`'s record builders: greedy pairs that match exactly (a lossless
-speculative decoder), task-score deltas of 0 with ±1 on 2 % each, 0.5 % failures per
-arm, the speculative arm about 1.8× faster (pairs run at the burst's low concurrency).
+speculative decoder; identical outputs score alike, so task-score deltas are 0; no
+numeric ties, for those see gate_power's `deployment_bf16`), 0.5 % failures per arm,
+the speculative arm about 1.8× faster (pairs run at the burst's low concurrency).
 
 Every 15 s the revision is judged the one way the product judges it: `gates.cycle.judge`
 over the pairs and both arms' telemetry since the revision started, with
@@ -104,7 +105,6 @@ HOURS_PER_30_DAYS = 720.0
 PAIR_E2E_S = 2.0
 PAIR_SPEEDUP = 1.8
 PAIR_OUTPUT_TOKENS = 40
-SCORE_FLIP_SHARE = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,15 +209,9 @@ def pairs_for(
     spec_e2e = base_e2e / PAIR_SPEEDUP * np.exp(rng.normal(0.0, 0.15, count))
     base_ok = rng.random(count) >= BASELINE_ERROR_RATE
     spec_ok = rng.random(count) >= arms.pair_error_rate
-    flips = rng.random(count)
     steps = max(1, round(PAIR_OUTPUT_TOKENS / arms.pair_acceptance_length))
     records = []
     for index in range(count):
-        delta = 0.0
-        if flips[index] < SCORE_FLIP_SHARE:
-            delta = 1.0
-        elif flips[index] < 2 * SCORE_FLIP_SHARE:
-            delta = -1.0
         records.append(
             record(
                 index,
@@ -228,7 +222,7 @@ def pairs_for(
                     output_tokens=PAIR_OUTPUT_TOKENS,
                     verify_steps=steps,
                 ),
-                pair_scores=scores(delta=delta),
+                pair_scores=scores(delta=0.0),
                 started_at=T0 + timedelta(seconds=(index + 1) * spacing_s),
                 run_id="telemetry_power",
             )
