@@ -1,5 +1,5 @@
 """The sections of canaryd's configuration, one pydantic model each: arms, prompts,
-storage, schedule, server, traffic, retention, logging and the switch with its hooks
+storage, schedule, rollout, server, traffic, retention, logging and the switch with its hooks
 (`Settings` in `canaryd.config.settings` puts them together). Every section forbids unknown
 keys and non-finite numbers and bounds its durations and counts (`engine.bounds`).
 """
@@ -214,6 +214,34 @@ class ScheduleConfig(_Section):
         gt=0,
         description="on SIGTERM, how long the in-flight pair may take to finish before it "
         "is dropped whole; a generation in progress cannot be interrupted",
+    )
+
+
+class RolloutConfig(_Section):
+    """The rollout burst: while a rollout tool is judging a revision (a `POST /v1/verdict`
+    or a Flagger hook named it within `burst_hold_s`), pairs run faster than the schedule,
+    several at once, until its verdict decides (PASS or FAIL); then the schedule again."""
+
+    max_pairs_per_minute: float = Field(
+        default=20.0,
+        gt=0,
+        le=600,
+        description="pair rate while a revision is being judged (a burst); at most the "
+        "burst allowance per 30 days: 30 days / gates.budget.design_pair_interval_s less "
+        "the pairs the schedule runs (docs/progressive-delivery.md)",
+    )
+    concurrency: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="pairs run at once during a burst (each on every arm: both arms "
+        "carry the same extra load, so paired latency ratios stay comparable)",
+    )
+    burst_hold_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="a burst lasts while a verdict request or Flagger hook named the "
+        "revision within this many seconds (and its verdict is undecided)",
     )
 
 

@@ -27,6 +27,7 @@ from canaryd.config.sections import (
     LoggingConfig,
     PromptsConfig,
     RetentionConfig,
+    RolloutConfig,
     ScheduleConfig,
     ServerConfig,
     StorageConfig,
@@ -53,6 +54,7 @@ class Settings(BaseSettings):
     prompts: PromptsConfig = Field(default_factory=PromptsConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     gates: GatesConfig = Field(default_factory=GatesConfig)

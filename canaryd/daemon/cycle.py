@@ -1,13 +1,15 @@
 """The daemon's scheduled jobs, as the `CycleJobs` mixin of `Daemon`: the pair cycle
 (retry the buffered pairs, then draw `pairs_per_cycle` prompts — live requests for
-`traffic.live_share` of them while any wait — run them on every arm and store them), the
-gate job and the adaptive pace it sets, the capability probe between cycles, retention,
-and the heartbeat that feeds the watchdogs while the soak progresses. A mixin over
-`DaemonState` (see there why): these are the bound methods APScheduler calls."""
+`traffic.live_share` of them while any wait — run them on every arm and store them; during
+a rollout burst `rollout.concurrency` prompts at once), the gate job and the pace it sets
+(adaptive, or a rollout burst's: `canaryd.daemon.burst`), the capability probe between
+cycles, retention, and the heartbeat that feeds the watchdogs while the soak progresses. A
+mixin over `DaemonState` (see there why): these are the bound methods APScheduler calls."""
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import structlog
@@ -15,8 +17,8 @@ import structlog
 from canaryd.daemon.plan import Plan
 from canaryd.daemon.scheduling import pace_cycles
 from canaryd.daemon.state import DaemonState
-from canaryd.errors import DatabaseError
-from canaryd.pairs.runner import OwnSampling
+from canaryd.errors import CannotJudgeError, DatabaseError
+from canaryd.pairs.runner import OwnSampling, PairGroup
 from canaryd.traffic.live import live_prompt, own_sampling, stored_record
 from gates.records import PairSource, Prompt
 
@@ -30,6 +32,7 @@ class CycleJobs(DaemonState):
 
     def run_cycle(self) -> None:
         """One pair cycle: retry the buffered pairs, then run and store `pairs_per_cycle`."""
+        self._burst.refresh()  # a burst whose hold expired ends here
         with self._cycle_lock:
             self._idle.clear()
             started = self._progress.mark()
@@ -73,38 +76,69 @@ class CycleJobs(DaemonState):
     def _cycle(self, plan: Plan) -> bool:
         db_away = not self._pairs.flush()
         ok = not db_away
-        include_text = plan.settings.logging.include_text
-        store_text = plan.settings.traffic.store_text
+        if self._burst.active():
+            return self._burst_cycle(plan, db_away)
         for _ in range(plan.settings.schedule.pairs_per_cycle):
             if self._stopping.is_set():
                 break  # stop scheduling new pairs; the one that finished is stored
             prompt, sampling, source = self._next_pair(plan)
             group = plan.runner.run_group(prompt, sampling=sampling, source=source)
-            self._progress.mark()
-            try:
-                self.metrics.observe_group(group.records)
-            except Exception:
-                # Nothing an engine sends may cost the pair: it is stored all the same.
-                log.exception("pair.metrics_failed", group_id=group.group_id)
-            for measured in group.records:
-                # A live pair keeps no text unless traffic.store_text says so; its
-                # scores were computed on the whole pair already.
-                record = stored_record(measured, store_text=store_text)
-                if include_text and source == "control":  # a live pair's text: never
-                    log.info(
-                        "pair.text",
-                        pair_id=record.pair_id,
-                        arm=record.arm,
-                        prompt_text=[m.content for m in prompt.messages],
-                        baseline_text=record.baseline.text,
-                        speculative_text=record.speculative.text,
-                    )
-                if db_away:
-                    self._pairs.buffer(record)  # keep the order: after the pairs waiting
-                    continue
-                if not self._pairs.save(record):
-                    db_away, ok = True, False
+            db_away = self._store_group(plan, prompt, source, group, db_away)
+            ok = ok and not db_away
         return ok
+
+    def _burst_cycle(self, plan: Plan, db_away: bool) -> bool:
+        """`rollout.concurrency` pairs at once (each on every arm), counted as burst pairs."""
+        ok = not db_away
+        drawn = [self._next_pair(plan) for _ in range(plan.settings.rollout.concurrency)]
+        with ThreadPoolExecutor(len(drawn), thread_name_prefix="canaryd-burst") as pool:
+            running = [
+                (
+                    prompt,
+                    source,
+                    pool.submit(plan.runner.run_group, prompt, sampling=own, source=source),
+                )
+                for prompt, own, source in drawn
+            ]
+            for prompt, source, future in running:
+                group = future.result()
+                self.metrics.liveness.burst_pair(self._burst.counted(group.records))
+                db_away = self._store_group(plan, prompt, source, group, db_away)
+                ok = ok and not db_away
+        return ok
+
+    def _store_group(
+        self, plan: Plan, prompt: Prompt, source: PairSource, group: PairGroup, db_away: bool
+    ) -> bool:
+        """Count and store one group's records (buffered while the database is away);
+        returns whether the database is away after it."""
+        include_text = plan.settings.logging.include_text
+        store_text = plan.settings.traffic.store_text
+        self._progress.mark()
+        try:
+            self.metrics.observe_group(group.records)
+        except Exception:
+            # Nothing an engine sends may cost the pair: it is stored all the same.
+            log.exception("pair.metrics_failed", group_id=group.group_id)
+        for measured in group.records:
+            # A live pair keeps no text unless traffic.store_text says so; its
+            # scores were computed on the whole pair already.
+            record = stored_record(measured, store_text=store_text)
+            if include_text and source == "control":  # a live pair's text: never
+                log.info(
+                    "pair.text",
+                    pair_id=record.pair_id,
+                    arm=record.arm,
+                    prompt_text=[m.content for m in prompt.messages],
+                    baseline_text=record.baseline.text,
+                    speculative_text=record.speculative.text,
+                )
+            if db_away:
+                self._pairs.buffer(record)  # keep the order: after the pairs waiting
+                continue
+            if not self._pairs.save(record):
+                db_away = True
+        return db_away
 
     def evaluate_gates(self) -> None:
         """The gate job: hand the gates the current time (they read everything else).
@@ -125,37 +159,68 @@ class CycleJobs(DaemonState):
         else:
             self.gate_failures = 0
             self.metrics.gate_run_finished(time.time(), ok=True)
+            self._judge_burst()
         self._pace()
 
+    def _judge_burst(self) -> None:
+        """While a rollout tool is judging a revision, its verdict after this gate run:
+        the burst stops as soon as it decides, not at the tool's next poll."""
+        query = self._burst.query
+        if query is None or self._verdicts is None:
+            return
+        try:
+            self._burst.judged(self._verdicts.judge(query))
+        except CannotJudgeError as exc:
+            log.warning("rollout.burst_unjudged", revision=query.revision, reason=exc.reason)
+
+    def pairs_per_minute(self) -> float:
+        """The pair rate now: a rollout burst's while one runs, else the pace's."""
+        burst = self._burst.pairs_per_minute()
+        if burst is not None:
+            return burst
+        return 60.0 * self.settings.schedule.pairs_per_cycle / self._pair_interval_s
+
     def _pace(self) -> None:
-        """Adaptive pair rate: while an enforce detector is past `speed_up_at` of its
+        """The pair rate. Adaptive: while an enforce detector is past `speed_up_at` of its
         threshold and undecided, pairs run at `max_pairs_per_minute`, so that a suspected
         fault is decided in minutes, not hours; back to `pair_interval_s` once it decides
-        (the evidence restarts) or fades."""
-        schedule = self.settings.schedule
-        interval = schedule.pair_interval_s
-        progress = self.gates.suspicion
-        if (
-            schedule.max_pairs_per_minute is not None
-            and progress is not None
-            and progress >= schedule.speed_up_at
-        ):
-            interval = min(interval, 60.0 / schedule.max_pairs_per_minute)
-        if interval == self._pair_interval_s:
-            return
-        log.info(
-            "schedule.pace",
-            pair_interval_s=interval,
-            was_s=self._pair_interval_s,
-            detector_progress=None if progress is None else round(progress, 3),
-            reason="an enforce detector is past speed_up_at of its threshold"
-            if interval < schedule.pair_interval_s
-            else "no undecided detector past speed_up_at",
-        )
-        self._pair_interval_s = interval
-        self.metrics.pair_interval.set(interval)
-        if self._scheduler is not None:
-            pace_cycles(self._scheduler, schedule, interval)
+        (the evidence restarts) or fades. A rollout burst: `rollout.concurrency` pairs at
+        once every `60 x concurrency / rollout.max_pairs_per_minute` s while it runs."""
+        with self._pace_lock:
+            settings = self.settings
+            schedule = settings.schedule
+            interval = schedule.pair_interval_s
+            progress = self.gates.suspicion
+            if (
+                schedule.max_pairs_per_minute is not None
+                and progress is not None
+                and progress >= schedule.speed_up_at
+            ):
+                interval = min(interval, 60.0 / schedule.max_pairs_per_minute)
+            bursting = self._burst.active()
+            self.metrics.liveness.burst_active.set(1 if bursting else 0)
+            if bursting:
+                rollout = settings.rollout
+                interval = min(interval, 60.0 * rollout.concurrency / rollout.max_pairs_per_minute)
+            if interval == self._pair_interval_s:
+                return
+            if bursting:
+                reason = "a rollout burst: a revision is being judged and undecided"
+            elif interval < schedule.pair_interval_s:
+                reason = "an enforce detector is past speed_up_at of its threshold"
+            else:
+                reason = "no undecided detector past speed_up_at and no rollout burst"
+            log.info(
+                "schedule.pace",
+                pair_interval_s=interval,
+                was_s=self._pair_interval_s,
+                detector_progress=None if progress is None else round(progress, 3),
+                reason=reason,
+            )
+            self._pair_interval_s = interval
+            self.metrics.pair_interval.set(interval)
+            if self._scheduler is not None:
+                pace_cycles(self._scheduler, schedule, interval)
 
     def run_probe(self) -> None:
         """The probe job (canaryd.daemon.parity): between cycles, so that its burst and

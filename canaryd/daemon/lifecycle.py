@@ -25,6 +25,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from canaryd.config import Settings
 from canaryd.daemon.buffer import PairWriter
+from canaryd.daemon.burst import RolloutBurst
 from canaryd.daemon.cycle import CycleJobs
 from canaryd.daemon.health import DatabaseProbe, max_stall_s
 from canaryd.daemon.hooks import GateHook, NoGates
@@ -89,6 +90,10 @@ class Daemon(CycleJobs, Probes, Reloading):
         self._server = None
         self._scheduler = None
         self._pair_interval_s = settings.schedule.pair_interval_s
+        self._pace_lock = threading.Lock()
+        self._burst = RolloutBurst(lambda: self.settings)
+        self._burst.on_change = self._pace
+        self._verdicts = None
         self._plan = None
         self._engines = {}
         self._engines_loaded = False
@@ -122,6 +127,11 @@ class Daemon(CycleJobs, Probes, Reloading):
         if self._server is None:
             raise RuntimeError("the daemon is not started")
         return self._server.address
+
+    @property
+    def burst(self) -> RolloutBurst:
+        """The rollout burst: which revision a rollout tool is judging, and its cost."""
+        return self._burst
 
     @property
     def traffic(self) -> LiveSampler | None:
@@ -188,15 +198,16 @@ class Daemon(CycleJobs, Probes, Reloading):
 
             # /v1/verdict and the Flagger webhooks judge from the database on their own
             # connection, with the settings of the moment (a reload's apply).
-            verdicts = VerdictService(lambda: self.settings)
+            verdicts = VerdictService(lambda: self.settings, pace=self.pairs_per_minute)
             stack.callback(verdicts.close)
+            self._verdicts = verdicts
             self._server = StatusServer(
                 settings.server.listen,
                 self.metrics,
                 self.health,
                 self.ready,
                 self.switch_file,
-                ProgressiveDelivery(verdicts),
+                ProgressiveDelivery(verdicts, self._burst),
                 token=(
                     settings.server.auth_token.get_secret_value()
                     if settings.server.auth_token is not None

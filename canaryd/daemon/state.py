@@ -21,12 +21,14 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from canaryd.config import Settings
 from canaryd.daemon.buffer import PairWriter, PendingPairs
+from canaryd.daemon.burst import RolloutBurst
 from canaryd.daemon.health import DatabaseProbe
 from canaryd.daemon.hooks import GateHook
 from canaryd.daemon.parity import ParityJob
 from canaryd.daemon.plan import Plan, load_engines
 from canaryd.daemon.progress import Progress
 from canaryd.daemon.telemetry import TelemetryJob
+from canaryd.judging.verdict import VerdictService
 from canaryd.metrics import CanarydMetrics
 from canaryd.server.app import StatusServer
 from canaryd.store import Store
@@ -57,6 +59,9 @@ class DaemonState:
     _server: StatusServer | None
     _scheduler: BackgroundScheduler | None
     _pair_interval_s: float  # the pace now
+    _pace_lock: threading.Lock  # the gate job, the cycle and the endpoints re-pace
+    _burst: RolloutBurst  # the revision a rollout tool is judging, and its burst
+    _verdicts: VerdictService | None  # judges that revision after each gate run
     _plan: Plan | None
     _engines: dict[str, Engine]
     _engines_loaded: bool

@@ -7,8 +7,7 @@ it (`open_revision`: Flagger's `pre-rollout` or `rollout` hook, `POST /v1/verdic
 revision starts, so the pairs measured before it never judge it. A read never writes: a
 revision nobody opened reads NODATA and creates nothing. At most `MAX_REVISIONS` windows
 are kept per arm; opening one more forgets the oldest. `VerdictService.judge` runs every gate
-(`gates.cycle.judge`, pure) over the arm's pairs in that window (and, with `[telemetry]`,
-both arms' scrape intervals in it), cut at the leader's last
+(`gates.cycle.judge`, pure) over the arm's pairs in that window, cut at the leader's last
 completed gate run (`evaluated_at`): a verdict is as current as the gates' own judging, and
 canaryd refuses to judge (`CannotJudgeError`) when the database is away or that run is
 older than the freshness bound (`gates.policy.evidence_max_age_seconds`, the bound a
@@ -16,15 +15,20 @@ restore's evidence has). `gates.cycle.combine` turns the enforce gates' decision
 FAIL when any FAILs, PASS when all PASS on at least `min_pairs` pairs, NODATA when too few
 pairs decide anything, INCONCLUSIVE otherwise (WARN included). A verdict is `fresh` only
 while the arm serves its revision and a gate run has completed since its window started.
+Every verdict carries `estimate`: the pairs and minutes still needed for a decision at the
+pair rate of the moment (the daemon's `pace`, a rollout burst's while one runs); `as_json`
+gives the whole body or, `compact`, one under `COMPACT_MAX_BYTES` for a rollout tool's
+measurement history.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,15 +36,16 @@ import structlog
 
 from canaryd.config import Settings
 from canaryd.errors import BadRequestError, CannotJudgeError, DatabaseError
-from canaryd.judging.evidence import acceptance_reference, read_telemetry, read_window
+from canaryd.judging.evidence import read_window
 from canaryd.pairs.plan import arm_key
 from canaryd.redact import redact_value
 from canaryd.store import RevisionWindow, SqlStore, Store
 from gates import GateDecision
-from gates.cycle import Verdict, judge
+from gates.cycle import Judgement, Verdict, judge
 from gates.records import BASELINE_ARM, PairRecord
 
 __all__ = [
+    "COMPACT_MAX_BYTES",
     "RevisionVerdict",
     "Verdict",
     "VerdictQuery",
@@ -59,6 +64,28 @@ ECHO_CHARS = 64
 # Verdicts kept per (query, gate run, window, settings): a rollout tool polling between two
 # gate runs costs two small reads, not a read and evaluation of the whole window.
 CACHED_VERDICTS = 64
+
+# `?view=compact`: Argo keeps every measurement's body in the AnalysisRun's status, so the
+# compact body stays under this many bytes whatever the revision and the reason.
+COMPACT_MAX_BYTES = 1000
+COMPACT_REASON_CHARS = 160
+
+
+def estimate(
+    judgement: Judgement | None, verdict: Verdict, pairs_per_minute: float | None
+) -> dict[str, float | int | None]:
+    """`pairs_to_decision` and `minutes_to_decision` at `pairs_per_minute`: 0 once the
+    verdict decided (PASS or FAIL); None where no bound on the pairs still needed is known
+    or no pair runs."""
+    if verdict in ("PASS", "FAIL"):
+        return {"pairs_to_decision": 0, "minutes_to_decision": 0.0}
+    pairs = _pairs_to_decision(judgement)
+    minutes = None if pairs is None or not pairs_per_minute else round(pairs / pairs_per_minute, 2)
+    return {"pairs_to_decision": pairs, "minutes_to_decision": minutes}
+
+
+def _pairs_to_decision(judgement: Judgement | None) -> int | None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +112,28 @@ class RevisionVerdict:
     generation: int
     reason: str
     gates: tuple[GateDecision, ...] = ()
+    # The pair rate of the moment, for `estimate` (None: no pair runs).
+    pairs_per_minute: float | None = None
+    # The rollout burst's cost on this revision (`canaryd.daemon.burst`), None without one.
+    burst: dict[str, Any] | None = None
+    # Whether the revision's window is open and not superseded (not part of the body).
+    window_current: bool = False
+    judgement: Judgement | None = field(default=None, compare=False, repr=False)
 
-    def as_json(self) -> dict[str, Any]:
-        """The `/v1/verdict` body: these fields exactly, no non-finite number (null)."""
+    @property
+    def decided(self) -> bool:
+        return self.verdict in ("PASS", "FAIL")
+
+    def estimate(self) -> dict[str, float | int | None]:
+        """`pairs_to_decision` and `minutes_to_decision` at the current pair rate."""
+        return estimate(self.judgement, self.verdict, self.pairs_per_minute)
+
+    def as_json(self, view: str = "full") -> dict[str, Any]:
+        """The `/v1/verdict` body: these fields exactly, no non-finite number (null);
+        `compact`: verdict, fresh, revision, pairs, a short reason and the estimate, in
+        under `COMPACT_MAX_BYTES` of JSON."""
+        if view == "compact":
+            return self._compact()
         body = {
             "verdict": self.verdict,
             "fresh": self.fresh,
@@ -99,10 +145,32 @@ class RevisionVerdict:
             "speculative_enabled": self.speculative_enabled,
             "generation": self.generation,
             "reason": self.reason,
+            "estimate": self.estimate(),
+            "burst": self.burst,
             "gates": [decision.to_dict() for decision in self.gates],
         }
         cleaned: dict[str, Any] = finite(body)
         return cleaned
+
+    def _compact(self) -> dict[str, Any]:
+        reason = self.reason
+        if len(reason) > COMPACT_REASON_CHARS:
+            reason = reason[: COMPACT_REASON_CHARS - 1] + "…"
+        while True:
+            body: dict[str, Any] = finite(
+                {
+                    "verdict": self.verdict,
+                    "fresh": self.fresh,
+                    "revision": self.revision,
+                    "pairs": self.pairs,
+                    "reason": reason,
+                    "estimate": self.estimate(),
+                }
+            )
+            size = len(json.dumps(body, sort_keys=True, allow_nan=False).encode())
+            if size < COMPACT_MAX_BYTES or not reason:
+                return body
+            reason = reason[: len(reason) // 2] + "…" if len(reason) > 1 else ""
 
 
 def finite(value: Any) -> Any:
@@ -125,7 +193,8 @@ class VerdictService:
 
     `settings` is the daemon's `Settings` or a callable returning the current ones (a
     SIGHUP reload's thresholds and `switch.revision` apply). `store` is opened from
-    `storage.url` on first use when not given, and closed by `close()` only then.
+    `storage.url` on first use when not given, and closed by `close()` only then. `pace`
+    answers the pairs per minute running now (the daemon's; default: the schedule's).
     """
 
     def __init__(
@@ -134,8 +203,10 @@ class VerdictService:
         *,
         store: Store | None = None,
         clock: Callable[[], datetime] = _utcnow,
+        pace: Callable[[], float] | None = None,
     ) -> None:
         self._settings = settings
+        self._pace = pace
         self._store = store
         self._owns_store = store is None
         self._clock = clock
@@ -145,6 +216,17 @@ class VerdictService:
     @property
     def settings(self) -> Settings:
         return self._settings() if callable(self._settings) else self._settings
+
+    def pairs_per_minute(self) -> float:
+        """The pair rate now: the daemon's `pace`, else the schedule's."""
+        if self._pace is not None:
+            return self._pace()
+        schedule = self.settings.schedule
+        return 60.0 * schedule.pairs_per_cycle / schedule.pair_interval_s
+
+    def rated(self, verdict: RevisionVerdict) -> RevisionVerdict:
+        """`verdict` with its estimate at the pair rate of this moment."""
+        return replace(verdict, pairs_per_minute=self.pairs_per_minute())
 
     def _opened(self) -> Store:
         with self._lock:
@@ -168,7 +250,7 @@ class VerdictService:
         try:
             if start:
                 self._open(query.revision)
-            return self._judge(query)
+            return self.rated(self._judge(query))
         except DatabaseError as exc:
             raise CannotJudgeError(f"the database is away: {exc}") from exc
 
@@ -242,8 +324,9 @@ class VerdictService:
             *,
             at: datetime = completed,
             fresh: bool = False,
+            current: bool = False,
             records: Sequence[PairRecord] = (),
-            gates: Sequence[GateDecision] = (),
+            judgement: Judgement | None = None,
         ) -> RevisionVerdict:
             return RevisionVerdict(
                 verdict=verdict,
@@ -256,7 +339,9 @@ class VerdictService:
                 speculative_enabled=state.speculative_enabled,
                 generation=state.generation,
                 reason=reason,
-                gates=tuple(gates),
+                gates=judgement.decisions if judgement is not None else (),
+                window_current=current,
+                judgement=judgement,
             )
 
         served = settings.switch.revision
@@ -283,6 +368,7 @@ class VerdictService:
                 f"the evidence window of revision {revision!r} started at "
                 f"{window.started_at.isoformat(timespec='seconds')}; no gate run has completed "
                 f"since (one runs every {settings.schedule.gate_interval_s:g} s)",
+                current=window.current,
             )
         at = completed if window.ended_at is None else min(completed, window.ended_at)
         key = (query, at, window, settings.config_hash())
@@ -305,14 +391,6 @@ class VerdictService:
             category=query.category,
         )
         references = store.drift_references(arm_key(settings, arm))
-        # Production telemetry has no categories: it judges the revision as a whole.
-        telemetry = (
-            None
-            if query.category is not None
-            else read_telemetry(
-                store, settings, arm, at, start=window.started_at, end=window.ended_at
-            )
-        )
         judged = judge(
             records,
             references,
@@ -320,22 +398,23 @@ class VerdictService:
             settings.gates,
             at,
             since=window.started_at,
-            telemetry=telemetry,
-            scrape_interval_s=settings.telemetry.scrape_interval_s,
-            acceptance_reference=acceptance_reference(
-                telemetry, settings.gates, at, since=window.started_at
-            ),
             min_pairs=query.min_pairs,
             subject=f"revision {revision!r}",
         )
-        verdict, reason, decisions = judged.verdict, judged.reason, judged.decisions
+        verdict, reason = judged.verdict, judged.reason
         if window.ended_at is not None:
             reason = (
                 f"revision {revision!r} was superseded at "
                 f"{window.ended_at.isoformat(timespec='seconds')}; its final verdict: {reason}"
             )
         answered = answer(
-            verdict, reason, at=at, fresh=window.current, records=records, gates=decisions
+            verdict,
+            reason,
+            at=at,
+            fresh=window.current,
+            current=window.current,
+            records=records,
+            judgement=judged,
         )
         with self._lock:
             self._cache[key] = answered

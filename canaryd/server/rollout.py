@@ -1,7 +1,13 @@
-"""The progressive-delivery endpoints' answers: `GET /v1/verdict` (canaryd's body, or
-Kayenta's judge result with `format=kayenta`), `POST /v1/verdict` (the same answer, after
-opening the revision's evidence window when none is open) and Flagger's webhooks
-`POST /v1/flagger/{pre-rollout,rollout,confirm-promotion,rollback}`.
+"""The progressive-delivery endpoints' answers: `GET /v1/verdict` (canaryd's body, its
+compact form with `view=compact`, or Kayenta's judge result with `format=kayenta`),
+`POST /v1/verdict` (the same answer, after opening the revision's evidence window when none
+is open) and Flagger's webhooks `POST /v1/flagger/{pre-rollout,rollout,
+confirm-traffic-increase,confirm-promotion,rollback}`.
+
+`POST /v1/verdict` and every Flagger hook name their revision to the daemon's rollout
+burst (`Burst`): while a rollout tool is judging a revision, pairs run faster until its
+verdict decides; every answer then carries the estimate at the rate of that moment and
+the burst's cost so far.
 
 Reads never write: `GET /v1/verdict`, `confirm-promotion` and `rollback` judge a revision's
 window as it is, and a revision nobody opened reads NODATA. Only `POST /v1/verdict`,
@@ -22,7 +28,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
 import structlog
 
@@ -36,24 +43,44 @@ __all__ = [
     "FLAGGER_HOOKS",
     "QUERY_KEYS",
     "REVISION_HEADER",
+    "VIEWS",
     "Answer",
+    "Burst",
     "ProgressiveDelivery",
 ]
 
 log = structlog.get_logger(__name__)
 
-FLAGGER_HOOKS = ("pre-rollout", "rollout", "confirm-promotion", "rollback")
+FLAGGER_HOOKS = (
+    "pre-rollout",
+    "rollout",
+    "confirm-traffic-increase",
+    "confirm-promotion",
+    "rollback",
+)
 # The hooks that may open a revision's window (the others only read).
 OPENING_HOOKS = frozenset({"pre-rollout", "rollout"})
 # The revision may come in a header instead of the query (a caller whose URL is fixed).
 REVISION_HEADER = "x-canaryd-revision"
-QUERY_KEYS = ("revision", "min_pairs", "category", "format")
+QUERY_KEYS = ("revision", "min_pairs", "category", "format", "view")
 FORMATS = ("canaryd", "kayenta")
+VIEWS = ("full", "compact")
 MAX_MIN_PAIRS = 1_000_000
 ECHO_CHARS = 64  # of a client's bad value, at most this much is repeated in a reason
 _REVISION = re.compile(REVISION_PATTERN)
 
 Answer = tuple[int, dict[str, Any]]
+
+
+class Burst(Protocol):
+    """The daemon's rollout burst, as the verdict endpoints see it."""
+
+    def named(self, query: VerdictQuery, verdict: RevisionVerdict | None) -> None:
+        """A rollout tool named `query.revision` now (`verdict`: its verdict, None when
+        the window was just opened and not judged)."""
+
+    def report(self, revision: str) -> dict[str, Any] | None:
+        """The burst's cost on `revision` so far (None: no burst ever ran for it)."""
 
 
 def _echo(value: str) -> str:
@@ -90,8 +117,9 @@ def _category(value: str, key: str) -> str:
 
 def verdict_query(
     params: Mapping[str, list[str]], headers: Mapping[str, str]
-) -> tuple[VerdictQuery, str]:
-    """The query of a `GET /v1/verdict` and its format; `BadRequestError` names the key."""
+) -> tuple[VerdictQuery, str, str]:
+    """The query of a `GET /v1/verdict`, its format and view; `BadRequestError` names the
+    key."""
     unknown = sorted(set(params) - set(QUERY_KEYS))
     if unknown:
         raise BadRequestError(
@@ -118,12 +146,17 @@ def verdict_query(
     form = given.get("format", "canaryd")
     if form not in FORMATS:
         raise BadRequestError("format", f"{_echo(form)}; expected one of {', '.join(FORMATS)}")
+    view = given.get("view", "full")
+    if view not in VIEWS:
+        raise BadRequestError("view", f"{_echo(view)}; expected one of {', '.join(VIEWS)}")
+    if view != "full" and form != "canaryd":
+        raise BadRequestError("view", f"view={view} is canaryd's body; leave out format={form}")
     query = VerdictQuery(
         revision=_revision(revision, "revision"),
         min_pairs=_min_pairs(given["min_pairs"], "min_pairs") if "min_pairs" in given else 0,
         category=_category(given["category"], "category") if "category" in given else None,
     )
-    return query, form
+    return query, form, view
 
 
 def flagger_query(body: bytes) -> tuple[VerdictQuery, dict[str, str]]:
@@ -163,10 +196,14 @@ def flagger_query(body: bytes) -> tuple[VerdictQuery, dict[str, str]]:
 
 
 def _flagger_yes(hook: str, verdict: RevisionVerdict) -> bool:
-    """Whether a hook's answer is yes: a rollout goes on unless FAIL; a promotion needs a
-    fresh PASS; a rollback happens only on FAIL."""
+    """Whether a hook's answer is yes: a rollout goes on unless FAIL; more traffic needs
+    fresh evidence that does not fail (PASS, or INCONCLUSIVE: at least one enforce gate
+    decided on at least `min_pairs` of the revision's own pairs and none FAILed); a
+    promotion needs a fresh PASS; a rollback happens only on FAIL."""
     if hook in OPENING_HOOKS:
         return verdict.verdict != "FAIL"
+    if hook == "confirm-traffic-increase":
+        return verdict.verdict in ("PASS", "INCONCLUSIVE") and verdict.fresh
     if hook == "confirm-promotion":
         return verdict.verdict == "PASS" and verdict.fresh
     return verdict.verdict == "FAIL"
@@ -175,8 +212,18 @@ def _flagger_yes(hook: str, verdict: RevisionVerdict) -> bool:
 class ProgressiveDelivery:
     """The status server's `Judge`: answers for `/v1/verdict` and the Flagger webhooks."""
 
-    def __init__(self, service: VerdictService) -> None:
+    def __init__(self, service: VerdictService, burst: Burst | None = None) -> None:
         self.service = service
+        self.burst = burst
+
+    def _named(self, query: VerdictQuery, verdict: RevisionVerdict | None) -> None:
+        if self.burst is not None:
+            self.burst.named(query, verdict)
+
+    def _reported(self, verdict: RevisionVerdict) -> RevisionVerdict:
+        """`verdict` with the estimate at the rate of now and the burst's cost so far."""
+        burst = self.burst.report(verdict.revision) if self.burst is not None else None
+        return replace(self.service.rated(verdict), burst=burst)
 
     def verdict(
         self, params: Mapping[str, list[str]], headers: Mapping[str, str], *, write: bool = False
@@ -185,15 +232,18 @@ class ProgressiveDelivery:
         window): 200 with every verdict (FAIL included), 400 for bad input, 503 only when
         canaryd cannot judge."""
         try:
-            query, form = verdict_query(params, headers)
+            query, form, view = verdict_query(params, headers)
             verdict = self.service.judge(query, start=write)
         except BadRequestError as exc:
             return 400, {"status": "bad request", "key": exc.key, "reason": str(exc)}
         except CannotJudgeError as exc:
             return 503, {"status": "unavailable", "fresh": False, "reason": exc.reason}
+        if write:
+            self._named(query, verdict)
+        verdict = self._reported(verdict)
         if form == "kayenta":
             return 200, kayenta_result(verdict)
-        return 200, verdict.as_json()
+        return 200, verdict.as_json(view)
 
     def flagger(self, hook: str, body: bytes) -> Answer:
         """`POST /v1/flagger/<hook>`: 200 for yes, 412 with the reason for no, 400 for a
@@ -208,6 +258,7 @@ class ProgressiveDelivery:
             query, canary = flagger_query(body)
             if hook == "pre-rollout":
                 window = self.service.open_revision(query.revision)
+                self._named(query, None)
                 log.info(
                     "verdict.flagger",
                     hook=hook,
@@ -226,6 +277,8 @@ class ProgressiveDelivery:
             return 400, {"status": "bad request", "key": exc.key, "reason": str(exc)}
         except CannotJudgeError as exc:
             return 503, {"status": "unavailable", "fresh": False, "reason": exc.reason}
+        self._named(query, verdict)
+        verdict = self._reported(verdict)
         yes = _flagger_yes(hook, verdict)
         log.info(
             "verdict.flagger",
@@ -244,5 +297,6 @@ class ProgressiveDelivery:
             "revision": verdict.revision,
             "pairs": verdict.pairs,
             "reason": verdict.reason,
+            "estimate": verdict.estimate(),
         }
         return (200 if yes else 412), body_out

@@ -61,6 +61,8 @@ url = "sqlite:///{tmp_path / "canaryd.db"}"
 state_file = "{tmp_path / "switch.json"}"
 [server]
 listen = "127.0.0.1:0"
+[rollout]
+concurrency = 1  # a burst cycle runs one pair, so the test counts pairs cycle by cycle
 """
         )
         settings = load_settings(path)

@@ -16,7 +16,7 @@ import pytest
 from canaryd.judging.verdict import VerdictService
 from canaryd.metrics import CanarydMetrics
 from canaryd.server.app import MAX_BODY_BYTES, StatusServer
-from canaryd.server.rollout import ProgressiveDelivery
+from canaryd.server.rollout import Burst, ProgressiveDelivery
 from canaryd.store import SqlStore
 from tests.canaryd.judging.test_gating import Soak, settings
 from tests.canaryd.judging.test_verdict import Clock
@@ -29,7 +29,9 @@ def never_finite(constant: str) -> Any:
 class World:
     """A store, a clock, the verdict service and the status server serving it."""
 
-    def __init__(self, tmp_path: Path, *, gate_run: bool = True) -> None:
+    def __init__(
+        self, tmp_path: Path, *, gate_run: bool = True, burst: Burst | None = None
+    ) -> None:
         url = f"sqlite:///{tmp_path / 'canaryd.db'}"
         self.store = SqlStore.open(url, create=True)
         self.soak = Soak(self.store)
@@ -42,7 +44,11 @@ class World:
             return True, {}
 
         self.server = StatusServer(
-            "127.0.0.1:0", CanarydMetrics(), probe, probe, judge=ProgressiveDelivery(self.service)
+            "127.0.0.1:0",
+            CanarydMetrics(),
+            probe,
+            probe,
+            judge=ProgressiveDelivery(self.service, burst),
         )
         self.server.start()
         self.client = httpx.Client(base_url=f"http://{self.server.address}", timeout=10)
@@ -121,8 +127,14 @@ class TestVerdictEndpoint:
                 "speculative_enabled",
                 "generation",
                 "reason",
+                "estimate",
+                "burst",
                 "gates",
             }
+            assert set(body["estimate"]) == {"pairs_to_decision", "minutes_to_decision"}
+            if body["verdict"] in ("PASS", "FAIL"):
+                assert body["estimate"] == {"pairs_to_decision": 0, "minutes_to_decision": 0.0}
+            assert body["burst"] is None  # no burst runs beside this server
             seen[revision] = (body["verdict"], body["fresh"])
         assert seen == {
             "old": ("PASS", False),
