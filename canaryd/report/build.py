@@ -45,6 +45,7 @@ from canaryd.report.plots import (
 )
 from canaryd.report.reads import find_run, read_audit
 from canaryd.report.recommend import recommend_draft_lengths
+from canaryd.report.serving import serving_table
 from canaryd.report.summary import summarise
 from canaryd.report.tables import (
     acceptance_table,
@@ -202,6 +203,9 @@ def bench_markdown(run: StoredRun, pairs: Sequence[PairRecord]) -> str:
         ]
     else:
         tables = [speedup_table(ladder), ladder_table(ladder)]
+    serving = serving_table(section)
+    if serving is not None:
+        tables.append(serving)
     tables += [
         acceptance_table(by_category(main, acceptance_figures)),
         consistency_table(by_category(main, consistency_figures)),

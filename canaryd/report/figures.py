@@ -23,8 +23,18 @@ LATENCY_QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p95", 0.95),
 LATENCY_METRICS: tuple[tuple[str, str], ...] = (
     ("ttft_s", "TTFT"),
     ("tpot_s", "TPOT"),
+    ("itl_p99_s", "ITL P99 per request"),
     ("e2e_s", "end-to-end"),
 )
+
+
+def latency_value(result: GenerationResult, metric: str) -> float | None:
+    """A `LATENCY_METRICS` figure of one generation: `itl_p99_s` is the P99 of its own
+    gaps between tokens, the others its fields of that name."""
+    if metric == "itl_p99_s":
+        return None if result.itl is None else result.itl.p99_s
+    value: float | None = getattr(result, metric)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,12 +227,13 @@ def by_category(
 
 
 def arm_latency(pairs: Sequence[PairRecord]) -> dict[Arm, dict[str, Percentiles]]:
-    """TTFT, TPOT and e2e P50/P95/P99 of each arm's successful generations."""
+    """TTFT, TPOT, per-request ITL P99 and e2e P50/P95/P99 of each arm's successful
+    generations."""
     latency: dict[Arm, dict[str, Percentiles]] = {}
     for arm in ARMS:
         results = [r for p in pairs if (r := p.baseline if arm == "baseline" else p.speculative).ok]
         latency[arm] = {
-            metric: percentiles(getattr(r, metric) for r in results)
+            metric: percentiles(latency_value(r, metric) for r in results)
             for metric, _ in LATENCY_METRICS
         }
     return latency

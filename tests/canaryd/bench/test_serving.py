@@ -165,6 +165,39 @@ class TestOpenLoopBench:
         assert results["plan"]["rates"] == [40.0, 80.0]
         assert results["plan"]["slo"] == {"ttft": 10.0, "itl": 5.0}
 
+    def test_the_markdown_shows_the_serving_table(self, env: Path) -> None:  # noqa: F811
+        """Without --json the bench prints the serving table: a cold row per arm and a
+        row per arm at the rate level, with the cost ratio on the speculative row."""
+        result = CliRunner().invoke(
+            app,
+            ["bench", "-c", str(env / "canaryd.toml"), "--rate", "40", "--requests", "4",
+             "--warmup", "1", "--out", str(env / "out")],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert "Serving figures per level and arm" in result.stdout
+        rows = [line for line in result.stdout.splitlines() if line.startswith("| r=40/s")]
+        assert len(rows) == 2
+        assert sum(line.startswith("| cold") for line in result.stdout.splitlines()) == 2
+
+
+class TestReportLatency:
+    def test_the_report_gives_each_arm_its_requests_itl_p99(self) -> None:
+        """`canaryd report`'s latency table has an ITL row: percentiles over requests of
+        each one's own P99 gap; requests without one are left out."""
+        from canaryd.report.figures import arm_latency
+        from canaryd.report.tables import latency_table
+        from gates.testing import record
+        from gates.testing import result as gate_result
+
+        records = [
+            record(i, baseline=gate_result(itl_p99=0.01 * (i + 1)), speculative=gate_result())
+            for i in range(5)
+        ]
+        latency = arm_latency(records)
+        assert latency["baseline"]["itl_p99_s"].p50 == pytest.approx(0.03)
+        assert latency["speculative"]["itl_p99_s"].p50 is None
+        assert "ITL P99 per request" in latency_table(latency).markdown()
+
     def test_a_bad_slo_is_one_clear_line(self, env: Path) -> None:  # noqa: F811
         """An unknown SLO metric fails before anything runs, naming it."""
         result = CliRunner().invoke(
