@@ -239,6 +239,15 @@ class OpenAIEngineConfig(_Strict):
     client_cert: Path | None = None
     client_key: Path | None = None
     max_concurrency: int = Field(default=4, ge=1, le=1024, description="in-flight requests")
+    top_logprobs: int = Field(
+        default=5,
+        ge=0,
+        le=20,
+        description="baseline arms, greedy requests: ask the server for this many top "
+        "log-probs per output token (`top_logprobs`, or `logprobs` on completions), the "
+        "teacher that judges greedy divergences on servers without prompt log-probs; 0 "
+        "never asks. A server that refuses them (400/422) is asked again without",
+    )
     extra_body: dict[str, Any] = Field(
         default_factory=dict, description="merged into every request body"
     )

@@ -48,7 +48,7 @@ from typing import Any, TypeVar
 import httpx
 import structlog
 
-from engine import acceptance, prompt_logprobs
+from engine import acceptance, logprobs, prompt_logprobs
 from engine.config import OpenAIEngineConfig
 from engine.errors import EngineConfigError
 from engine.sse import (
@@ -97,6 +97,7 @@ class OpenAIEngine:
         # The prompt token ids of recent prompts: both arms of a pair are scored on one.
         self._prompt_ids: dict[tuple[Message, ...], list[int]] = {}
         self._closed = False
+        self._logprobs_refused = False  # the server answered 400/422 to a log-probs request
 
     @property
     def speculative(self) -> bool:
@@ -340,8 +341,21 @@ class OpenAIEngine:
         else:
             # The completions API takes raw text: the server's chat template is bypassed.
             body["prompt"] = "\n\n".join(m.content for m in request.messages)
+        if self._asks_logprobs(request):
+            body.update(logprobs.request_fields(cfg.api, cfg.top_logprobs))
         body.update(cfg.extra_body)
         return body
+
+    def _asks_logprobs(self, request: GenerationRequest) -> bool:
+        """A baseline's greedy requests ask for its top log-probs (the greedy divergence
+        judge, canaryd.scoring.margins), unless the server refused them once."""
+        cfg = self.config
+        return (
+            not self.speculative
+            and request.sampling.greedy
+            and cfg.top_logprobs > 0
+            and not self._logprobs_refused
+        )
 
     async def _generate(self, request: GenerationRequest) -> GenerationResult:
         assert self._slots is not None
@@ -386,6 +400,12 @@ class OpenAIEngine:
                     if response.status_code >= 400:
                         message = await read_at_most(response, _ERROR_BODY_BYTES)
                         text = message.decode(errors="replace")
+                        if response.status_code in (400, 422) and "logprobs" in body:
+                            # Refused before any work: ask again without, from now on.
+                            log.warning("openai.logprobs_refused", status=response.status_code)
+                            self._logprobs_refused = True
+                            body = self._body(request)
+                            continue
                         if response.status_code in _RETRY_STATUSES and attempt < cfg.max_retries:
                             delay = _retry_after(response.headers.get("retry-after"), delay)
                             log.info("openai.retry", status=response.status_code, delay_s=delay)
@@ -400,7 +420,7 @@ class OpenAIEngine:
                             response,
                             chat=cfg.api == "chat",
                             started=started,
-                            cap=output_byte_cap(request.sampling.max_tokens),
+                            cap=self._byte_cap(request, "logprobs" in body),
                         )
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 if attempt >= cfg.max_retries:
@@ -417,6 +437,12 @@ class OpenAIEngine:
                 raise StreamFailure(ErrorKind.CONNECTION, f"{type(exc).__name__}: {exc}") from exc
             attempt += 1
             await asyncio.sleep(delay)
+
+    def _byte_cap(self, request: GenerationRequest, with_logprobs: bool) -> int:
+        """`output_byte_cap`, and room for the listed candidates when log-probs are asked."""
+        tokens = max(request.sampling.max_tokens, 1)
+        candidates = self.config.top_logprobs + 1 if with_logprobs else 0
+        return output_byte_cap(tokens) + logprobs.BYTES_PER_CANDIDATE * candidates * tokens
 
     # -- acceptance -----------------------------------------------------------------
 
@@ -503,6 +529,7 @@ class OpenAIEngine:
             e2e_s=e2e,
             speculative=stats,
             acceptance_source=stats.source if stats else AcceptanceSource.NOT_REPORTED,
+            token_logprobs=() if stream.logprobs_broken else tuple(stream.logprobs),
             itl=inter_token_latency(stream.arrivals),
         )
 

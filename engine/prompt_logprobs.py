@@ -82,6 +82,7 @@ def teacher_score(answer: Any, offset: int, output_ids: list[int]) -> TeacherSco
         )
     nll = top = worst = 0.0
     argmax = 0
+    gaps: list[float] = []
     for token, entries in zip(output_ids, positions[offset:], strict=True):
         if not isinstance(entries, dict):
             raise PromptLogprobsError(f"position of token {token} is not an object")
@@ -104,10 +105,12 @@ def teacher_score(answer: Any, offset: int, output_ids: list[int]) -> TeacherSco
         worst = max(worst, -logprob)
         argmax += rank == 1
         top += math.exp(max(tops))  # the rank-1 entry is among them
+        gaps.append(max(max(tops) - float(logprob), 0.0))
     return TeacherScore(
         tokens=len(output_ids),
         mean_nll=nll / len(output_ids),
         argmax_share=argmax / len(output_ids),
         mean_top_probability=top / len(output_ids),
         max_nll=worst,
+        gaps=tuple(gaps),
     )

@@ -25,7 +25,8 @@ from typing import Any
 
 import httpx
 
-from engine.types import ErrorKind, GenerationResult
+from engine import logprobs
+from engine.types import ErrorKind, GenerationResult, TokenLogprobs
 
 __all__ = [
     "OUTPUT_BYTES_PER_TOKEN",
@@ -129,6 +130,8 @@ class StreamedAnswer:
     timings: dict[str, Any] | None = None  # llama.cpp
     meta_info: dict[str, Any] | None = None  # SGLang
     metrics: dict[str, Any] | None = None  # vLLM --per-request-spec-decode-metrics
+    logprobs: list[TokenLogprobs] = field(default_factory=list)  # engine.logprobs
+    logprobs_broken: bool = False  # a chunk's log-probs did not read: all are dropped
     # (seconds since the request started, tokens) of each chunk that carried output
     arrivals: list[tuple[float, int]] = field(default_factory=list)
     completion_seen: int = 0  # completion_tokens of the last chunk that reported usage
@@ -229,6 +232,8 @@ def _read_chunk(chunk: dict[str, Any], stream: StreamedAnswer, chat: bool, start
         tokens = _chunk_tokens(chunk, choice, stream, bool(piece))
         if tokens:
             stream.arrivals.append((arrived - started, tokens))
+        if not logprobs.read_chunk(choice, chat, stream.logprobs):
+            stream.logprobs_broken = True
         if isinstance(choice.get("meta_info"), dict):
             stream.meta_info = choice["meta_info"]
         reason = choice.get("finish_reason")

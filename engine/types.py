@@ -171,6 +171,17 @@ class InterTokenLatency:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprobs:
+    """One output token as a server chose it: its text, its log-prob and the server's top
+    candidates at its position (`top_logprobs`: text and log-prob, as the server listed
+    them). What a remote baseline tells of its own greedy choices."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationResult:
     """One arm's answer to one request. Timings are seconds on a monotonic clock."""
 
@@ -188,6 +199,9 @@ class GenerationResult:
     speculative: SpeculativeStats | None = None  # None: baseline arm, or not reported
     acceptance_source: AcceptanceSource = AcceptanceSource.NOT_REPORTED
     draft_cost: DraftCost | None = None  # engines that time their own drafting
+    # The server's log-probs along the output (baseline greedy requests to servers that
+    # return them, engine.logprobs); empty where none were asked for or returned.
+    token_logprobs: tuple[TokenLogprobs, ...] = ()
     itl: InterTokenLatency | None = None  # None: fewer than two output tokens, or not timed
 
     @property
@@ -251,6 +265,11 @@ class TeacherScore:
     # never sample (a random token scores 10 nats and more) says the output was not drawn
     # from it. None where the scorer cannot say.
     max_nll: float | None = None
+    # Per output token, the log-prob of the model's most likely token there minus that of
+    # the token the output took (≥ 0; 0 at an argmax token): how far each token of a
+    # teacher-forced output is from the teacher's own greedy choice. Empty where the
+    # scorer cannot say.
+    gaps: tuple[float, ...] = ()
 
     @property
     def argmax_excess(self) -> float:

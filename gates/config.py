@@ -40,7 +40,7 @@ __all__ = [
     "TelemetryLatencyGateConfig",
 ]
 
-LatencyMetric = Literal["e2e", "ttft", "tpot", "itl"]
+LatencyMetric = Literal["e2e", "ttft", "tpot"]
 
 
 class BudgetConfig(Strict):
@@ -110,7 +110,7 @@ class LatencyGateConfig(GateConfigBase):
         if not self.quantiles or any(not 0 < q < 1 for q in self.quantiles):
             raise ValueError("quantiles must be a non-empty list of values in (0, 1)")
         if not self.metrics:
-            raise ValueError("metrics must name at least one of e2e, ttft, tpot, itl")
+            raise ValueError("metrics must name at least one of e2e, ttft, tpot")
         return self
 
 
@@ -220,6 +220,15 @@ class QualityGateConfig(GateConfigBase):
         le=5,
         description="greedy: a divergence whose tokens the baseline model scores within "
         "this many nats is a numeric tie (bf16 kernels), not counted as a mismatch",
+    )
+    max_tie_rate: float = Field(
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="greedy: the most pairs that may diverge within tie_margin_nats (numeric "
+        "ties). A bf16 deployment ties on some outputs; a kernel that takes the runner-up "
+        "of every close call ties on nearly all (quality.ties; the A/A control's divergence "
+        "rate's upper bound raises it)",
     )
     control_arm: str | None = Field(
         default=None,

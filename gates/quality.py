@@ -3,13 +3,22 @@
 Four detectors on the scored pairs of the window (pairs where both arms succeeded),
 oldest first:
 - mismatch (greedy pairs only, temperature 0): a lossless speculative decoder reproduces
-  greedy output exactly up to hardware numerics, so a divergence is a bug unless the
-  baseline model scores both tokens at the first divergent position within
-  `tie_margin_nats` (a numeric tie, counted apart); a divergence no teacher could judge
-  counts. Bernoulli CUSUM of
+  greedy output exactly up to hardware numerics, so a divergence is a bug unless every
+  divergent token the baseline model judged lies within `tie_margin_nats` of its own
+  choice, either way (a numeric tie, counted apart; canaryd.scoring.margins: every token
+  teacher-forced where the baseline can score an output, the first divergent token from
+  its own top log-probs elsewhere); a divergence nothing judged counts. Bernoulli CUSUM of
   `mismatch_alarm_factor` × `max_mismatch_rate` against `max_mismatch_rate`; PASS when the
   Clopper–Pearson upper bound is within `max_mismatch_rate`. An 80 % mismatch rate
   alarms within about fifteen pairs.
+- ties (greedy pairs): the share of pairs that diverged within the tie margin must stay
+  at or below `max_tie_rate` (raised to the A/A control's divergence bound): a kernel
+  that takes the runner-up of every close call diverges on nearly every output, each
+  divergence a tie. Bernoulli CUSUM against the ceiling, on a quarter of the mismatch
+  detector's budget share (the mismatch chart keeps three quarters).
+  Greedy output is a function of the prompt: the evidence names the distinct prompts
+  behind each rate (a rate carried by a few prompts that repeat is theirs, not the
+  deployment's).
 - score: the paired task-score delta (speculative − baseline; only prompts with a check
   or reference score), a Gaussian CUSUM of mean −2 × `score_margin` against the edge
   −`score_margin`, with the window's sd of the deltas (at least 0.25). Deltas
@@ -38,6 +47,7 @@ and each of its detectors gets the category's share of that detector's budget
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,6 +85,10 @@ _SCORE_ALARM_FACTOR = 2.0  # the score detector alarms on a mean delta of twice 
 # Task-score deltas are mostly 0 with rare ±1 (a check passed on one arm only): each delta
 # is clipped to this many sds around the two means, so one such pair cannot alarm alone.
 _SCORE_CLIP_SDS = 3.0
+# The mismatch detector's budget share, split between its mismatch chart (3/4) and the
+# tie-rate chart (1/4): each threshold is h + log(1 / its part).
+_MISMATCH_SHARE_LOG = math.log(4.0 / 3.0)
+_TIES_SHARE_LOG = math.log(4.0)
 
 
 def quality_gate(
@@ -164,8 +178,15 @@ def _checks(
     components: list[GateDecision] = []
     notes: list[str] = []
 
-    greedy = [s for r, s in scored if r.temperature <= 0.0]
+    greedy_pairs = [(r, s) for r, s in scored if r.temperature <= 0.0]
+    greedy = [s for _, s in greedy_pairs]
     if greedy:
+        margin = config.tie_margin_nats
+        real = [not s.exact_match and not s.tie(margin) for s in greedy]
+        prompts = len({r.prompt.id for r, _ in greedy_pairs})
+        real_prompts = len(
+            {r.prompt.id for (r, _), hit in zip(greedy_pairs, real, strict=True) if hit}
+        )
         edge = config.max_mismatch_rate
         control_note = ""
         if floor is not None:
@@ -177,8 +198,11 @@ def _checks(
                 else "; A/A control: no greedy pairs in the window yet"
             )
         tolerance = max(edge, _RATE_FLOOR)
-        ties = sum(1 for s in greedy if s.tie(config.tie_margin_nats))
+        ties = sum(1 for s in greedy if s.tie(margin))
         unjudged = sum(1 for s in greedy if not s.exact_match and s.divergence_margin is None)
+        first_only = sum(
+            1 for s in greedy if not s.exact_match and s.divergence_judge in ("first", "bound")
+        )
         components.append(
             rate_check(
                 f"{prefix}.mismatch",
@@ -186,7 +210,7 @@ def _checks(
                 window,
                 now,
                 # Numeric ties are not bugs; a divergence no teacher judged counts.
-                hits=[not s.exact_match and not s.tie(config.tie_margin_nats) for s in greedy],
+                hits=real,
                 tolerance=edge,
                 p0=tolerance,
                 # A bank: the alternative next to the edge and gross ones at 4× and 16× it,
@@ -194,11 +218,33 @@ def _checks(
                 p1=rate_alternatives(
                     tolerance, min(config.mismatch_alarm_factor * tolerance, 0.99)
                 ),
-                h=h,
+                h=h + _MISMATCH_SHARE_LOG,
                 statistic="greedy mismatch rate",
-                note=f"; numeric ties {ties}/{len(greedy)} (within "
-                f"{config.tie_margin_nats:g} nats, not counted); divergences no teacher "
-                f"judged {unjudged} (counted){control_note}",
+                note=f"; numeric ties {ties}/{len(greedy)} (within {margin:g} nats either "
+                f"way, not counted); divergences nothing judged {unjudged} (counted); "
+                f"judged at the first divergent token only (the baseline's top log-probs: "
+                f"later tokens follow a prefix it never generated) {first_only}; "
+                f"real divergences on {real_prompts} of {prompts} distinct prompts"
+                f"{control_note}",
+            )
+        )
+        tie_edge = max(config.max_tie_rate, floor.upper) if floor and floor.pairs else None
+        tie_tolerance = tie_edge if tie_edge is not None else config.max_tie_rate
+        components.append(
+            rate_check(
+                f"{prefix}.ties",
+                config,
+                window,
+                now,
+                hits=[s.tie(margin) for s in greedy],
+                tolerance=tie_tolerance,
+                p0=tie_tolerance,
+                p1=rate_alternatives(tie_tolerance, min(2.0 * tie_tolerance, 0.99)),
+                h=h + _TIES_SHARE_LOG,
+                statistic="greedy tie rate",
+                note=f"; ties within {margin:g} nats, on "
+                f"{len({r.prompt.id for r, s in greedy_pairs if s.tie(margin)})} of "
+                f"{prompts} distinct prompts",
             )
         )
     else:

@@ -80,11 +80,11 @@ class PairScores:
     # probability, engine.types.TeacherScore), speculative minus baseline (same pairs as
     # `nll_delta`): greedy-leaning sampling makes it positive.
     argmax_delta: float | None = None
-    # Greedy pairs that diverge: the baseline (target) model's log-probability of the
-    # baseline's token minus that of the speculative arm's token, at the first divergent
-    # token, given the shared prefix (nats). Small: a numeric tie (both tokens nearly
-    # equally likely, bf16 kernels may pick either); large: a real divergence. None where
-    # the outputs agree or no teacher could score them.
+    # Greedy pairs that diverge: the largest absolute margin the baseline (target) model
+    # puts between the arms' tokens over the divergent tokens it judged (nats; how, in
+    # `divergence_judge`, canaryd.scoring.margins). Small: a numeric tie (both tokens
+    # nearly equally likely, bf16 kernels may pick either); large: a real divergence.
+    # None where the outputs agree or nothing could judge them.
     divergence_margin: float | None = None
     # Sampled pairs the teacher scored: the largest single-token NLL of each arm's output
     # (nats, engine.types.TeacherScore.max_nll). A token the target model would all but
@@ -93,13 +93,21 @@ class PairScores:
     # second forward pass) or the teacher cannot say.
     baseline_max_nll: float | None = None
     speculative_max_nll: float | None = None
+    # How `divergence_margin` was judged: "forced" (the speculative output teacher-forced
+    # through the baseline, every token), "first" (the first divergent token only, from
+    # the baseline's top log-probs), "bound" (the same, the speculative token unlisted:
+    # the margin is a lower bound). None: the first divergent token, judged before the
+    # judge was recorded, or not judged.
+    divergence_judge: str | None = None
 
     def tie(self, margin_nats: float) -> bool:
-        """A greedy divergence the teacher calls a numeric tie: within `margin_nats`."""
+        """A greedy divergence the teacher calls a numeric tie: within `margin_nats` (a
+        lower bound never proves one)."""
         return (
             not self.exact_match
             and self.divergence_margin is not None
-            and self.divergence_margin <= margin_nats
+            and self.divergence_judge != "bound"
+            and abs(self.divergence_margin) <= margin_nats
         )
 
 

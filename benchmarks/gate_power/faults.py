@@ -2,9 +2,10 @@
 `Fault` is an update to a noise model's arms (`faults`: a 30 % acceptance drop in one
 category, found by bisection in `drift_rate_for`, slower e2e, errors, corruption, a
 verify bug on the bf16 deployment, errors that take the baseline's next requests down, a
-dead arm beside a failing baseline). `canaryd_pairs_to_trip` judges the pairs from the
-onset with the product's judging path and switch policy at the 60 s cadence (screened,
-replayed where a detector nears its threshold) until the switch rolls back;
+dead arm beside a failing baseline, a kernel that takes the runner-up of close calls).
+`canaryd_pairs_to_trip` judges the pairs from the onset with the product's judging path
+and switch policy at the 60 s cadence (screened, replayed where a detector nears its
+threshold) until the switch rolls back;
 `minutes_on_schedule` turns its pairs into wall-clock minutes on the shipped schedule."""
 
 from __future__ import annotations
@@ -49,10 +50,13 @@ class Fault:
     baseline: dict[str, Any] = field(default_factory=dict)  # to the baseline arm
     collateral: Collateral | None = None
     screen_off: bool = False  # also judged with the error gate's outage screen off
+    deployment: dict[str, Any] = field(default_factory=dict)  # to the base's DeploymentNoise
 
     def model(self, base: NoiseModel) -> NoiseModel:
         """`base` with the fault injected."""
         faulty = base.with_speculative(**self.update).with_baseline(**self.baseline)
+        if self.deployment and faulty.deployment is not None:
+            faulty = replace(faulty, deployment=replace(faulty.deployment, **self.deployment))
         return replace(faulty, collateral=self.collateral) if self.collateral else faulty
 
     def described(self) -> dict[str, Any]:
@@ -62,6 +66,8 @@ class Fault:
             out["baseline"] = dict(self.baseline)
         if self.collateral is not None:
             out["collateral"] = asdict(self.collateral)
+        if self.deployment:
+            out["deployment"] = dict(self.deployment)
         return out
 
 
@@ -92,6 +98,16 @@ def faults(drift_rate: float) -> list[Fault]:
         # A dead arm beside a baseline failing 70 % of its requests.
         Fault(
             "dead_arm_flaky_baseline", "error", {"error_rate": 1.0}, baseline={"error_rate": 0.7}
+        ),
+        # A verify kernel that takes the runner-up token wherever the top-2 gap is under
+        # 0.5 nats: nearly every greedy output diverges, every divergence within the tie
+        # margin (the tie-rate check's fault).
+        Fault(
+            "runner_up_bug",
+            "mismatch",
+            {},
+            base="deployment_bf16",
+            deployment={"runner_up_below": 0.5},
         ),
     ]
 

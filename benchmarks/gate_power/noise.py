@@ -21,7 +21,7 @@ from canaryd.pairs.runner import PairParams
 from engine.config import FakeEngineConfig
 from engine.types import ErrorKind, GenerationResult
 from gates import GatesConfig
-from gates.records import PairRecord
+from gates.records import PairRecord, PairScores
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 DESIGN_SPACING_S = 10.0
@@ -65,7 +65,14 @@ class DeploymentNoise:
     `tie_rate` of the greedy pairs whose outputs agreed, a numeric-tie divergence (bf16
     kernels picking the other of two nearly tied tokens: margin below half of
     `quality.tie_margin_nats`). Sampled pairs come from the noise model
-    (`NoiseModel.sampled_share`), each arm with its own seed."""
+    (`NoiseModel.sampled_share`), each arm with its own seed.
+
+    `runner_up_below` > 0 is a verify bug (scenario `runner_up_bug`): a kernel that takes
+    the runner-up token wherever the top-2 gap is under that many nats. On the embedded
+    model `close_share` (16.2 %) of greedy positions have a gap under 0.5 nats, taken as
+    uniform below it; every greedy output position rolls for it, and a pair that took
+    any runner-up diverges with the largest such gap as its margin (every token judged:
+    each one within the tie margin)."""
 
     diurnal: float = 0.4
     queue_s: float = 0.05
@@ -75,6 +82,8 @@ class DeploymentNoise:
     timeout_rate: float = 0.002
     tie_rate: float = 0.03
     tie_margin_nats: float = 0.1
+    runner_up_below: float = 0.0
+    close_share: float = 0.162  # greedy positions with a top-2 gap under CLOSE_GAP nats
 
 
 class Deployed:
@@ -125,7 +134,27 @@ class Deployed:
                 first_divergence=rng.randrange(tokens),
                 divergence_margin=rng.uniform(0.0, noise.tie_margin_nats / 2.0),
             )
+        if scores is not None and noise.runner_up_below > 0.0 and record.temperature <= 0.0:
+            scores = self._runner_up(scores, max(1, record.speculative.output_tokens))
         return replace(record, baseline=arms[0], speculative=arms[1], scores=scores)
+
+    def _runner_up(self, scores: PairScores, tokens: int) -> PairScores:
+        noise, rng = self.noise, self.rng
+        below = min(noise.runner_up_below, CLOSE_GAP)
+        chance = noise.close_share * below / CLOSE_GAP
+        taken = [(k, rng.uniform(0.0, below)) for k in range(tokens) if rng.random() < chance]
+        if not taken:
+            return scores
+        return replace(
+            scores,
+            exact_match=False,
+            first_divergence=taken[0][0],
+            divergence_margin=max(gap for _, gap in taken),
+            divergence_judge="forced",
+        )
+
+
+CLOSE_GAP = 0.5  # nats: the gap `DeploymentNoise.close_share` was measured below
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import structlog
 from canaryd.scoring.checks import evaluate_check
 from canaryd.scoring.loading import ScoringMetrics, load_metrics
 from canaryd.scoring.loops import has_repetition_loop
+from canaryd.scoring.margins import Judged, combined, top_logprobs_margin
 from canaryd.scoring.text import comparison_units, loop_units
 from engine.base import Engine
 from engine.types import GenerationResult
@@ -90,24 +91,41 @@ def _prefix_result(token_ids: tuple[int, ...]) -> GenerationResult:
 
 def divergence_margin(
     teacher: Engine, prompt: Prompt, baseline: GenerationResult, speculative: GenerationResult
-) -> float | None:
-    """At the first token where two greedy outputs differ, the teacher's log-probability
-    of the baseline's token minus that of the speculative arm's, given the shared prefix
-    (nats): the difference of the total NLLs of prefix + each token, whose prefix terms
-    are the same. None when the outputs agree, one is a prefix of the other (a stop, not
-    a choice between tokens), or the teacher cannot score them."""
+) -> Judged | None:
+    """Two greedy outputs that differ, judged by the baseline (canaryd.scoring.margins):
+    the first divergent token's margin — from the baseline's own top log-probs when its
+    result carries them, else the teacher's log-probability of the baseline's token minus
+    that of the speculative arm's given the shared prefix (the difference of the total
+    NLLs of prefix + each token, whose prefix terms are the same) — and, where the
+    teacher can score the speculative output token by token, every token's distance from
+    its argmax. None when the outputs agree, one is a prefix of the other (a stop, not a
+    choice between tokens), or nothing could judge them."""
     try:
-        base_ids = baseline.token_ids or tuple(teacher.count_tokens(baseline.text))
-        spec_ids = speculative.token_ids or tuple(teacher.count_tokens(speculative.text))
-        position = first_divergence(base_ids, spec_ids)
-        if position is None or position >= min(len(base_ids), len(spec_ids)):
-            return None
-        prefix = tuple(base_ids[:position])
-        base = teacher.score(prompt.messages, _prefix_result((*prefix, base_ids[position])))
-        spec = teacher.score(prompt.messages, _prefix_result((*prefix, spec_ids[position])))
+        first: float | Judged | None
+        if baseline.token_logprobs:
+            first = top_logprobs_margin(baseline, speculative.text)
+        else:
+            first = _two_pass_margin(teacher, prompt, baseline, speculative)
+        forced = teacher.score(prompt.messages, speculative)
     except Exception:  # a scoring bug must not lose the pair
         log.exception("pair.tie_score_failed")
         return None
+    if first is None and forced is None:
+        return None
+    return combined(first, forced.gaps if forced is not None else ())
+
+
+def _two_pass_margin(
+    teacher: Engine, prompt: Prompt, baseline: GenerationResult, speculative: GenerationResult
+) -> float | None:
+    base_ids = baseline.token_ids or tuple(teacher.count_tokens(baseline.text))
+    spec_ids = speculative.token_ids or tuple(teacher.count_tokens(speculative.text))
+    position = first_divergence(base_ids, spec_ids)
+    if position is None or position >= min(len(base_ids), len(spec_ids)):
+        return None
+    prefix = tuple(base_ids[:position])
+    base = teacher.score(prompt.messages, _prefix_result((*prefix, base_ids[position])))
+    spec = teacher.score(prompt.messages, _prefix_result((*prefix, spec_ids[position])))
     if base is None or spec is None:
         return None
     return spec.mean_nll * spec.tokens - base.mean_nll * base.tokens
@@ -125,8 +143,8 @@ def score_pair(
     Identical outputs score 1.0 ROUGE-L, 100 chrF and 1.0 edit similarity without
     running the metrics (rouge-score would give two empty texts 0). `teacher`, given for
     sampled pairs, scores both outputs (`nll_delta`, `argmax_delta`); `tie_judge`, given
-    for greedy pairs, scores the first divergent token of outputs that differ
-    (`divergence_margin`: a numeric tie or a real divergence).
+    for greedy pairs, judges the divergent tokens of outputs that differ
+    (`divergence_margin` and `divergence_judge`: a numeric tie or a real divergence).
     """
     if not (baseline.ok and speculative.ok):
         return None
@@ -146,6 +164,11 @@ def score_pair(
         speculative_task = task_score(prompt, speculative.text, metrics)
 
     baseline_loop = has_repetition_loop(loop_units(baseline))
+    judged_divergence = (
+        None
+        if exact_match or tie_judge is None
+        else divergence_margin(tie_judge, prompt, baseline, speculative)
+    )
     judged = (
         TeacherDeltas()
         if teacher is None
@@ -175,9 +198,6 @@ def score_pair(
         argmax_delta=judged.argmax_delta,
         baseline_max_nll=judged.baseline_max_nll,
         speculative_max_nll=judged.speculative_max_nll,
-        divergence_margin=(
-            None
-            if exact_match or tie_judge is None
-            else divergence_margin(tie_judge, prompt, baseline, speculative)
-        ),
+        divergence_margin=None if judged_divergence is None else judged_divergence.margin,
+        divergence_judge=None if judged_divergence is None else judged_divergence.judge,
     )

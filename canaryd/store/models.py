@@ -237,6 +237,7 @@ class PairScoresRow(Base):
     divergence_margin: Mapped[float | None] = mapped_column(Double)
     baseline_max_nll: Mapped[float | None] = mapped_column(Double)
     speculative_max_nll: Mapped[float | None] = mapped_column(Double)
+    divergence_judge: Mapped[str | None] = mapped_column(String(16))
 
     pair: Mapped[PairRow] = relationship(back_populates="scores")
 

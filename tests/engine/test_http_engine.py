@@ -240,7 +240,8 @@ class TestHostileStreams:
         most one read, and the stream is closed; the next request is served."""
         server.queue(Behaviour(fault="endless", chunk_bytes=64 * 1024, token_delay_s=0.002))
         cap = output_byte_cap(REQUEST.sampling.max_tokens)
-        for engine in _engine(server.url, api=api, timeouts={"read": 5, "total": 30}):
+        timeouts = {"read": 5, "total": 30}
+        for engine in _engine(server.url, api=api, timeouts=timeouts, top_logprobs=0):
             started = time.perf_counter()
             result = engine.generate(REQUEST)
             assert time.perf_counter() - started < 1.0

@@ -114,13 +114,19 @@ class TestQualityByCategory:
         assert by["math"].state is GateState.FAIL
         assert {by["code"].state, by["qa"].state} == {GateState.INCONCLUSIVE}  # 30 pairs each
         checks = [c.name for c in by["math"].components]
-        assert checks == ["quality.math.mismatch", "quality.math.score", "quality.math.loops"]
+        assert checks == [
+            "quality.math.mismatch",
+            "quality.math.ties",
+            "quality.math.score",
+            "quality.math.loops",
+        ]
         assert "math: distribution: no sampled pair" in by["math"].detail
 
     def test_the_global_gate_keeps_its_checks(self) -> None:
         decision = quality_gate(self.records("math"), self.config, now=at(90))
         assert [c.name for c in decision.components] == [
             "quality.mismatch",
+            "quality.ties",
             "quality.score",
             "quality.loops",
         ]

@@ -31,6 +31,9 @@ from engine.config import OpenAIEngineConfig
 from engine.http import OpenAIEngine
 from engine.provision import require_embedded_model
 from engine.types import AcceptanceSource, ErrorKind, GenerationRequest, SamplingParams
+from gates.config import QualityGateConfig
+from gates.core import GateState
+from gates.quality import quality_gate
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
@@ -179,6 +182,49 @@ class TestLlamaCppPair:
             f"\nbaseline {record.baseline.e2e_s:.3f} s, "
             f"speculative {record.speculative.e2e_s:.3f} s, "
             f"exact_match={record.scores.exact_match}",
+            file=sys.stderr,
+        )
+
+    def test_a_healthy_lookup_arm_is_judged_by_the_baselines_top_logprobs(
+        self, plain_server: str, lookup_server: str
+    ) -> None:
+        """Greedy pairs over a dozen prompts: the baseline streams its top log-probs, every
+        divergence is judged by them (none unjudged), and quality does not FAIL the
+        healthy prompt-lookup arm (its divergences are numeric ties of batched
+        verification, if any)."""
+        prompts = [suite.prompts[0] for suite in load_default_suites()][:12]
+        baseline, speculative = (
+            _arm(plain_server, speculative=False),
+            _arm(lookup_server, speculative=True),
+        )
+        try:
+            runner = PairRunner(
+                baseline, speculative, run_id="llamacpp-ties", params=PairParams(max_tokens=32)
+            )
+            records = [runner.run_pair(prompt) for prompt in prompts]
+        finally:
+            baseline.close()
+            speculative.close()
+        for record in records:
+            assert record.baseline.ok and record.speculative.ok, record.baseline.error_detail
+            logprobs = record.baseline.token_logprobs
+            assert logprobs and "".join(t.token for t in logprobs) == record.baseline.text
+            assert all(t.top for t in logprobs)
+            assert record.speculative.token_logprobs == ()  # a speculative arm never asks
+        scored = [r.scores for r in records if r.scores is not None]
+        diverged = [s for s in scored if not s.exact_match]
+        unjudged = [s for s in diverged if s.divergence_margin is None]
+        assert not unjudged, unjudged
+        assert all(s.divergence_judge in ("first", "bound") for s in diverged)
+        config = QualityGateConfig(min_samples=len(records))
+        decision = quality_gate(records, config, now=records[-1].started_at)
+        mismatch = next(c for c in decision.components if c.name == "quality.mismatch")
+        assert mismatch.state is not GateState.FAIL, mismatch.detail
+        assert decision.state is not GateState.FAIL, decision.detail
+        print(  # shown with -s: what the judge saw
+            f"\n{len(diverged)}/{len(scored)} pairs diverged, margins "
+            f"{[(round(s.divergence_margin or 0, 3), s.divergence_judge) for s in diverged]}; "
+            f"{mismatch.detail}",
             file=sys.stderr,
         )
 

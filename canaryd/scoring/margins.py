@@ -1,0 +1,101 @@
+"""Judging a greedy divergence: how far the speculative arm's tokens are from the baseline's.
+
+A lossless speculative arm reproduces greedy output up to hardware numerics, so where two
+greedy outputs differ the baseline (target) model must find the speculative tokens
+nearly as likely as its own choices. Three judges, the best one available deciding:
+- `forced`: the speculative output teacher-forced through the baseline
+  (`Engine.score`'s per-token `gaps`: the in-process engine, vLLM's prompt log-probs);
+  every token is judged by its distance from the teacher's argmax, together with the
+  first divergent token's margin;
+- `first`: the baseline's own top log-probs along its output (`token_logprobs`, every
+  OpenAI-compatible server that returns them): at the first divergent token the margin is
+  log p(baseline token) − log p(speculative token). Later tokens follow a prefix the
+  baseline never generated, so only the first divergence is judged there;
+- `bound`: as `first`, but the speculative token is not among the listed candidates:
+  the margin is at least log p(baseline token) − log p(last listed candidate), a lower
+  bound that proves a real divergence when it is past the tie margin, and never a tie.
+Margins are absolute: a teacher that prefers the speculative token by a wide margin says
+the two arms disagree as much as one that prefers the baseline's.
+
+Streamed results carry text, not token ids: the speculative token at the first
+divergence is the longest listed candidate its text continues with, looking one token
+back for a longer candidate than the baseline's (" then" where the baseline took " the",
+the texts parting a token later). A shorter candidate can stand for a longer token the
+server did not list; the margin is then the one of that candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from engine.types import GenerationResult, TokenLogprobs
+
+Judge = Literal["forced", "first", "bound"]
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """One divergence's judgement: the largest absolute margin judged (nats) and how."""
+
+    margin: float
+    judge: Judge
+
+
+def top_logprobs_margin(baseline: GenerationResult, speculative_text: str) -> Judged | None:
+    """The first divergence judged by the baseline's own top log-probs (`first` or
+    `bound`); None without log-probs, when they do not spell the baseline's text, or
+    when the speculative text stops inside the baseline's (a stop, not a choice)."""
+    tokens: tuple[TokenLogprobs, ...] = baseline.token_logprobs
+    if not tokens:
+        return None
+    at = 0
+    for index, token in enumerate(tokens):
+        if not baseline.text.startswith(token.token, at):
+            return None  # the log-probs do not follow the text: nothing to align
+        if speculative_text.startswith(token.token, at):
+            at += len(token.token)
+            continue
+        if not speculative_text[at:]:
+            return None
+        if index > 0:
+            # The previous token's text matched, but the speculative arm may have taken a
+            # longer listed token there (" then" where the baseline took " the").
+            before = tokens[index - 1]
+            start = at - len(before.token)
+            longer = _listed(before, speculative_text[start:], len(before.token))
+            if longer is not None:
+                return Judged(abs(before.logprob - longer), "first")
+        listed = _listed(token, speculative_text[at:], 0)
+        if listed is not None:
+            return Judged(abs(token.logprob - listed), "first")
+        if not token.top:
+            return None
+        floor = min(value for _, value in token.top)
+        return Judged(max(token.logprob - floor, 0.0), "bound")
+    return None  # the baseline's tokens are a prefix of the speculative text
+
+
+def _listed(token: TokenLogprobs, rest: str, longer_than: int) -> float | None:
+    """The log-prob of the longest listed candidate other than `token` that `rest` starts
+    with, longer than `longer_than` characters; None when none is."""
+    listed = [
+        (len(text), value)
+        for text, value in token.top
+        if len(text) > longer_than and text != token.token and rest.startswith(text)
+    ]
+    return max(listed)[1] if listed else None
+
+
+def combined(first: float | Judged | None, gaps: Sequence[float]) -> Judged | None:
+    """The pair's judgement from its first divergence (a two-pass margin or a top-log-probs
+    judgement) and the teacher-forced gaps of the speculative output (empty: none)."""
+    if isinstance(first, float):
+        first = Judged(abs(first), "first")
+    if gaps:
+        largest = max(gaps)
+        if first is not None and first.judge != "bound":
+            largest = max(largest, first.margin)
+        return Judged(largest, "forced")
+    return first
