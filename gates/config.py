@@ -40,7 +40,7 @@ __all__ = [
     "TelemetryLatencyGateConfig",
 ]
 
-LatencyMetric = Literal["e2e", "ttft", "tpot"]
+LatencyMetric = Literal["e2e", "ttft", "tpot", "itl"]
 
 
 class BudgetConfig(Strict):
@@ -110,7 +110,7 @@ class LatencyGateConfig(GateConfigBase):
         if not self.quantiles or any(not 0 < q < 1 for q in self.quantiles):
             raise ValueError("quantiles must be a non-empty list of values in (0, 1)")
         if not self.metrics:
-            raise ValueError("metrics must name at least one of e2e, ttft, tpot")
+            raise ValueError("metrics must name at least one of e2e, ttft, tpot, itl")
         return self
 
 
