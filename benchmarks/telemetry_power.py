@@ -9,7 +9,7 @@ latency histograms binned at vLLM's bucket bounds; requests running and waiting 
 Little's law; drafts, draft tokens and accepted tokens with k = 3 draft tokens and a
 per-request acceptance probability giving an acceptance length of about 2.5), with
 request errors drawn per request (0.5 % on both arms). Beside it the rollout burst runs
-pairs at `--pairs-per-minute` (20 by default, `rollout.max_pairs_per_minute`), built
+pairs at `--pairs-per-minute` (default `rollout.max_pairs_per_minute`, 20), built
 with `gates.testing`'s record builders: greedy pairs that match exactly (a lossless
 speculative decoder; identical outputs score alike, so task-score deltas are 0; no
 numeric ties, for those see gate_power's `deployment_bf16`), 0.5 % failures per arm,
@@ -77,6 +77,7 @@ from typing import Any
 
 import numpy as np
 
+from canaryd.config.sections import RolloutConfig
 from gates.budget import detector_arl0, detector_count, telemetry_arl0, telemetry_detector_count
 from gates.config import GatesConfig
 from gates.core import GateState, checks
@@ -90,7 +91,7 @@ from gates.testing import T0, record, result, scores
 RATES = (1, 5, 50)
 FAULTS = ("errors_5pct", "latency_x1.5_under_load", "acceptance_drop_30pct")
 SCRAPE_S = 15.0
-PAIRS_PER_MINUTE = 20.0  # rollout.max_pairs_per_minute's default
+PAIRS_PER_MINUTE = RolloutConfig().max_pairs_per_minute  # the burst's default rate
 BASELINE_ERROR_RATE = 0.005
 FAULT_ERROR_RATE = 0.05
 DRAFT_TOKENS = 3
