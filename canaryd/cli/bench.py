@@ -39,6 +39,7 @@ from canaryd.pairs.plan import (
 )
 from canaryd.report import bench_markdown
 from canaryd.store import SqlStore
+from engine.base import Engine
 
 
 def parse_rates(text: str) -> tuple[float, ...]:
@@ -175,6 +176,7 @@ def bench(
     sequence = sampler.take(plan.requests or len(prompts))
     store = SqlStore.open(settings.storage.resolved_url(), create=True)
     err = Console(stderr=True)
+    engines: dict[str, Engine] = {}
     try:
         for suite in suites:
             store.record_suite(suite.name, suite.sha256, str(suite.path))
@@ -219,6 +221,8 @@ def bench(
         stored_pairs = store.pairs(run_id=run.run_id)
         results = bench_results(stored, stored_pairs)
     finally:
+        for engine in engines.values():  # an HTTP arm's event-loop thread stops here
+            engine.close()
         store.close()
     path = out if out.suffix == ".json" else out / "results.json"
     path.parent.mkdir(parents=True, exist_ok=True)
