@@ -45,6 +45,7 @@ from engine.types import (
     DraftCost,
     ErrorKind,
     GenerationResult,
+    InterTokenLatency,
     Message,
     Role,
     SpeculativeStats,
@@ -143,6 +144,10 @@ _SPECULATIVE_FROM_COLUMNS: Mapping[str, Convert] = MappingProxyType(
         "source": lambda value: AcceptanceSource(value or AcceptanceSource.DECODING_LOOP),
     }
 )
+# `InterTokenLatency` is stored flat, prefixed `itl_`; its arrivals are never stored.
+_ITL_COLUMNS = MappingProxyType(
+    {spec.name: f"itl_{spec.name}" for spec in fields(InterTokenLatency) if spec.name != "arrivals"}
+)
 _GENERATION_FROM_COLUMNS: Mapping[str, Convert] = MappingProxyType(
     {"token_ids": tuple, "error": ErrorKind, "acceptance_source": AcceptanceSource}
 )
@@ -163,7 +168,14 @@ def _generation_row(arm: Arm, result: GenerationResult) -> GenerationRow:
         if cost is None
         else row_values(cost, GenerationRow)
     )
-    return GenerationRow(arm=arm, **row_values(result, GenerationRow), **speculative, **draft_cost)
+    itl = (
+        dict.fromkeys(_ITL_COLUMNS.values())
+        if result.itl is None
+        else row_values(result.itl, GenerationRow, renamed=_ITL_COLUMNS)
+    )
+    return GenerationRow(
+        arm=arm, **row_values(result, GenerationRow), **speculative, **draft_cost, **itl
+    )
 
 
 def _generation_from_row(row: GenerationRow) -> GenerationResult:
@@ -176,12 +188,14 @@ def _generation_from_row(row: GenerationRow) -> GenerationResult:
             convert=_SPECULATIVE_FROM_COLUMNS,
         )
     cost = None if row.draft_s is None else from_row(DraftCost, row)
+    itl = None if row.itl_tokens is None else from_row(InterTokenLatency, row, renamed=_ITL_COLUMNS)
     return from_row(
         GenerationResult,
         row,
         convert=_GENERATION_FROM_COLUMNS,
         speculative=stats,
         draft_cost=cost,
+        itl=itl,
     )
 
 

@@ -209,6 +209,13 @@ class GenerationRow(Base):
     draft_s: Mapped[float | None] = mapped_column(Double)
     verify_s: Mapped[float | None] = mapped_column(Double)
     tree_tokens: Mapped[int | None] = mapped_column(Integer)
+    # All NULL when the generation has no `InterTokenLatency` (fewer than two tokens).
+    itl_tokens: Mapped[int | None] = mapped_column(Integer)
+    itl_chunks: Mapped[int | None] = mapped_column(Integer)
+    itl_p50_s: Mapped[float | None] = mapped_column(Double)
+    itl_p95_s: Mapped[float | None] = mapped_column(Double)
+    itl_p99_s: Mapped[float | None] = mapped_column(Double)
+    itl_max_s: Mapped[float | None] = mapped_column(Double)
 
     pair: Mapped[PairRow] = relationship(back_populates="generations")
 

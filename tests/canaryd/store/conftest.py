@@ -17,6 +17,7 @@ from sqlalchemy import inspect
 
 from canaryd.store import SqlStore
 from canaryd.store.models import Base
+from engine.timing import inter_token_latency
 from engine.types import (
     AcceptanceSource,
     ErrorKind,
@@ -99,6 +100,7 @@ def speculative_result() -> GenerationResult:
             source=AcceptanceSource.DECODING_LOOP,
         ),
         acceptance_source=AcceptanceSource.DECODING_LOOP,
+        itl=inter_token_latency([(0.011, 2), (0.036, 1), (0.061, 1)]),
     )
 
 

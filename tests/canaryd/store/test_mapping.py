@@ -51,6 +51,20 @@ def test_an_unreported_speculative_arm_stores_null_not_zero(failed: Any) -> None
     assert speculative.accepted_per_position is None
 
 
+def test_itl_is_stored_as_its_summary(pair: Any) -> None:
+    """A generation's ITL comes back as its quantiles and counts (not its arrivals); a
+    generation without one stores NULL."""
+    record: PairRecord = pair()
+    row = pair_row(record, prompt_ref=7)
+    row.prompt = PromptRow(**prompt_values(record.prompt))
+    by_arm = {generation.arm: generation for generation in row.generations}
+    assert by_arm["baseline"].itl_p99_s is None and by_arm["baseline"].itl_tokens is None
+    itl = pair_from_row(row).speculative.itl
+    assert itl is not None and itl == record.speculative.itl
+    assert (itl.tokens, itl.chunks, itl.arrivals) == (3, 2, ())
+    assert itl.max_s == by_arm["speculative"].itl_max_s
+
+
 def test_a_run_comes_back_unchanged(run_info: Any) -> None:
     info: RunInfo = run_info()
     row = run_row(info)
