@@ -43,7 +43,11 @@ null), with the runs behind them. `healthy_false_trips_per_30d`: the healthy tri
 rate, judged on telemetry alone at each hour, a trip counted where an enforce
 telemetry detector's CUSUM peak in its window reached its threshold) with the 95 %
 Poisson upper bound; `budget`: the detectors sharing the one false-alarm budget and
-each one's ARL0 (pairs for pair detectors, scrape intervals for telemetry detectors).
+each one's ARL0 (pairs for pair detectors, scrape intervals for telemetry detectors);
+`budget_stress`: the soak judged again under a budget of 1,000 false rollbacks per 30
+days, where alarms are frequent enough to count: the telemetry detectors' alarms per 30
+days against their share of that budget (`within_share`), which is how the production
+budget, far too rare to observe, is shown to hold.
 
 `--quick`: 3 seeds, a 40-minute cap, a 2-hour soak per rate, two processes (about 2-3
 minutes on 2 cores). The full run: 10 seeds, a 90-minute cap, 24 hours of soak per rate.
@@ -101,6 +105,10 @@ ACCEPTANCE_DROP = 0.30
 SCREEN_INTERVALS = 4
 NEAR_THRESHOLD = 0.9
 HOURS_PER_30_DAYS = 720.0
+# The soak's calibration check: the same healthy telemetry judged under a budget this
+# large (false rollbacks per 30 days), where the detectors' false alarms are frequent
+# enough to count; observed alarms must stay within the telemetry detectors' share.
+STRESS_BUDGET = 1000.0
 # Pairs: the baseline's end-to-end time and the speculative arm's speed-up at the
 # burst's concurrency; verify steps for 40 output tokens at the healthy length.
 PAIR_E2E_S = 2.0
@@ -338,17 +346,40 @@ def rollout(
     return Outcome(None, None, (), calls)
 
 
+def telemetry_alarms(judged: Judgement) -> list[str]:
+    """The enforce telemetry checks that FAILed or whose CUSUM peak in its window reached
+    its threshold (an alarm any judgement in the window could have raised)."""
+    return [
+        check.name
+        for decision in judged.decisions
+        if decision.enforced and decision.name in TELEMETRY_GATES
+        for check in checks([decision])
+        if check.state is GateState.FAIL
+        or (check.detector is not None and check.detector.peak >= check.detector.threshold)
+    ]
+
+
 def soak(rate: int, seed: int, *, hours: float, config: GatesConfig) -> dict[str, Any]:
-    """Healthy telemetry for `hours`, judged on telemetry alone at every hour (a trip:
-    an enforce telemetry detector's CUSUM peak in its window reached its threshold,
-    i.e. an alarm any 15 s judgement in the hour could have raised)."""
+    """Healthy telemetry for `hours`, judged on telemetry alone at every hour, under
+    `config` and again under the stress budget (`STRESS_BUDGET`), each restarting its
+    evidence after an alarm as a rollback does. Trips: hours with an alarm under
+    `config`; stress alarms: every alarmed check under the stress budget."""
     arms = plan_for(rate).healthy
     rng = np.random.default_rng(seed)
     reference = stable_reference(arms, rng, config, T0)
+    stressed = config.model_copy(
+        update={
+            "budget": config.budget.model_copy(
+                update={"false_rollbacks_per_30_days": STRESS_BUDGET}
+            )
+        }
+    )
     per_hour = int(3600 / SCRAPE_S)
     baseline: list[TelemetryInterval] = []
     speculative: list[TelemetryInterval] = []
     trips: list[dict[str, Any]] = []
+    stress_alarms: list[dict[str, Any]] = []
+    since: dict[str, datetime] = {"budget": T0, "stress": T0}
     for hour in range(1, math.ceil(hours) + 1):
         for index in range((hour - 1) * per_hour, hour * per_hour):
             start = T0 + timedelta(seconds=index * SCRAPE_S)
@@ -357,31 +388,33 @@ def soak(rate: int, seed: int, *, hours: float, config: GatesConfig) -> dict[str
             baseline.append(with_errors(base, BASELINE_ERROR_RATE, rng))
             speculative.append(with_errors(spec, BASELINE_ERROR_RATE, rng))
         now = T0 + timedelta(seconds=hour * per_hour * SCRAPE_S)
-        judged = judge(
-            [],
-            None,
-            None,
-            config,
-            now,
-            telemetry=TelemetryEvidence(
-                ArmTelemetry(tuple(baseline)), ArmTelemetry(tuple(speculative))
-            ),
-            scrape_interval_s=SCRAPE_S,
-            acceptance_reference=reference,
+        evidence = TelemetryEvidence(
+            ArmTelemetry(tuple(baseline)), ArmTelemetry(tuple(speculative))
         )
-        alarms = [
-            check.name
-            for decision in judged.decisions
-            if decision.enforced and decision.name in TELEMETRY_GATES
-            for check in checks([decision])
-            if check.state is GateState.FAIL
-            or (check.detector is not None and check.detector.peak >= check.detector.threshold)
-        ]
-        if alarms:
-            trips.append({"hour": hour, "checks": alarms})
-            baseline.clear()  # a rollback restarts the evidence
-            speculative.clear()
-    return {"rate": rate, "hours": float(math.ceil(hours)), "trips": trips}
+        for track, judged_config in (("budget", config), ("stress", stressed)):
+            judged = judge(
+                [],
+                None,
+                None,
+                judged_config,
+                now,
+                since=since[track],
+                telemetry=evidence,
+                scrape_interval_s=SCRAPE_S,
+                acceptance_reference=reference,
+            )
+            alarms = telemetry_alarms(judged)
+            if alarms:
+                (trips if track == "budget" else stress_alarms).append(
+                    {"hour": hour, "checks": alarms}
+                )
+                since[track] = now  # a rollback restarts the evidence
+    return {
+        "rate": rate,
+        "hours": float(math.ceil(hours)),
+        "trips": trips,
+        "stress_alarms": stress_alarms,
+    }
 
 
 # --- the benchmark ---------------------------------------------------------------------
@@ -506,6 +539,19 @@ def run(
             },
         }
     per_30d = healthy_trips / healthy_hours * HOURS_PER_30_DAYS if healthy_hours else None
+    soaks = [done[t] for t in tasks if t.kind == "soak"]
+    soak_hours_total = sum(soaked["hours"] for soaked in soaks)
+    stress_count = sum(len(a["checks"]) for soaked in soaks for a in soaked["stress_alarms"])
+    stressed = config.model_copy(
+        update={
+            "budget": config.budget.model_copy(
+                update={"false_rollbacks_per_30_days": STRESS_BUDGET}
+            )
+        }
+    )
+    share = (
+        STRESS_BUDGET * telemetry_detector_count(config) / detector_count(stressed, telemetry=True)
+    )
     upper = poisson_upper95(healthy_trips) / healthy_hours * HOURS_PER_30_DAYS
     lengths = plan_for(rates[0]).acceptance_lengths
     report.update(
@@ -513,6 +559,22 @@ def run(
             "healthy_false_trips_per_30d": per_30d,
             "healthy_false_trips_per_30d_upper95": upper,
             "healthy_hours": healthy_hours,
+            "budget_stress": {
+                "false_rollbacks_per_30_days": STRESS_BUDGET,
+                "telemetry_share_per_30d": share,
+                "soak_hours": soak_hours_total,
+                "alarms": stress_count,
+                "alarms_per_30d": (
+                    stress_count / soak_hours_total * HOURS_PER_30_DAYS
+                    if soak_hours_total
+                    else None
+                ),
+                "within_share": (
+                    stress_count / soak_hours_total * HOURS_PER_30_DAYS <= share
+                    if soak_hours_total
+                    else None
+                ),
+            },
             "budget": {
                 "false_rollbacks_per_30_days": config.budget.false_rollbacks_per_30_days,
                 "detectors": detector_count(config, telemetry=True),
@@ -559,6 +621,14 @@ def table(report: dict[str, Any]) -> str:
         f"(95 % bound {report['healthy_false_trips_per_30d_upper95']:.3g}, "
         f"{report['healthy_hours']:.1f} h of healthy traffic); {report['elapsed_s']} s"
     )
+    stress = report["budget_stress"]
+    if stress["soak_hours"]:
+        lines.append(
+            f"budget stress ({stress['false_rollbacks_per_30_days']:g} per 30 days): "
+            f"{stress['alarms']} telemetry alarms in {stress['soak_hours']:g} h, "
+            f"{stress['alarms_per_30d']:.3g} per 30 days vs a share of "
+            f"{stress['telemetry_share_per_30d']:.3g}"
+        )
     return "\n".join(lines)
 
 

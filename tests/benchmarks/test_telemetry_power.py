@@ -102,4 +102,6 @@ class TestReport:
         assert report["healthy_false_trips_per_30d"] == 0.0
         assert report["healthy_false_trips_per_30d_upper95"] > 0
         assert report["budget"]["detectors"] == 16 + 8
+        stress = report["budget_stress"]
+        assert stress["soak_hours"] == 1.0 and stress["within_share"] is True
         assert "rps" in completed.stdout
