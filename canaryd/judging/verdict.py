@@ -41,7 +41,9 @@ from canaryd.pairs.plan import arm_key
 from canaryd.redact import redact_value
 from canaryd.store import RevisionWindow, SqlStore, Store
 from gates import GateDecision
+from gates.config import GatesConfig
 from gates.cycle import Judgement, Verdict, judge
+from gates.estimate import estimate as estimate_need
 from gates.records import BASELINE_ARM, PairRecord
 
 __all__ = [
@@ -72,20 +74,21 @@ COMPACT_REASON_CHARS = 160
 
 
 def estimate(
-    judgement: Judgement | None, verdict: Verdict, pairs_per_minute: float | None
-) -> dict[str, float | int | None]:
-    """`pairs_to_decision` and `minutes_to_decision` at `pairs_per_minute`: 0 once the
-    verdict decided (PASS or FAIL); None where no bound on the pairs still needed is known
-    or no pair runs."""
-    if verdict in ("PASS", "FAIL"):
-        return {"pairs_to_decision": 0, "minutes_to_decision": 0.0}
-    pairs = _pairs_to_decision(judgement)
-    minutes = None if pairs is None or not pairs_per_minute else round(pairs / pairs_per_minute, 2)
-    return {"pairs_to_decision": pairs, "minutes_to_decision": minutes}
-
-
-def _pairs_to_decision(judgement: Judgement | None) -> int | None:
-    return None
+    judgement: Judgement | None,
+    config: GatesConfig | None,
+    pairs_per_minute: float | None,
+    *,
+    min_pairs: int = 0,
+) -> dict[str, Any]:
+    """`pairs_to_decision` and `minutes_to_decision` at `pairs_per_minute`
+    (`gates.estimate`), and the check `waiting_on`: 0 once the verdict decided (PASS or
+    FAIL); None where no bound on what is still needed is known or no pair runs."""
+    if judgement is None or config is None:
+        return {"pairs_to_decision": None, "minutes_to_decision": None, "waiting_on": None}
+    if judgement.verdict in ("PASS", "FAIL"):
+        return {"pairs_to_decision": 0, "minutes_to_decision": 0.0, "waiting_on": None}
+    need = estimate_need(judgement, config, pairs_per_minute=pairs_per_minute, min_pairs=min_pairs)
+    return need.to_dict()
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,14 +122,21 @@ class RevisionVerdict:
     # Whether the revision's window is open and not superseded (not part of the body).
     window_current: bool = False
     judgement: Judgement | None = field(default=None, compare=False, repr=False)
+    gates_config: GatesConfig | None = field(default=None, compare=False, repr=False)
+    min_pairs: int = 0
 
     @property
     def decided(self) -> bool:
         return self.verdict in ("PASS", "FAIL")
 
-    def estimate(self) -> dict[str, float | int | None]:
-        """`pairs_to_decision` and `minutes_to_decision` at the current pair rate."""
-        return estimate(self.judgement, self.verdict, self.pairs_per_minute)
+    def estimate(self) -> dict[str, Any]:
+        """`pairs_to_decision`, `minutes_to_decision` at the current pair rate, and the
+        check `waiting_on`."""
+        if self.decided:
+            return {"pairs_to_decision": 0, "minutes_to_decision": 0.0, "waiting_on": None}
+        return estimate(
+            self.judgement, self.gates_config, self.pairs_per_minute, min_pairs=self.min_pairs
+        )
 
     def as_json(self, view: str = "full") -> dict[str, Any]:
         """The `/v1/verdict` body: these fields exactly, no non-finite number (null);
@@ -342,6 +352,8 @@ class VerdictService:
                 gates=judgement.decisions if judgement is not None else (),
                 window_current=current,
                 judgement=judgement,
+                gates_config=settings.gates,
+                min_pairs=query.min_pairs,
             )
 
         served = settings.switch.revision

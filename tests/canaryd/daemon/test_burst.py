@@ -210,9 +210,7 @@ class TestBurstInTheDaemon:
         first = verdict(daemon, "r", "POST")
         assert first["verdict"] == "NODATA"
         assert first["burst"]["active"] is True
-        assert first["estimate"]["minutes_to_decision"] is None or first["estimate"][
-            "pairs_to_decision"
-        ] == pytest.approx(first["estimate"]["minutes_to_decision"] * 300, abs=1)
+        assert set(first["estimate"]) == {"pairs_to_decision", "minutes_to_decision", "waiting_on"}
         assert interval(daemon) == pytest.approx(0.4)
         assert sample(daemon, "canaryd_burst_active") == 1.0
         passed = wait_for(

@@ -6,7 +6,6 @@ Flagger's `confirm-traffic-increase` hook, and the rollout burst each writing re
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -68,7 +67,8 @@ class TestCompactView:
         body = compact.json()
         assert set(body) == {"verdict", "fresh", "revision", "pairs", "reason", "estimate"}
         assert (body["verdict"], body["fresh"], body["pairs"]) == ("FAIL", True, 10)
-        assert body["estimate"] == {"pairs_to_decision": 0, "minutes_to_decision": 0.0}
+        assert body["estimate"]["pairs_to_decision"] == 0
+        assert body["estimate"]["minutes_to_decision"] == 0.0
         assert len(compact.content) < COMPACT_MAX_BYTES < len(json.dumps(full))
         posted = world.client.post("/v1/verdict", params={"revision": "bad", "view": "compact"})
         assert posted.json() == body
@@ -116,19 +116,34 @@ class TestCompactView:
 
 
 class TestEstimate:
-    def test_undecided_minutes_follow_the_pair_rate(self) -> None:
-        """Minutes to a decision are the pairs still needed over the pair rate; unknown
-        pairs or no pair rate give null minutes; a decided verdict needs none."""
-        undecided = verdict("r")
-        estimate = undecided.estimate()
-        pairs = estimate["pairs_to_decision"]
-        if pairs is None:
-            assert estimate["minutes_to_decision"] is None
-        else:
-            assert estimate["minutes_to_decision"] == pytest.approx(pairs / 20.0, abs=0.01)
-        assert replace(undecided, pairs_per_minute=None).estimate()["minutes_to_decision"] is None
-        decided = replace(undecided, verdict="PASS")
-        assert decided.estimate() == {"pairs_to_decision": 0, "minutes_to_decision": 0.0}
+    def test_the_pairs_and_minutes_a_revision_still_needs(self, world: World) -> None:
+        """Liveness (the only enforce gate) needs 5 pairs: after 3 the estimate is 2 more
+        pairs, 1 minute at the schedule's one pair per 30 s; once decided, none."""
+        world.open(revision="r")
+        world.pairs(3)
+        undecided = world.verdict(revision="r").json()
+        assert undecided["verdict"] in ("NODATA", "INCONCLUSIVE")
+        assert undecided["estimate"] == {
+            "pairs_to_decision": 2,
+            "minutes_to_decision": 1.0,
+            "waiting_on": "liveness",
+        }
+        assert (
+            world.verdict(revision="r", view="compact").json()["estimate"]
+            == (undecided["estimate"])
+        )
+        world.pairs(2)
+        decided = world.verdict(revision="r").json()
+        assert decided["verdict"] == "PASS"
+        assert decided["estimate"] == {
+            "pairs_to_decision": 0,
+            "minutes_to_decision": 0.0,
+            "waiting_on": None,
+        }
+
+    def test_no_rate_no_minutes(self) -> None:
+        """Without a judgement or a pair rate the minutes are unknown (null), never 0."""
+        assert verdict("r").estimate()["minutes_to_decision"] is None
 
 
 class TestConfirmTrafficIncrease:
@@ -138,7 +153,11 @@ class TestConfirmTrafficIncrease:
         world.flagger("pre-rollout", "good")
         held = world.flagger("confirm-traffic-increase", "good")
         assert held.status_code == 412 and held.json()["verdict"] == "NODATA"
-        assert set(held.json()["estimate"]) == {"pairs_to_decision", "minutes_to_decision"}
+        assert set(held.json()["estimate"]) == {
+            "pairs_to_decision",
+            "minutes_to_decision",
+            "waiting_on",
+        }
         world.pairs(10)
         assert world.flagger("confirm-traffic-increase", "good").status_code == 200
         world.later()
