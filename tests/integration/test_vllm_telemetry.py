@@ -1,0 +1,222 @@
+"""Production telemetry of the real vLLM pair under concurrent load: the daemon's scrape job
+reads both servers' /metrics directly (`[telemetry]`, metrics_url), stores an interval per
+arm every scrape, the daemon's gate job judges them, and `canaryd gates --json` shows the
+three telemetry gates, `telemetry.acceptance` and `telemetry.latency` decided, and
+`telemetry.acceptance`'s estimate is the acceptance length vLLM's own counters give over
+the same time (1 + accepted ÷ drafts, read directly before and after).
+
+The servers are test_vllm_server's (the same session fixture; plain, and n-gram with
+k = 5), or, with `CANARYD_VLLM_URLS=<plain>,<n-gram>`, a pair already running. Sample sizes
+are lowered to what 2 shared CPU cores serve in a few minutes (about 25 requests of 48
+tokens per arm, 180 drafts): the gates' logic is what is tested, not production's sample
+sizes. `telemetry.latency` judges the median inter-token latency only: at 15-20 s a
+request, vLLM's end-to-end buckets (15, 20] hold both arms' medians, and a P99 of 25
+requests cannot PASS; under this load the n-gram arm's median TTFT was 1.8x the plain
+arm's (3.75 s against 2.06 s), too few requests to decide.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from canaryd.cli.app import app
+from canaryd.config import load_settings
+from canaryd.daemon.telemetry import TelemetryJob
+from canaryd.judging.gatejob import SwitchGates
+from canaryd.metrics import CanarydMetrics
+from canaryd.pairs.suites import load_default_suites
+from canaryd.store import SqlStore
+from engine import acceptance
+from tests.integration.test_vllm_server import MODEL, Servers, vllm_servers
+
+__all__ = ["vllm_servers"]  # the session fixture, shared with test_vllm_server
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+SCRAPE_INTERVAL_S = 2.0
+LOAD_S = 150.0  # long enough for the acceptance pin and the gates' lowered sample sizes
+CONCURRENCY = 3  # requests in flight on each arm: the same on both, so load is matched
+MAX_TOKENS = 48
+CATEGORIES = ("summarisation", "extraction", "rag", "translation")
+
+
+def config_text(servers: Servers, tmp_path: Path) -> str:
+    return f"""
+[arms.baseline]
+kind = "openai"
+base_url = "{servers.plain}"
+model = "{MODEL}"
+server_kind = "vllm"
+[arms.speculative]
+kind = "openai"
+base_url = "{servers.ngram}"
+model = "{MODEL}"
+server_kind = "vllm"
+speculative = true
+
+[storage]
+url = "sqlite:///{tmp_path / "canaryd.db"}"
+
+[switch]
+state_file = "{tmp_path / "switch.json"}"
+
+[telemetry]
+scrape_interval_s = {SCRAPE_INTERVAL_S}
+timeout_s = 2.0
+[telemetry.arms.baseline]
+metrics_url = "{servers.plain}/metrics"
+[telemetry.arms.speculative]
+metrics_url = "{servers.ngram}/metrics"
+
+[gates.telemetry.errors]
+min_samples = 20
+[gates.telemetry.latency]
+min_samples = 20
+metrics = ["itl"]
+quantiles = [0.5]
+[gates.telemetry.acceptance]
+min_samples = 120
+min_intervals = 4
+pin_min_drafts = 100
+pin_min_intervals = 4
+"""
+
+
+def _messages() -> list[list[dict[str, str]]]:
+    prompts = [
+        prompt
+        for suite in load_default_suites()
+        for prompt in suite.prompts
+        if prompt.category in CATEGORIES
+    ]
+    return [[{"role": m.role, "content": m.content} for m in p.messages] for p in prompts]
+
+
+def _load(url: str, stop: threading.Event, worker: int, done: list[int]) -> None:
+    """Chat completions one after another until `stop`; counts the answered ones."""
+    messages = _messages()
+    index = worker
+    with httpx.Client(timeout=120.0) as client:
+        while not stop.is_set():
+            body = {
+                "model": MODEL,
+                "messages": messages[index % len(messages)],
+                "max_tokens": MAX_TOKENS,
+                "temperature": 0.0,
+            }
+            index += CONCURRENCY
+            try:
+                if client.post(f"{url}/v1/chat/completions", json=body).status_code == 200:
+                    done.append(1)
+            except httpx.HTTPError:
+                continue
+
+
+def _counters(url: str) -> acceptance.Counters:
+    response = httpx.get(f"{url}/metrics", timeout=10.0)
+    response.raise_for_status()
+    return acceptance.vllm_counters(response.text)
+
+
+@pytest.fixture
+def servers(request: pytest.FixtureRequest) -> Servers:
+    """The pair named by CANARYD_VLLM_URLS, else the session's (started once)."""
+    named = os.environ.get("CANARYD_VLLM_URLS")
+    if named:
+        plain, ngram = named.split(",")
+        return Servers(plain, ngram)
+    pair: Servers = request.getfixturevalue("vllm_servers")
+    return pair
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("CANARYD_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("CANARYD_CONFIG", raising=False)
+    monkeypatch.delenv("CANARYD_STORAGE__URL", raising=False)
+    yield tmp_path
+
+
+class TestVllmTelemetry:
+    def test_gates_judge_the_pairs_own_telemetry_under_load(
+        self, servers: Servers, data_dir: Path
+    ) -> None:
+        """Under the same concurrent load on both arms, scraped every 2 s: the telemetry
+        gates are decided, and the acceptance estimate matches vLLM's own counters."""
+        path = data_dir / "canaryd.toml"
+        path.write_text(config_text(servers, data_dir))
+        settings = load_settings(path)
+        stop = threading.Event()
+        answered: dict[str, list[int]] = {"baseline": [], "speculative": []}
+        with SqlStore.open(settings.storage.resolved_url(), create=True) as store:
+            job = TelemetryJob(
+                lambda: settings, CanarydMetrics(), store=lambda: store, leading=lambda: True
+            )
+            job.start(None)
+            before = _counters(servers.ngram)
+            job.run()  # the first reading: every interval starts here
+            started = time.monotonic()
+            with ThreadPoolExecutor(2 * CONCURRENCY) as pool:
+                for worker in range(CONCURRENCY):
+                    for arm, url in (
+                        ("baseline", servers.plain),
+                        ("speculative", servers.ngram),
+                    ):
+                        pool.submit(_load, url, stop, worker, answered[arm])
+                try:
+                    while time.monotonic() - started < LOAD_S:
+                        time.sleep(SCRAPE_INTERVAL_S)
+                        job.run()
+                finally:
+                    stop.set()
+            time.sleep(1.0)  # vLLM counts a request's last step as it hands it out
+            job.run()
+            after = _counters(servers.ngram)
+            job.close()
+            intervals = {arm: store.telemetry(arm) for arm in ("baseline", "speculative")}
+            gates = SwitchGates(settings, store=store)
+            try:
+                gates.evaluate(datetime.now(UTC))
+            finally:
+                gates.close()
+            evaluation = store.latest_evaluation()
+        assert evaluation is not None
+        stored = {d.name: d.to_dict() for d in evaluation.decisions}
+        for name in ("telemetry.errors", "telemetry.latency", "telemetry.acceptance"):
+            print(f"\n{name}: {json.dumps(stored.get(name), default=str)[:3000]}", file=sys.stderr)
+        result = CliRunner().invoke(app, ["gates", "--json", "--config", str(path)])
+        assert result.exit_code == 0, result.output
+        decisions = {d["name"]: d for d in json.loads(result.stdout)["gates"]}
+        drafts = after["drafts"] - before.get("drafts", 0.0)
+        accepted = after["accepted_tokens"] - before.get("accepted_tokens", 0.0)
+        direct = 1.0 + accepted / drafts
+        accepted_gate = decisions["telemetry.acceptance"]
+        latency = decisions["telemetry.latency"]
+        print(  # shown with -s: the figures the issue asks for
+            f"\nvLLM telemetry: {len(answered['baseline'])} baseline and "
+            f"{len(answered['speculative'])} speculative requests answered in {LOAD_S:g} s, "
+            f"{len(intervals['baseline'])}/{len(intervals['speculative'])} intervals stored; "
+            f"acceptance length from vLLM's counters {direct:.4f} ({accepted:.0f} accepted / "
+            f"{drafts:.0f} drafts), telemetry.acceptance estimate {accepted_gate['estimate']} "
+            f"({accepted_gate['state']}: {accepted_gate['detail']}); telemetry.latency "
+            f"{latency['state']} ({latency['detail']}); telemetry.errors "
+            f"{decisions['telemetry.errors']['state']}",
+            file=sys.stderr,
+        )
+        assert {"telemetry.errors", "telemetry.latency", "telemetry.acceptance"} <= set(decisions)
+        assert drafts > 0
+        assert accepted_gate["estimate"] == pytest.approx(direct, rel=0.10)
+        assert accepted_gate["state"] in ("PASS", "FAIL"), accepted_gate["detail"]
+        assert latency["state"] in ("PASS", "FAIL"), latency["detail"]
