@@ -115,3 +115,42 @@ gpu-bundle: $(STAMP)
 	@bytes=$$(cat $(GPU_BUNDLE)/*.whl | wc -c); \
 	echo "$(GPU_BUNDLE): $$(ls $(GPU_BUNDLE) | wc -l) wheels, $$((bytes / 1048576)) MiB"; \
 	test $$bytes -lt 67108864 || { echo "gpu-bundle: over 64 MiB, more than one call can carry" >&2; exit 1; }
+
+# -- the OCI image (Containerfile; docs/kubernetes.md) -------------------------------------
+# `make image`: the base from Debian's packages (mmdebstrap, no registry), a wheelhouse made
+# by this venv's pip under the lock, then `podman build` with no network. `make
+# image-test` (not part of `make test`: minutes and a container runtime) starts the image
+# on fake arms and checks its probes (tests/packaging/test_image.py).
+.PHONY: image image-base image-test
+CONTAINER ?= podman
+IMAGE ?= localhost/canaryd:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE_BASE ?= localhost/canaryd-base:bookworm
+IMAGE_LOCK ?= requirements.lock
+DEBIAN_MIRROR ?= http://deb.debian.org/debian
+# chroot isolation: the build runs pip on local wheels only, and needs no OCI runtime (which
+# a nested container may refuse); docker users set IMAGE_BUILD_FLAGS= (or --network=none).
+IMAGE_BUILD_FLAGS ?= --isolation=chroot
+# podman (podman run) or buildah-chroot (the image's files, user and env under buildah's
+# chroot, for hosts where no OCI runtime may start: tests/packaging/test_image.py).
+IMAGE_RUN ?= podman
+
+image-base:
+	rm -f build/base.tar && mkdir -p build
+	mmdebstrap --variant=minbase --include=python3,python3-venv,ca-certificates,tini \
+	  --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+	  --dpkgopt='path-exclude=/usr/share/locale/*' bookworm build/base.tar $(DEBIAN_MIRROR)
+	$(CONTAINER) import build/base.tar $(IMAGE_BASE)
+	rm -f build/base.tar
+
+image: $(STAMP)
+	$(CONTAINER) image exists $(IMAGE_BASE) || $(MAKE) image-base
+	rm -rf build/wheels && mkdir -p build/wheels
+	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --constraint $(IMAGE_LOCK) \
+	  --wheel-dir build/wheels .
+	$(CONTAINER) build $(IMAGE_BUILD_FLAGS) --build-arg BASE=$(IMAGE_BASE) -f Containerfile -t $(IMAGE) .
+	@$(CONTAINER) image inspect --format '$(IMAGE): {{.Size}} bytes' $(IMAGE)
+
+image-test: image
+	CANARYD_IMAGE=$(IMAGE) CANARYD_IMAGE_RUN=$(IMAGE_RUN) CONTAINER=$(CONTAINER) \
+	  $(BIN)/python -m pytest -q -p no:cacheprovider -s \
+	  tests/packaging/test_image.py
