@@ -64,6 +64,7 @@ class TestArgoRollouts:
         assert url.path == "/v1/verdict"
         assert set(parse_qs(url.query)) <= set(QUERY_KEYS)
         assert "revision" in parse_qs(url.query)
+        assert parse_qs(url.query)["view"] == ["compact"]  # under 1 KB a measurement
         declared = {arg["name"] for arg in template["spec"]["args"]}
         assert {"revision", "canaryd-url"} <= declared
 
