@@ -37,6 +37,7 @@ FAULTS = (
     "greedy_verify_bf16",
     "correlated_fault",
     "dead_arm_flaky_baseline",
+    "runner_up_bug",
 )
 HEALTHY = ("realistic", "embedded_fit", "deployment_bf16", "flaky_infra_10pct", "duplicated_pairs")
 
@@ -374,6 +375,18 @@ class TestNewScenarios:
         after = sum(1 for i, b in enumerate(base) if b and any(spec[max(i - 3, 0) : i]))
         assert after > 0.85 * sum(base)
         assert all(r.scores is None for r, b in zip(records, base, strict=True) if b)
+
+    def test_a_runner_up_kernel_ties_on_nearly_every_greedy_pair(self) -> None:
+        """`runner_up_bug`'s noise: greedy outputs take the runner-up at 16.2 % of their
+        positions with a gap under 0.5 nats, so nearly every greedy pair diverges, each
+        divergence a tie within the 0.5-nat margin (no mismatch to count)."""
+        fault = next(f for f in faults(0.4) if f.name == "runner_up_bug")
+        records = gate_power.PairStream(fault.model(gate_power.deployment_bf16()), 2).take(600)
+        greedy = [r.scores for r in records if r.scores is not None and r.temperature <= 0.0]
+        tied = [s for s in greedy if s.tie(0.5)]
+        assert len(greedy) > 300
+        assert len(tied) > 0.9 * len(greedy)
+        assert all(s.divergence_judge == "forced" for s in tied)
 
     def test_duplicated_pairs_replay_every_pair_from_a_second_run(self) -> None:
         """`duplicated_pairs`: each pair appears twice, the second from another run with
