@@ -19,7 +19,7 @@ from scipy.special import ndtr, xlogy
 from scipy.stats import binomtest, gaussian_kde, mannwhitneyu
 
 from benchmarks.gate_power.faults import DRIFT_CATEGORY, Fault
-from benchmarks.gate_power.noise import realistic
+from benchmarks.gate_power.noise import DeploymentNoise, realistic
 from benchmarks.gate_power.sample import HealthySample, latency_by_metric
 from benchmarks.gate_power.streams import FaultStream
 from gates import GatesConfig
@@ -230,11 +230,31 @@ def error_oracle(p0: float, p1: float, description: str) -> Oracle:
     return Oracle(lambda r: hit if not r.speculative.ok else miss, description)
 
 
+def tie_oracle(p0: float, what: str) -> Oracle:
+    """Greedy pairs that tie (diverge within the margin), Bernoulli(p0) → Bernoulli(0.99)
+    (a runner-up kernel ties on nearly every output)."""
+    hit, miss = bernoulli_llr(p0, RUNNER_UP_TIE_RATE)
+    margin = GatesConfig().quality.tie_margin_nats
+    return Oracle(
+        lambda r: (
+            0.0
+            if r.scores is None or r.temperature > 0.0
+            else (hit if r.scores.tie(margin) else miss)
+        ),
+        f"greedy tie rate {p0:g} ({what}) -> {RUNNER_UP_TIE_RATE:g}",
+    )
+
+
+RUNNER_UP_TIE_RATE = 0.99
+
+
 def oracle_for(fault: Fault, healthy: HealthySample, drift_after: list[float]) -> Oracle:
     noise = realistic()
     if fault.metric == "error":
         p0, p1 = noise.speculative.error_rate, float(fault.update["error_rate"])
         return error_oracle(p0, p1, f"Bernoulli speculative error {p0:g} -> {p1:g}")
+    if fault.metric == "ties":
+        return tie_oracle(DeploymentNoise().tie_rate, "plain")
     if fault.metric == "mismatch":
         p1 = float(fault.update["corrupt_rate"])
         miss = math.log(1.0 - p1)
@@ -289,6 +309,8 @@ def edge_oracle_for(fault: Fault, healthy: HealthySample, config: GatesConfig) -
     if fault.metric == "error":
         p0, p1 = config.error.max_error_rate, float(fault.update["error_rate"])
         return error_oracle(p0, p1, f"Bernoulli speculative error {p0:g} (the ceiling) -> {p1:g}")
+    if fault.metric == "ties":
+        return tie_oracle(config.quality.max_tie_rate, "the ceiling")
     if fault.metric == "mismatch":
         p0, p1 = config.quality.max_mismatch_rate, float(fault.update["corrupt_rate"])
         hit, miss = bernoulli_llr(p0, p1)

@@ -104,7 +104,7 @@ def faults(drift_rate: float) -> list[Fault]:
         # margin (the tie-rate check's fault).
         Fault(
             "runner_up_bug",
-            "mismatch",
+            "ties",
             {},
             base="deployment_bf16",
             deployment={"runner_up_below": 0.5},
