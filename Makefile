@@ -125,7 +125,9 @@ gpu-bundle: $(STAMP)
 CONTAINER ?= podman
 IMAGE ?= localhost/canaryd:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE_BASE ?= localhost/canaryd-base:bookworm
-IMAGE_LOCK ?= requirements.lock
+# The core install's lock (hashes): remote arms only, no torch. Local engines in the image:
+# build/wheels from requirements.lock with '.[local]' instead.
+IMAGE_LOCK ?= requirements-runtime.lock
 DEBIAN_MIRROR ?= http://deb.debian.org/debian
 # chroot isolation: the build runs pip on local wheels only, and needs no OCI runtime (which
 # a nested container may refuse); docker users set IMAGE_BUILD_FLAGS= (or --network=none).
@@ -145,9 +147,10 @@ image-base:
 image: $(STAMP)
 	$(CONTAINER) image exists $(IMAGE_BASE) || $(MAKE) image-base
 	rm -rf build/wheels && mkdir -p build/wheels
-	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --constraint $(IMAGE_LOCK) \
-	  --wheel-dir build/wheels .
-	$(CONTAINER) build $(IMAGE_BUILD_FLAGS) --build-arg BASE=$(IMAGE_BASE) -f Containerfile -t $(IMAGE) .
+	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --require-hashes --no-deps \
+	  -r $(IMAGE_LOCK) --wheel-dir build/wheels
+	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir build/wheels .
+	$(CONTAINER) build --no-cache $(IMAGE_BUILD_FLAGS) --build-arg BASE=$(IMAGE_BASE) -f Containerfile -t $(IMAGE) .
 	@$(CONTAINER) image inspect --format '$(IMAGE): {{.Size}} bytes' $(IMAGE)
 
 image-test: image

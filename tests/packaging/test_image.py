@@ -39,6 +39,10 @@ max_tokens = 8
 [schedule]
 pair_interval_s = 0.5
 jitter_s = 0
+[storage]
+url = "sqlite:////var/lib/canaryd/canaryd.db"
+[switch]
+state_file = "/var/lib/canaryd/switch.json"
 """
 
 pytestmark = pytest.mark.skipif(
