@@ -7,7 +7,8 @@ it (`open_revision`: Flagger's `pre-rollout` or `rollout` hook, `POST /v1/verdic
 revision starts, so the pairs measured before it never judge it. A read never writes: a
 revision nobody opened reads NODATA and creates nothing. At most `MAX_REVISIONS` windows
 are kept per arm; opening one more forgets the oldest. `VerdictService.judge` runs every gate
-(`gates.cycle.judge`, pure) over the arm's pairs in that window, cut at the leader's last
+(`gates.cycle.judge`, pure) over the arm's pairs in that window (and, with `[telemetry]`,
+both arms' scrape intervals in it), cut at the leader's last
 completed gate run (`evaluated_at`): a verdict is as current as the gates' own judging, and
 canaryd refuses to judge (`CannotJudgeError`) when the database is away or that run is
 older than the freshness bound (`gates.policy.evidence_max_age_seconds`, the bound a
@@ -36,7 +37,7 @@ import structlog
 
 from canaryd.config import Settings
 from canaryd.errors import BadRequestError, CannotJudgeError, DatabaseError
-from canaryd.judging.evidence import read_window
+from canaryd.judging.evidence import acceptance_reference, read_telemetry, read_window
 from canaryd.pairs.plan import arm_key
 from canaryd.redact import redact_value
 from canaryd.store import RevisionWindow, SqlStore, Store
@@ -403,6 +404,14 @@ class VerdictService:
             category=query.category,
         )
         references = store.drift_references(arm_key(settings, arm))
+        # Production telemetry has no categories: it judges the revision as a whole.
+        telemetry = (
+            None
+            if query.category is not None
+            else read_telemetry(
+                store, settings, arm, at, start=window.started_at, end=window.ended_at
+            )
+        )
         judged = judge(
             records,
             references,
@@ -410,6 +419,11 @@ class VerdictService:
             settings.gates,
             at,
             since=window.started_at,
+            telemetry=telemetry,
+            scrape_interval_s=settings.telemetry.scrape_interval_s,
+            acceptance_reference=acceptance_reference(
+                telemetry, settings.gates, at, since=window.started_at
+            ),
             min_pairs=query.min_pairs,
             subject=f"revision {revision!r}",
         )
