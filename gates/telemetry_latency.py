@@ -24,33 +24,34 @@ over the window (1 + accepted ÷ drafts; 1 without speculation) before the arms 
 compared: the time per token of a step, as the end-to-end latency sees it. A drop of
 acceptance itself is `telemetry.acceptance`'s to judge.
 
-**Quantiles from buckets.** A histogram says how many observations fell in each bucket,
-not where inside it. The baseline's quantile is read as Prometheus'
-`histogram_quantile` reads it (linear inside its bucket). FAIL and WARN then count only
-the speculative observations *certainly* above the limit (in buckets wholly above it):
-with equal arms that count never exceeds the quantile's share, whatever the buckets (the
-first bound at or above the limit is at or above the bucket holding the baseline's true
-quantile), so coarse buckets cost power, never false alarms. PASS reads the
-speculative arm's share above the limit on the same interpolated CDF, which is
-continuous in the data and reads equal arms equal: it is the best the buckets give, not
-finer than them, and every check's detail names the buckets holding both quantiles and
-the ratio their bounds alone allow. vLLM's end-to-end buckets (2.5, 5, 10 s) are coarse,
-so a slowdown by a factor below 2 often leaves those checks INCONCLUSIVE while the
-finer inter-token and first-token buckets decide. A baseline quantile in the +inf
-bucket has no reading: that check is INCONCLUSIVE and says so.
+**Comparing at bucket bounds.** A histogram says how many observations fell in each
+bucket, not where inside it, but both arms count exactly at a bucket bound b. If the
+speculative arm is at most `max_ratio` times slower, P_spec(X > b) ≤ P_base(X > b ÷
+`max_ratio`); the baseline's side is read on its interpolated CDF (Prometheus'
+`histogram_quantile` rule), which inside the bucket below b never reads less than its
+share above b, so equal arms sit inside the tolerance whatever the buckets and coarse
+buckets cost power, never false alarms. The bounds judged are the speculative arm's (at
+most two) whose baseline share above b ÷ `max_ratio` is nearest 1 − q (within a factor
+3). Every check's detail names the buckets holding both quantiles, the ratio their
+bounds alone allow, and the bounds judged. A baseline quantile in the +inf bucket has
+no reading: that check is INCONCLUSIVE and says so.
 
 Per (metric, quantile), the statistic is the speculative arm's share of requests above
 the limit `max_ratio` × the baseline's q-quantile; the tolerance is a share of 1 − q:
-- FAIL: a Bernoulli likelihood-ratio CUSUM over the speculative arm's matched intervals,
-  oldest first, on its observations certainly above t = `max_ratio` × the baseline's
-  q-quantile (its upper bound at the calibration level, from the pooled matched
-  baseline): at the tolerance that share is at most 1 − q; the alternatives multiply
-  those odds by `alarm_factor`, 4× and 16× that (a bank). Each interval adds its
+- FAIL: per bound b, a Bernoulli likelihood-ratio CUSUM over the speculative arm's
+  matched intervals, oldest first, on its observations above b. In control each
+  interval's share is at most the edge p0: the baseline's share above b ÷ `max_ratio`
+  over its intervals within two minutes (load drifts), its Clopper–Pearson upper bound
+  at the calibration level; the alternatives multiply p0's odds by `alarm_factor`, 4×
+  and 16× that. Bounds × alternatives form one bank. Each interval adds its
   exceedances' log-likelihood ratio, so the unit of evidence is the request: an
   inter-token interval's observations are weighted by requests ÷ observations (a
-  request's tokens count once together, which keeps the CUSUM a supermartingale however
-  they correlate: exp of a mean is at most the mean of exps). The threshold is
-  log(`arl0`), `arl0` counted in intervals.
+  request's tokens count once together: exp of a mean is at most the mean of exps).
+  Batches that run slower together make an interval's share vary more than its requests
+  would: the increments and the baseline's requests are divided by that dispersion (the
+  larger arm's, from successive intervals' shares, at least 1). The threshold is
+  log(`arl0`), `arl0` counted in intervals. WARN: the detector half-way, or a bound's
+  speculative share above the baseline's edge.
 - PASS: the share above `max_ratio` × the baseline quantile's lower bound at most 1 − q
   at the gate's confidence (Clopper–Pearson on requests; each bound at half the error),
   with at least `min_samples` requests per arm at matched load.
@@ -62,7 +63,7 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from scipy.stats import beta as beta_dist
 from scipy.stats import norm
@@ -92,6 +93,10 @@ NAME = "telemetry.latency"
 _LOAD_FLOOR = 1.0  # requests in flight per replica: closer than this is the same load
 _ALTERNATIVES = 3  # alarm_factor × 4^k on the odds, k = 0, 1, 2
 _MAX_ALTERNATIVE = 0.99
+_BOUNDS = 2  # bucket bounds judged per check
+_SHARE_RANGE = 3.0  # a bound's baseline share above bound ÷ max_ratio: within ×/÷ this of 1 − q
+_MAX_SHARE = 0.9
+_LOCAL_SECONDS = 120.0  # the baseline beside a speculative interval: within this of it
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,10 +246,10 @@ def _differs(a: float | None, b: float | None, tolerance: float, floor: float) -
 
 @dataclass(frozen=True, slots=True)
 class _Arm:
-    """One arm's observations of a metric: per interval its buckets and the weight of
-    each observation (requests ÷ observations), pooled."""
+    """One arm's observations of a metric: per interval its buckets, the weight of each
+    observation (requests ÷ observations) and its midpoint; pooled."""
 
-    intervals: tuple[tuple[BucketCounts, float], ...]
+    intervals: tuple[tuple[BucketCounts, float, datetime], ...]
     pooled: BucketCounts | None
     requests: float  # the observations, weighted: requests
 
@@ -255,7 +260,7 @@ class _Arm:
         metric: TelemetryLatencyMetric,
         itl_per_token: bool,
     ) -> _Arm:
-        read: list[tuple[BucketCounts, float]] = []
+        read: list[tuple[BucketCounts, float, datetime]] = []
         # One length for the arm's window, so that its intervals share bounds and pool
         # into one histogram of the buckets' own resolution.
         length = acceptance_length(intervals) if metric == "itl" and itl_per_token else None
@@ -268,9 +273,9 @@ class _Arm:
                 continue
             if length is not None and interval.drafts:
                 buckets = per_token(buckets, length)
-            read.append((buckets, weight))
-        pooled = BucketCounts.of(add_buckets(b.as_mapping() for b, _ in read)) if read else None
-        return cls(tuple(read), pooled, sum(b.count * w for b, w in read))
+            read.append((buckets, weight, interval.start + (interval.end - interval.start) / 2))
+        pooled = BucketCounts.of(add_buckets(b.as_mapping() for b, _, _ in read)) if read else None
+        return cls(tuple(read), pooled, sum(b.count * w for b, w, _ in read))
 
 
 def acceptance_length(intervals: Sequence[TelemetryInterval]) -> float | None:
@@ -381,37 +386,50 @@ def quantile_check(
             detail=f"{metric} {_pct(q)}: the baseline's quantile lies in the +inf bucket "
             "(beyond the largest finite bound): the buckets cannot read it",
         )
-    limit = config.max_ratio * edge.value
-    alternatives = odds_alternatives(p0, config.alarm_factor)
-    # Per interval: weighted observations certainly above the limit, and the rest.
-    split = [
-        (weight * count_above(b, limit), weight * (b.count - count_above(b, limit)))
-        for b, weight in spec.intervals
-    ]
-    charts = []
-    for p1 in alternatives:
-        above, below = bernoulli_llr(p0, p1)
-        charts.append([over * above + under * below for over, under in split])
-    cusum, chart, bank_h = cusum_bank(charts, h)
+    bounds = tail_bounds(spec.pooled, base.pooled, q, config.max_ratio)
+    charts, exceed = [], 0.0
+    for bound in bounds:
+        weights = [w * b.count for b, w, _ in spec.intervals]
+        above = [w * count_above(b, bound) for b, w, _ in spec.intervals]
+        base_n = [w * b.count for b, w, _ in base.intervals]
+        base_above = [
+            w * (b.count - count_at_or_below(b, bound / config.max_ratio))
+            for b, w, _ in base.intervals
+        ]
+        spread = max(dispersion(above, weights), dispersion(base_above, base_n))
+        local = local_shares(base, spec, bound / config.max_ratio, spread)
+        edge_share = sum(p * n for p, n in zip(local, weights, strict=True)) / spec.requests
+        exceed = max(exceed, sum(above) / spec.requests - edge_share)
+        for k in range(_ALTERNATIVES):
+            increments = []
+            for (b, w, _), over, p_edge in zip(spec.intervals, above, local, strict=True):
+                alternatives = odds_alternatives(p_edge, config.alarm_factor)
+                if k >= len(alternatives):
+                    increments.append(0.0)
+                    continue
+                up, down = bernoulli_llr(p_edge, alternatives[k])
+                increments.append((over * up + (w * b.count - over) * down) / spread)
+            charts.append(increments)
+    cusum, chart, bank_h = cusum_bank(charts or [[0.0]], h)
+    fired = bounds[chart // _ALTERNATIVES] if bounds else math.inf
     ratio = spec_q.value / base_q.value if base_q.value > 0 else math.inf
     # PASS reads the speculative arm's share above max_ratio × the baseline's quantile
     # (its lower bound) on the interpolated CDF: continuous in the data, and equal arms
-    # read equal whatever the buckets. WARN, like FAIL, counts only what is certainly
-    # above the limit.
+    # read equal whatever the buckets. WARN, like FAIL, compares the arms at a bucket
+    # bound both read exactly.
     half = 1.0 - (1.0 - config.confidence) / 2.0
     base_lo = bucket_quantile(_rank_bound(q, base.requests, half, False), base.pooled)
     pass_limit = config.max_ratio * (base_lo.value if base_lo is not None else 0.0)
-    share = sum(w * (b.count - count_at_or_below(b, pass_limit)) for b, w in spec.intervals)
+    share = sum(w * (b.count - count_at_or_below(b, pass_limit)) for b, w, _ in spec.intervals)
     share /= spec.requests
     lower, upper = share_bounds(share, spec.requests, half)
-    exceed = sum(over for over, _ in split)
     state = sequential_state(
         cusum,
         bank_h,
         min(n_base, n_spec),
         config.min_samples,
         passed=upper <= p0,
-        warned=exceed / spec.requests > p0,
+        warned=exceed > 0.0,
     )
     return decision(
         name,
@@ -430,12 +448,69 @@ def quantile_check(
         f"{base_q.value:.4g} s, ratio {ratio:.3f} vs max {config.max_ratio:g} "
         f"({_resolution(spec_q, base_q)}); speculative share above {pass_limit:.4g} s "
         f"({config.max_ratio:g} × the baseline's lower {base_lo.value if base_lo else 0:.4g} s) "
-        f"{share:.4f} (upper bound {upper:.4f}) vs {p0:.4g}; {exceed:.1f} of "
-        f"{spec.requests:.0f} speculative requests certainly above {limit:.4g} s "
-        f"({config.max_ratio:g} × the baseline's upper {edge.value:.4g} s); "
-        f"{interval_note(cusum, bank_h)} for p {p0:.4g} → {alternatives[chart]:.4g}",
+        f"{share:.4f} (upper bound {upper:.4f}) vs {p0:.4g}; {_bounds_note(bounds, fired)}, "
+        f"speculative share above it less the baseline's edge {exceed:+.4f}; "
+        f"{interval_note(cusum, bank_h)}, odds × {config.alarm_factor * 4.0 ** (chart % 3):g}",
         detector=reading(cusum, bank_h),
     )
+
+
+def tail_bounds(spec: BucketCounts, base: BucketCounts, q: float, max_ratio: float) -> list[float]:
+    """The speculative arm's finite bucket bounds b judged: the (at most `_BOUNDS`) whose
+    baseline share above b ÷ `max_ratio` (interpolated) is nearest 1 − q in log-odds,
+    among those where it lies within a factor `_SHARE_RANGE` of 1 − q."""
+    p = 1.0 - q
+    scored = []
+    for bound in spec.bounds:
+        if math.isinf(bound) or bound <= 0:
+            continue
+        above = (base.count - count_at_or_below(base, bound / max_ratio)) / base.count
+        if p / _SHARE_RANGE <= above <= min(p * _SHARE_RANGE, _MAX_SHARE):
+            scored.append((abs(_logit(above) - _logit(p)), bound))
+    return sorted(bound for _, bound in sorted(scored)[:_BOUNDS])
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-9), 1.0 - 1e-9)
+    return math.log(p / (1.0 - p))
+
+
+def dispersion(above: Sequence[float], n: Sequence[float]) -> float:
+    """How much more an arm's share above a bound varies between successive intervals
+    than binomial sampling of its requests allows (batches that run slower together):
+    the mean of (s_i − s_{i+1})² ÷ (v_i + v_{i+1}), v the binomial variance at the pooled
+    share, at least 1. Successive differences, so a slow drift of load does not count."""
+    total = sum(n)
+    share = sum(above) / total if total > 0 else 0.0
+    if not 0.0 < share < 1.0:
+        return 1.0
+    pairs = [
+        (above[i] / n[i] - above[i + 1] / n[i + 1]) ** 2
+        / (share * (1.0 - share) * (1.0 / n[i] + 1.0 / n[i + 1]))
+        for i in range(len(n) - 1)
+        if n[i] > 0 and n[i + 1] > 0
+    ]
+    return max(1.0, sum(pairs) / len(pairs)) if pairs else 1.0
+
+
+def local_shares(base: _Arm, spec: _Arm, x: float, spread: float = 1.0) -> list[float]:
+    """Per speculative interval, the most the baseline's share above x can be near it: the
+    Clopper–Pearson upper bound, at the calibration level, of its share above x (read on
+    each interval's interpolated CDF) over the baseline intervals within
+    `_LOCAL_SECONDS` of the speculative one (all of them where none is that near), its
+    requests counted ÷ `spread` (the dispersion between intervals)."""
+    times = [t for _, _, t in base.intervals]
+    reach = timedelta(seconds=_LOCAL_SECONDS)
+    edges = []
+    for _, _, middle in spec.intervals:
+        lo = bisect.bisect_left(times, middle - reach)
+        hi = bisect.bisect_right(times, middle + reach)
+        near = base.intervals[lo:hi] if hi > lo else base.intervals
+        n = sum(w * b.count for b, w, _ in near)
+        above = sum(w * (b.count - count_at_or_below(b, x)) for b, w, _ in near)
+        _, upper = share_bounds(above / n, n / spread, CALIBRATION_CONFIDENCE)
+        edges.append(min(upper, _MAX_ALTERNATIVE))
+    return edges
 
 
 def share_bounds(share: float, n: float, confidence: float) -> tuple[float, float]:
@@ -448,6 +523,13 @@ def share_bounds(share: float, n: float, confidence: float) -> tuple[float, floa
     lower = 0.0 if hits <= 0 else float(beta_dist.ppf(alpha, hits, n - hits + 1))
     upper = 1.0 if hits >= n else float(beta_dist.ppf(confidence, hits + 1, n - hits))
     return lower, upper
+
+
+def _bounds_note(bounds: Sequence[float], fired: float) -> str:
+    if not bounds:
+        return "no bucket bound near the baseline's quantile ÷ max_ratio"
+    listed = ", ".join(f"{b:.4g}" for b in bounds)
+    return f"bounds judged {listed} s, the detector's at {fired:.4g} s"
 
 
 def _resolution(spec: BucketQuantile, base: BucketQuantile) -> str:

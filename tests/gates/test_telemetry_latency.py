@@ -126,6 +126,28 @@ class TestSlowUnderLoad:
         failed = first(TelemetryEvidence(base, spec), GateState.FAIL, 2 * TEN_MINUTES)
         assert failed is not None and TEN_MINUTES <= failed < 2 * TEN_MINUTES
 
+    def test_per_token_slowdown_straddling_buckets_fails(self) -> None:
+        """The slowdown the power benchmark injects: a speculative arm (3 draft tokens,
+        acceptance length about 2.5) whose first-token and per-token latency are 1.5× the
+        baseline's at 5 requests per second. The slowed medians straddle vLLM's buckets
+        (no bucket lies wholly above 1.2× the baseline's median), yet comparing the
+        arms' shares above a shared bound FAILs within ten minutes for each of three
+        seeds, by a median check."""
+        speculative = replace(HEALTHY, draft_tokens=3, acceptance=0.7)
+        length = 2.5
+        slow = replace(
+            speculative,
+            ttft_s=1.5 * HEALTHY.ttft_s,
+            itl_s=speculative.itl_s * 1.5 * length / speculative.verify_step_cost,
+        )
+        for seed in range(3):
+            evidence = arms(20 + seed, HEALTHY, slow, TEN_MINUTES)
+            failed = first(evidence, GateState.FAIL, TEN_MINUTES)
+            assert failed is not None and failed < TEN_MINUTES, seed
+            decision = telemetry_latency_gate(evidence, CONFIG, now=end_of(failed))
+            failing = [c.name for c in decision.components if c.state is GateState.FAIL]
+            assert any(name.endswith(".p50") for name in failing), failing
+
 
 class TestSpeculativeSteps:
     SPECULATIVE = replace(HEALTHY, draft_tokens=4, acceptance=0.7, verify_step_cost=1.3)
