@@ -107,8 +107,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", type=float, default=20.0, help="rollout.max_pairs_per_minute")
-    parser.add_argument("--concurrency", type=int, default=2, help="rollout.concurrency")
+    parser.add_argument("--rate", type=float, default=30.0, help="rollout.max_pairs_per_minute")
+    parser.add_argument("--concurrency", type=int, default=4, help="rollout.concurrency")
     parser.add_argument("--gate-interval", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=60.0, help="seconds between polls")
     parser.add_argument("--max-minutes", type=float, default=40.0)

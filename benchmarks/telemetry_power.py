@@ -9,7 +9,7 @@ latency histograms binned at vLLM's bucket bounds; requests running and waiting 
 Little's law; drafts, draft tokens and accepted tokens with k = 3 draft tokens and a
 per-request acceptance probability giving an acceptance length of about 2.5), with
 request errors drawn per request (0.5 % on both arms). Beside it the rollout burst runs
-pairs at `--pairs-per-minute` (default `rollout.max_pairs_per_minute`, 20), built
+pairs at `--pairs-per-minute` (default `rollout.max_pairs_per_minute`, 30), built
 with `gates.testing`'s record builders: greedy pairs that match exactly (a lossless
 speculative decoder; identical outputs score alike, so task-score deltas are 0; no
 numeric ties, for those see gate_power's `deployment_bf16`), 0.5 % failures per arm,

@@ -223,7 +223,7 @@ class RolloutConfig(_Section):
     several at once, until its verdict decides (PASS or FAIL); then the schedule again."""
 
     max_pairs_per_minute: float = Field(
-        default=20.0,
+        default=30.0,
         gt=0,
         le=600,
         description="pair rate while a revision is being judged (a burst); at most the "
@@ -231,7 +231,7 @@ class RolloutConfig(_Section):
         "the pairs the schedule runs (docs/progressive-delivery.md)",
     )
     concurrency: int = Field(
-        default=2,
+        default=4,
         ge=1,
         le=64,
         description="pairs run at once during a burst (each on every arm: both arms "

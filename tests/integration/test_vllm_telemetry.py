@@ -218,5 +218,6 @@ class TestVllmTelemetry:
         assert {"telemetry.errors", "telemetry.latency", "telemetry.acceptance"} <= set(decisions)
         assert drafts > 0
         assert accepted_gate["estimate"] == pytest.approx(direct, rel=0.10)
-        assert accepted_gate["state"] in ("PASS", "FAIL"), accepted_gate["detail"]
-        assert latency["state"] in ("PASS", "FAIL"), latency["detail"]
+        decided = ("PASS", "WARN", "FAIL")  # judged on the evidence, not waiting for more
+        assert accepted_gate["state"] in decided, accepted_gate["detail"]
+        assert latency["state"] in decided, latency["detail"]

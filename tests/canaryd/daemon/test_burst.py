@@ -67,7 +67,7 @@ class TestRolloutBurst:
         burst, clock, changes = burst_on()
         assert not burst.active() and burst.pairs_per_minute() is None
         burst.named(VerdictQuery("r"), None)
-        assert burst.active() and burst.pairs_per_minute() == 20.0
+        assert burst.active() and burst.pairs_per_minute() == 30.0
         clock.now += 119
         assert burst.refresh()
         clock.now += 2

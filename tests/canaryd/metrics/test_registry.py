@@ -33,7 +33,7 @@ def label_values(metrics: CanarydMetrics, family: str, label: str) -> set[str]:
 class TestComposition:
     def test_families_declare_in_reference_order(self) -> None:
         """Each family's series are one contiguous run of the reference, in the order
-        pairs, liveness, store, switch, probe, traffic, build."""
+        pairs, liveness, store, switch, probe, traffic, build, telemetry."""
         names = [doc.name for doc in CanarydMetrics().reference]
         runs = [
             ("canaryd_pairs_total", "canaryd_task_score_delta"),
@@ -43,6 +43,7 @@ class TestComposition:
             ("canaryd_probe_capability_state", "canaryd_last_probe_timestamp_seconds"),
             ("canaryd_traffic_requests_total", "canaryd_traffic_ngram_repetition"),
             ("canaryd_build_info", "canaryd_build_info"),
+            ("canaryd_telemetry_scrapes_total", "canaryd_telemetry_last_scrape_timestamp_seconds"),
         ]
         bounds = [(names.index(first), names.index(last)) for first, last in runs]
         assert bounds[0][0] == 0 and bounds[-1][1] == len(names) - 1
