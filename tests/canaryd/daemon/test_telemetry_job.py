@@ -100,9 +100,7 @@ class Harness:
 
 
 @pytest.fixture
-def harness(
-    tmp_path: Path, replicas: tuple[VllmReplica, VllmReplica]
-) -> Iterator[Harness]:
+def harness(tmp_path: Path, replicas: tuple[VllmReplica, VllmReplica]) -> Iterator[Harness]:
     baseline, speculative = replicas
     settings = load_settings(
         write_config(tmp_path, telemetry_section(baseline.url, speculative.url))
@@ -140,9 +138,7 @@ class TestTelemetryJob:
         assert spec.interval.e2e is not None and spec.interval.e2e.count == 50
         assert base.arms != spec.arms
         assert harness.sample("canaryd_telemetry_intervals_total", arm="speculative") == 1
-        assert (
-            harness.sample("canaryd_telemetry_scrapes_total", arm="baseline", outcome="ok") == 2
-        )
+        assert harness.sample("canaryd_telemetry_scrapes_total", arm="baseline", outcome="ok") == 2
 
     def test_a_follower_scrapes_but_stores_nothing(self, harness: Harness) -> None:
         """A daemon that follows keeps its readings current and stores nothing; once it
@@ -192,9 +188,7 @@ class TestTelemetryJob:
             connection.execute(text("ALTER TABLE away RENAME TO telemetry_intervals"))
         engine.dispose()
         harness.job.run(T0 + 2 * STEP)
-        assert [s.interval.start for s in harness.store.telemetry("speculative")] == [
-            T0 + STEP
-        ]
+        assert [s.interval.start for s in harness.store.telemetry("speculative")] == [T0 + STEP]
 
     def test_old_intervals_are_pruned(self, harness: Harness) -> None:
         """Intervals that ended more than `retention_days` ago go at the first scrape an
