@@ -112,8 +112,8 @@ class TestDaemonArms:
 
     def test_gates_keep_the_switch_on_while_a_comparison_arm_fails(self, daemon: Daemon) -> None:
         """Medusa fails every request: its own evaluation fails liveness in `warn`; the
-        switch, gated on hydra, stays on."""
-        for _ in range(4):
+        switch, gated on hydra, stays on (five failures in a row: liveness's shortest run)."""
+        for _ in range(5):
             daemon.run_cycle()
         daemon.evaluate_gates()
         store = daemon.store
