@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gates.config_base import GateConfigBase, Strict
+from gates.config_base import GateConfigBase, Strict, check_quantiles_and_metrics
 from gates.core import GateMode
 from gates.telemetry import (
     TelemetryAcceptanceGateConfig,
@@ -107,10 +107,7 @@ class LatencyGateConfig(GateConfigBase):
 
     @model_validator(mode="after")
     def _quantiles_in_range(self) -> LatencyGateConfig:
-        if not self.quantiles or any(not 0 < q < 1 for q in self.quantiles):
-            raise ValueError("quantiles must be a non-empty list of values in (0, 1)")
-        if not self.metrics:
-            raise ValueError("metrics must name at least one of e2e, ttft, tpot, itl")
+        check_quantiles_and_metrics(self.quantiles, self.metrics, "e2e, ttft, tpot, itl")
         return self
 
 

@@ -8,6 +8,8 @@ Kept apart from `gates.config` so that a gate module may declare its own section
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from engine.bounds import check_bounds
@@ -41,3 +43,14 @@ class GateConfigBase(Strict):
         if self.window_pairs is None and self.window_seconds is None:
             raise ValueError("a gate needs window_pairs, window_seconds, or both")
         return self
+
+
+def check_quantiles_and_metrics(
+    quantiles: Sequence[float], metrics: Sequence[str], names: str
+) -> None:
+    """The latency sections' rule: quantiles a non-empty list within (0, 1), at least one
+    metric (`names` lists the ones the section takes, for the message)."""
+    if not quantiles or any(not 0 < q < 1 for q in quantiles):
+        raise ValueError("quantiles must be a non-empty list of values in (0, 1)")
+    if not metrics:
+        raise ValueError(f"metrics must name at least one of {names}")

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from gates.config_base import GateConfigBase
+from gates.config_base import GateConfigBase, check_quantiles_and_metrics
 from gates.histogram import BucketCounts
 
 
@@ -273,10 +273,7 @@ class TelemetryLatencyGateConfig(GateConfigBase):
 
     @model_validator(mode="after")
     def _quantiles_in_range(self) -> TelemetryLatencyGateConfig:
-        if not self.quantiles or any(not 0 < q < 1 for q in self.quantiles):
-            raise ValueError("quantiles must be a non-empty list of values in (0, 1)")
-        if not self.metrics:
-            raise ValueError("metrics must name at least one of e2e, ttft, itl")
+        check_quantiles_and_metrics(self.quantiles, self.metrics, "e2e, ttft, itl")
         return self
 
 
