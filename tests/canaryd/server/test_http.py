@@ -263,11 +263,11 @@ def trickle(host: str, port: int, stop: threading.Event, closed: list[float]) ->
 
 
 class TestHostileClients:
-    def test_probes_answer_within_a_second_under_slow_clients_and_a_burst(
+    def test_probes_answer_under_slow_clients_and_a_burst(
         self, server: StatusServer
     ) -> None:
         """64 clients trickling headers and 200 concurrent GETs: /healthz, /readyz and
-        /metrics still answer within a second each, and every slow client is closed at the
+        /metrics still answer (median under half a second, none near the deadline), and every slow client is closed at the
         request deadline instead of holding its connection."""
         host, port = server.address.rsplit(":", 1)
         stop, closed = threading.Event(), []
@@ -302,7 +302,12 @@ class TestHostileClients:
                         time.sleep(0.1)
                 codes = statuses.result(timeout=60)
             assert codes.count(200) == 150 and codes.count(404) == 50
-            assert max(latencies) < 1.0, sorted(latencies)[-5:]
+            # Starved probes wait for the slow clients' request deadline (or answer 503);
+            # served ones take milliseconds. The bounds sit between the two, far from
+            # both, so a busy 2-core CI machine (one probe took 1.7 s there) cannot fail
+            # a healthy server and a starved one cannot pass.
+            assert statistics.median(latencies) < 0.5, sorted(latencies)[-5:]
+            assert max(latencies) < REQUEST_DEADLINE_S / 2, sorted(latencies)[-5:]
             deadline = time.monotonic() + REQUEST_DEADLINE_S + 5
             while len(closed) < len(slow) and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -453,7 +458,7 @@ class TestSlowBodies:
         self, metrics: CanarydMetrics, health: Probe, ready: Probe
     ) -> None:
         """512 connections that send a webhook's headers and one byte of its body neither
-        starve /healthz, /readyz and /v1/switch (200 within a second each) nor hold their
+        starve /healthz, /readyz and /v1/switch (200, none near the deadline) nor hold their
         connections: each is answered 503 at once or closed at the request deadline."""
         server = StatusServer(
             "127.0.0.1:0",
@@ -486,7 +491,9 @@ class TestSlowBodies:
                 time.sleep(0.1)
             assert len(ended) == self.SLOW, f"{len(ended)} of {self.SLOW} slow bodies ended"
             assert max(ended) < REQUEST_DEADLINE_S + 2
-            assert max(latencies) < 1.0, sorted(latencies)[-5:]
+            # Starved, they would wait for the deadline or answer 503 (see the test above).
+            assert statistics.median(latencies) < 0.5, sorted(latencies)[-5:]
+            assert max(latencies) < REQUEST_DEADLINE_S / 2, sorted(latencies)[-5:]
         finally:
             stop.set()
             for thread in clients:
