@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.configs import LIVENESS_ONLY
 from tests.support.servers import MisbehavingServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -49,24 +50,6 @@ class _Blocker:
 
 
 sys.meta_path.insert(0, _Blocker())
-"""
-# Only liveness enforces: five healthy pairs decide PASS whatever the timing.
-LIVENESS_ONLY = """
-[prompts]
-max_tokens = 8
-[gates.liveness]
-min_samples = 5
-window_pairs = 10
-[gates.error]
-mode = "dry_run"
-[gates.latency]
-mode = "dry_run"
-[gates.quality]
-mode = "dry_run"
-[gates.speedup]
-mode = "dry_run"
-[gates.drift]
-mode = "dry_run"
 """
 
 

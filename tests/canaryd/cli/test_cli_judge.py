@@ -20,25 +20,8 @@ from canaryd.cli.app import app
 from canaryd.store import SqlStore
 from engine.sse import output_byte_cap, over_output_cap
 from engine.types import ErrorKind
+from tests.support.configs import LIVENESS_ONLY
 from tests.support.servers import Behaviour, MisbehavingServer
-
-LIVENESS_ONLY = """
-[prompts]
-max_tokens = 8
-[gates.liveness]
-min_samples = 5
-window_pairs = 10
-[gates.error]
-mode = "dry_run"
-[gates.latency]
-mode = "dry_run"
-[gates.quality]
-mode = "dry_run"
-[gates.speedup]
-mode = "dry_run"
-[gates.drift]
-mode = "dry_run"
-"""
 
 
 @pytest.fixture

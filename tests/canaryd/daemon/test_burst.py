@@ -26,6 +26,7 @@ from tests.canaryd.daemon.test_daemon import (  # noqa: F401  (autouse isolation
     wait_for,
     write_config,
 )
+from tests.support.configs import LIVENESS_ONLY_GATES
 
 
 class Clock:
@@ -141,7 +142,8 @@ class TestRolloutBurst:
         assert burst.active()
 
 
-ROLLOUT = """
+ROLLOUT = (
+    """
 [schedule]
 pair_interval_s = 600
 jitter_s = 0
@@ -152,22 +154,12 @@ max_pairs_per_minute = 0.1
 max_pairs_per_minute = 300
 concurrency = 2
 burst_hold_s = 120
-[gates.liveness]
-min_samples = 5
-window_pairs = 10
-[gates.error]
-mode = "dry_run"
-[gates.latency]
-mode = "dry_run"
-[gates.quality]
-mode = "dry_run"
-[gates.speedup]
-mode = "dry_run"
-[gates.drift]
-mode = "dry_run"
-[gates.policy]
+"""
+    + LIVENESS_ONLY_GATES
+    + """[gates.policy]
 cooldown_seconds = 0
 """
+)
 
 
 @pytest.fixture
