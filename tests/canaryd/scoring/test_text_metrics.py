@@ -24,6 +24,19 @@ def metrics() -> ScoringMetrics:
     return load_metrics()
 
 
+def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`code` in a fresh interpreter at the repository root (imports start from nothing)."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 class TestRougeL:
     def test_hand_computed_lcs(self, metrics: ScoringMetrics) -> None:
         """'the cat sat' vs reference 'the cat sat down': LCS 3, P 1, R 3/4, F 6/7."""
@@ -126,16 +139,7 @@ class TestLoadMetrics:
             "print(m.rouge_l('a b', 'a b c'), m.chrf('abc', 'abc'), "
             "m.token_edit_similarity([1], [1]))\n"
         )
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = _python(code, HF_HUB_OFFLINE="1")
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == ["0.8", "100.0", "1.0"]
 
@@ -159,14 +163,7 @@ class TestLoadMetrics:
             "    print(exc)\n"
             "    sys.exit(3)\n"
         )
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = _python(code)
         assert done.returncode == 3, done.stderr
         assert f"scoring metric {metric!r} needs {package!r}" in done.stdout
 
@@ -187,14 +184,7 @@ class TestLoadMetrics:
             "    print(exc)\n"
             "    sys.exit(3)\n"
         )
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = _python(code)
         assert done.returncode == 3, done.stderr
         assert "needs 'sacrebleu'" in done.stdout
         assert CHRF in done.stdout
