@@ -49,7 +49,7 @@ COMMANDS: dict[str, CommandEntry] = {
     "status": CommandEntry(
         "canaryd.cli.status",
         "status",
-        "Last cycle, pairs per category, per-arm P50/P99, acceptance, exact match, errors.",
+        "Last cycle, pairs per category, per-arm P50/P99 and ITL, acceptance, fallback, errors.",
     ),
     "run": CommandEntry(
         "canaryd.cli.run",

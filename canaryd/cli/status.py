@@ -22,7 +22,7 @@ from rich.table import Table
 from canaryd.cli.common import handle_errors
 from canaryd.cli.options import ConfigOption, UrlOption, settings_and_url
 from canaryd.judging.leader import Holder, leadership_for
-from canaryd.report.status import StatusReport, WindowStatus, build_status
+from canaryd.report.status import ArmStatus, StatusReport, WindowStatus, build_status
 from canaryd.store import SqlStore, mask_url
 from gates.records import ARMS
 
@@ -38,6 +38,14 @@ def _seconds(value: float | None, approximate: bool) -> str:
 
 def _figure(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
+
+
+def _itl(status: ArmStatus) -> str:
+    """P50/P95/P99 in milliseconds: the median over generations of each one's own."""
+    if status.itl_p99_s is None:
+        return "-"
+    quantiles = (status.itl_p50_s, status.itl_p95_s, status.itl_p99_s)
+    return "/".join(_figure(None if v is None else v * 1000, ".1f") for v in quantiles)
 
 
 def _age(seconds: float | None) -> str:
@@ -95,8 +103,10 @@ def _render(report: StatusReport, console: Console) -> None:
             ),
         )
     console.print(pairs)
-    figures = Table(title="arms (e2e seconds; ~ approximate, from hourly roll-ups)")
-    for column in ("window", "arm", "ok", "errors", "e2e p50", "e2e p99"):
+    figures = Table(
+        title="arms (e2e seconds, ~ approximate, from hourly roll-ups; ITL ms, raw pairs)"
+    )
+    for column in ("window", "arm", "ok", "errors", "e2e p50", "e2e p99", "ITL p50/p95/p99"):
         figures.add_column(column, justify="left" if column in ("window", "arm") else "right")
     for name, window in windows:
         for arm in ARMS:
@@ -109,6 +119,7 @@ def _render(report: StatusReport, console: Console) -> None:
                 errors,
                 _seconds(status.e2e_p50_s, status.e2e_approximate),
                 _seconds(status.e2e_p99_s, status.e2e_approximate),
+                _itl(status),
             )
     console.print(figures)
     for name, window in windows:
@@ -124,7 +135,8 @@ def _render(report: StatusReport, console: Console) -> None:
 def _arms_table(report: StatusReport) -> Table:
     """Every speculative arm over each window (the tables above are the switch arm's)."""
     table = Table(title=f"speculative arms (the switch controls {report.switch_arm})")
-    for column in ("window", "arm", "pairs", "accept len", "exact match", "errors", "e2e p99"):
+    columns = ("window", "arm", "pairs", "accept len", "fallback", "exact match", "errors")
+    for column in (*columns, "e2e p99", "ITL p50/p95/p99 ms"):
         table.add_column(column, justify="left" if column in ("window", "arm") else "right")
     for arm, windows in report.arm_windows.items():
         for name, window in windows.items():
@@ -134,9 +146,11 @@ def _arms_table(report: StatusReport) -> Table:
                 f"{arm} (switch)" if arm == report.switch_arm else arm,
                 str(window.pairs),
                 _figure(window.acceptance_length_mean, ".2f"),
+                _figure(window.fallback_rate, ".1%"),
                 _figure(window.exact_match_rate, ".1%"),
                 str(status.error_count),
                 _seconds(status.e2e_p99_s, status.e2e_approximate),
+                _itl(status),
             )
     return table
 
@@ -144,6 +158,7 @@ def _arms_table(report: StatusReport) -> Table:
 def _quality_line(title: str, window: WindowStatus) -> str:
     return (
         f"{title}: acceptance length mean {_figure(window.acceptance_length_mean, '.2f')}, "
+        f"fallback rate {_figure(window.fallback_rate, '.1%')}, "
         f"exact match {_figure(window.exact_match_rate, '.1%')} "
         f"over {window.complete_pairs} complete pairs"
     )
@@ -157,7 +172,7 @@ def status(
     url: UrlOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Last cycle, pairs per category, per-arm P50/P99, acceptance, exact match, errors."""
+    """Last cycle, pairs per category, per-arm P50/P99 and ITL, acceptance, fallback, errors."""
     _, resolved = settings_and_url(config, url)
     now = datetime.now(UTC)
     with SqlStore.open(resolved) as store:

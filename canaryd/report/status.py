@@ -7,7 +7,12 @@ rates are exact either way (roll-ups keep sums); end-to-end quantiles are exact 
 pairs and, as soon as a rolled-up hour contributes, read from the merged latency
 histograms and flagged `approximate`. Each category's recommended draft length
 (`canaryd.report.recommend`) rests on the raw pairs of the last day, which carry the acceptance
-per position and the step timings a roll-up does not.
+per position and the step timings a roll-up does not. Inter-token latency and the fallback
+rate come from a bounded read of the window's generations (`HistoryStore.serving`): per
+arm, the median over successful generations of each one's own ITL P50, P95 and P99 (as
+`canaryd once` reports ITL), and the speculative arm's fallback rate pooled over verify
+steps, `1 − steps that kept ≥ 1 draft token / verify steps`. Roll-ups keep neither, so
+both rest on raw pairs only.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from canaryd.store.rollup import (
     merge_rollups,
     rollup_of,
 )
+from canaryd.store.serving import ServingFacts
 from gates.records import ARMS, DEFAULT_ARM, Arm
 from gates.stats import quantile, rate
 
@@ -43,13 +49,18 @@ RECOMMENDATION_WINDOW = timedelta(days=1)  # the raw pairs draft lengths are cho
 
 @dataclass(frozen=True, slots=True)
 class ArmStatus:
-    """One arm over a window: successful generations, failures by kind, e2e P50/P99."""
+    """One arm over a window: successful generations, failures by kind, e2e P50/P99, and
+    the median over raw generations of each one's own ITL P50/P95/P99."""
 
     ok: int
     errors: dict[str, int]
     e2e_p50_s: float | None
     e2e_p99_s: float | None
     e2e_approximate: bool  # quantiles read from histograms because roll-ups contributed
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    itl_p99_s: float | None = None
+    itl_generations: int = 0  # raw successful generations with an ITL summary
 
     @property
     def error_count(self) -> int:
@@ -70,6 +81,10 @@ class WindowStatus:
     exact_match_rate: float | None  # over scored (complete) pairs
     baseline: ArmStatus
     speculative: ArmStatus
+    # 1 − verify steps that kept ≥ 1 draft token / verify steps, pooled over the raw
+    # speculative generations that report acceptance per position; None without any.
+    fallback_rate: float | None = None
+    fallback_verify_steps: int = 0
 
     @property
     def approximate(self) -> bool:
@@ -151,6 +166,8 @@ def _window_json(window: WindowStatus) -> dict[str, Any]:
         "approximate": window.approximate,
         "acceptance_length_mean": window.acceptance_length_mean,
         "exact_match_rate": window.exact_match_rate,
+        "fallback_rate": window.fallback_rate,
+        "fallback_verify_steps": window.fallback_verify_steps,
         "arms": {
             arm: {
                 "ok": status.ok,
@@ -159,6 +176,10 @@ def _window_json(window: WindowStatus) -> dict[str, Any]:
                 "e2e_p50_s": status.e2e_p50_s,
                 "e2e_p99_s": status.e2e_p99_s,
                 "e2e_approximate": status.e2e_approximate,
+                "itl_p50_s": status.itl_p50_s,
+                "itl_p95_s": status.itl_p95_s,
+                "itl_p99_s": status.itl_p99_s,
+                "itl_generations": status.itl_generations,
             }
             for arm in ARMS
             for status in (window.arm(arm),)
@@ -170,7 +191,11 @@ def _window_json(window: WindowStatus) -> dict[str, Any]:
 
 
 def _arm_status(
-    arm: Arm, pairs: Sequence[PairFacts], total: ArmRollup, approximate: bool
+    arm: Arm,
+    pairs: Sequence[PairFacts],
+    total: ArmRollup,
+    approximate: bool,
+    serving: Sequence[ServingFacts],
 ) -> ArmStatus:
     if approximate:
         p50 = histogram_quantile(total.e2e_histogram, LATENCY_BOUNDS_S, 0.5)
@@ -178,13 +203,34 @@ def _arm_status(
     else:
         e2e = [facts.e2e_s for p in pairs if (facts := getattr(p, arm)).ok]
         p50, p99 = quantile(e2e, 0.5), quantile(e2e, 0.99)
+    summarised = [f for f in serving if f.role == arm and f.ok and f.itl_p99_s is not None]
+
+    def median_of(values: Sequence[float | None]) -> float | None:
+        return quantile([v for v in values if v is not None], 0.5)
+
     return ArmStatus(
         ok=total.ok,
         errors=dict(sorted(total.errors.items())),
         e2e_p50_s=p50,
         e2e_p99_s=p99,
         e2e_approximate=approximate,
+        itl_p50_s=median_of([f.itl_p50_s for f in summarised]),
+        itl_p95_s=median_of([f.itl_p95_s for f in summarised]),
+        itl_p99_s=median_of([f.itl_p99_s for f in summarised]),
+        itl_generations=len(summarised),
     )
+
+
+def fallback_counts(serving: Sequence[ServingFacts]) -> tuple[int, int]:
+    """(verify steps, steps that kept no draft token), pooled over the successful
+    speculative generations that report acceptance per position."""
+    stepped = [
+        f
+        for f in serving
+        if f.role == "speculative" and f.ok and f.kept_steps is not None and f.verify_steps
+    ]
+    steps = sum(f.verify_steps or 0 for f in stepped)
+    return steps, steps - sum(f.kept_steps or 0 for f in stepped)
 
 
 def window_status(
@@ -192,10 +238,14 @@ def window_status(
     until: datetime,
     pairs: Sequence[PairFacts],
     rollups: Sequence[PairRollup],
+    serving: Sequence[ServingFacts] = (),
 ) -> WindowStatus:
     """Figures of the raw pairs started in [since, until) and the roll-ups of hours starting
-    in it (others are ignored, so callers may pass a wider read)."""
+    in it, with ITL and fallbacks from `serving` rows in it (others are ignored, so callers
+    may pass a wider read)."""
     raw = [p for p in pairs if since <= p.started_at < until]
+    served = [f for f in serving if since <= f.started_at < until]
+    steps, fallbacks = fallback_counts(served)
     hours = [r for r in rollups if since <= r.hour_start < until]
     total = merge_rollups(rollup_of(raw, since, "all"), *hours, hour=since, category="all")
     by_category = Counter(p.category for p in raw)
@@ -216,8 +266,10 @@ def window_status(
             else None
         ),
         exact_match_rate=rate(total.exact_matches, total.scored_pairs),
-        baseline=_arm_status("baseline", raw, total.baseline, approximate),
-        speculative=_arm_status("speculative", raw, total.speculative, approximate),
+        baseline=_arm_status("baseline", raw, total.baseline, approximate, served),
+        speculative=_arm_status("speculative", raw, total.speculative, approximate, served),
+        fallback_rate=rate(fallbacks, steps),
+        fallback_verify_steps=steps,
     )
 
 
@@ -228,6 +280,7 @@ def status_report(
     rollups: Sequence[PairRollup],
     last_pair_at: datetime | None,
     latest_run: StoredRun | None,
+    serving: Sequence[ServingFacts] = (),
 ) -> StatusReport:
     """The report for `now` from pairs and roll-ups covering at least the longest window;
     the figures of `windows` are the latest run's switch arm's (each pair counts its
@@ -242,6 +295,7 @@ def status_report(
                 now,
                 [p for p in pairs if p.arm == arm],
                 [r for r in rollups if r.arm == arm],
+                [f for f in serving if f.arm == arm],
             )
             for name, length in WINDOWS
         }
@@ -271,6 +325,7 @@ def build_status(store: Store, now: datetime, *, database: str = "") -> StatusRe
     history = store.history(now - longest, now)
     last_pair_at = store.latest_pair_started_at() or store.latest_rollup_hour()
     runs = store.runs(limit=1)
+    serving = store.serving(now - longest, now)
     return status_report(
         now=now,
         database=database,
@@ -278,4 +333,5 @@ def build_status(store: Store, now: datetime, *, database: str = "") -> StatusRe
         rollups=history.rollups,
         last_pair_at=last_pair_at,
         latest_run=runs[0] if runs else None,
+        serving=serving,
     )

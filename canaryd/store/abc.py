@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Protocol
 
 from canaryd.store.rollup import PairFacts, PairRollup
+from canaryd.store.serving import SERVING_ROW_LIMIT, ServingFacts
 from canaryd.store.switching import AuditEntry, RevisionWindow, SwitchRecord
 from gates import Evaluation, ReferenceStats, SwitchOutcome, SwitchState
 from gates.records import DEFAULT_ARM, PairRecord, RunInfo
@@ -150,6 +151,10 @@ class HistoryStore(Protocol):
     def rollups(
         self, *, since: datetime | None = None, until: datetime | None = None
     ) -> list[PairRollup]: ...
+
+    def serving(
+        self, since: datetime, until: datetime, *, limit: int = SERVING_ROW_LIMIT
+    ) -> list[ServingFacts]: ...
 
     def latest_pair_started_at(self) -> datetime | None: ...
 

@@ -46,6 +46,12 @@ from canaryd.store.models import (
     SwitchAuditRow,
 )
 from canaryd.store.rollup import PairRollup, rollups_by_hour
+from canaryd.store.serving import (
+    SERVING_ROW_LIMIT,
+    ServingFacts,
+    serving_from_columns,
+    serving_query,
+)
 from canaryd.store.sql_base import SqlDatabase
 from canaryd.store.switching_sql import SqlSwitchStore
 from canaryd.store.telemetry_sql import SqlTelemetryStore
@@ -384,6 +390,16 @@ class SqlHistoryStore(SqlDatabase):
                 rollup_from_row(row) for row in session.scalars(self._rollups_query(since, until))
             ]
         return History(pairs=pairs, rollups=rollups)
+
+    def serving(
+        self, since: datetime, until: datetime, *, limit: int = SERVING_ROW_LIMIT
+    ) -> list[ServingFacts]:
+        """The ITL summaries and fallback counts of the generations of raw pairs started
+        in [since, until), newest first, at most `limit` rows (both arms' rows of a pair
+        count)."""
+        query = serving_query(aware(since, "since"), aware(until, "until"), limit)
+        with self._translating("reading serving figures"), self._sessions() as session:
+            return [serving_from_columns(row) for row in session.execute(query)]
 
     def latest_pair_started_at(self) -> datetime | None:
         """When the most recent raw pair started; None when no raw pair is stored."""

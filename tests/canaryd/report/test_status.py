@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from canaryd.store.rollup import (
     histogram_quantile,
     rollups_by_hour,
 )
+from engine.timing import inter_token_latency
 from engine.types import ErrorKind, GenerationResult, Message, SpeculativeStats
 from gates import testing
 from gates.records import PairRecord, Prompt, RunInfo
@@ -39,7 +41,8 @@ def result(
             verify_steps=verify_steps,
             draft_tokens=4 * verify_steps,
             accepted_tokens=accepted,
-            accepted_per_position=(accepted,),
+            # every verify step kept its first draft token: no fallback
+            accepted_per_position=(min(accepted, verify_steps),),
             drafted_per_position=(4 * verify_steps,),
         )
     return GenerationResult(
@@ -287,7 +290,10 @@ class TestStatusCommand:
         assert result.exit_code == 0, result.output
         for text in ("pairs by category", "chat", "code", "baseline", "speculative", "oom 1"):
             assert text in result.stdout
-        assert "last day: acceptance length mean 3.00, exact match 100.0%" in result.stdout
+        assert (
+            "last day: acceptance length mean 3.00, fallback rate 0.0%, exact match 100.0%"
+            in result.stdout
+        )
         assert "draft length by category (last day's pairs):" in result.stdout
         assert (
             "chat: too few pairs: 1 with acceptance per position (at least 20 needed)"
@@ -310,7 +316,7 @@ class TestStatusCommand:
         assert data["windows"]["last_hour"]["pairs"] == 1
         chat = data["draft_length"]["chat"]
         assert chat["draft_length"] is None and chat["pairs"] == 1
-        assert chat["acceptance_by_position"] == [pytest.approx(8 / 16)]
+        assert chat["acceptance_by_position"] == [pytest.approx(4 / 16)]
 
     def test_url_comes_from_the_config_file(self, database_url: str, tmp_path: Path) -> None:
         """Without --url, the configuration's storage.url is read."""
@@ -328,3 +334,80 @@ class TestStatusCommand:
         lines = result.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("canaryd: error: unsupported database")
         assert "secret" not in result.stderr
+
+
+def served(pair_id: str, started_at: datetime, gap_s: float, kept_steps: int) -> PairRecord:
+    """A pair whose speculative arm emitted 12 tokens in 4 verify steps, `kept_steps` of
+    which kept a draft token, delivered as 4 bursts `gap_s` apart; the baseline one token
+    every `gap_s`."""
+    speculative = replace(
+        result(0.2, verify_steps=4),
+        speculative=SpeculativeStats(4, 16, 8, (kept_steps,), (16,)),
+        itl=inter_token_latency([(0.01 + i * gap_s, 3) for i in range(4)]),
+    )
+    baseline = replace(
+        result(0.4), itl=inter_token_latency([(0.01 + i * gap_s, 1) for i in range(12)])
+    )
+    return testing.record(
+        0,
+        baseline=baseline,
+        speculative=speculative,
+        prompt=Prompt("chat-1", "chat", (Message("user", "hello"),), max_tokens=16),
+        pair_id=pair_id,
+        run_id="run-1",
+        started_at=started_at,
+    )
+
+
+class TestItlAndFallback:
+    def test_itl_quantiles_and_fallback_rate_per_window(self, database_url: str) -> None:
+        """Per arm, ITL P50/P95/P99 are the median over generations of each one's own;
+        the fallback rate pools verify steps (1 − kept / steps); each window counts only
+        its pairs, and a rolled-up pair (which keeps neither) none."""
+        pairs = [
+            served("h1", NOW - timedelta(minutes=10), 0.02, kept_steps=4),
+            served("h2", NOW - timedelta(minutes=20), 0.04, kept_steps=2),
+            served("d1", NOW - timedelta(hours=5), 0.06, kept_steps=0),
+            served("old", NOW - timedelta(hours=20), 1.0, kept_steps=0),
+        ]
+        with SqlStore.open(database_url, create=True) as store:
+            store.create_run(run_info())
+            for record in pairs:
+                store.save_pair(record)
+            store.apply_retention(NOW, raw_retention_days=0.5, rollup_retention_days=30)
+            report = build_status(store, NOW)
+        hour, day = report.windows["last_hour"], report.windows["last_day"]
+        # speculative bursts of 3 tokens: gaps per token are gap, 0, 0 -> P99 near the gap
+        spec_p99 = [r.speculative.itl.p99_s for r in pairs if r.speculative.itl is not None]
+        assert hour.speculative.itl_p99_s == pytest.approx((spec_p99[0] + spec_p99[1]) / 2)
+        assert hour.speculative.itl_p50_s == pytest.approx(0.0)
+        assert hour.baseline.itl_p50_s == pytest.approx(0.03)
+        assert hour.baseline.itl_p95_s == pytest.approx(0.03)
+        assert hour.baseline.itl_generations == 2
+        assert day.speculative.itl_p99_s == pytest.approx(spec_p99[1])
+        assert day.baseline.itl_generations == 3
+        assert hour.fallback_rate == pytest.approx(1 - 6 / 8)
+        assert hour.fallback_verify_steps == 8
+        assert day.fallback_rate == pytest.approx(1 - 6 / 12)
+        assert day.pairs == 4 and day.fallback_verify_steps == 12
+
+    def test_status_prints_and_returns_itl_and_fallback(self, database_url: str) -> None:
+        """The tables show ITL P50/P95/P99 in ms per arm and the fallback rate; --json
+        carries them per window and arm."""
+        now = datetime.now(UTC)
+        with SqlStore.open(database_url, create=True) as store:
+            store.create_run(run_info())
+            store.save_pair(served("p1", now - timedelta(minutes=5), 0.02, kept_steps=3))
+        text = runner.invoke(app, ["status", "--url", database_url])
+        assert text.exit_code == 0, text.output
+        assert "ITL p50/p95/p99" in text.stdout
+        assert "20.0/20.0/20.0" in text.stdout  # the baseline: one token every 20 ms
+        assert "last hour: acceptance length mean 3.00, fallback rate 25.0%" in text.stdout
+        data = json.loads(runner.invoke(app, ["status", "--json", "--url", database_url]).stdout)
+        hour = data["windows"]["last_hour"]
+        assert hour["fallback_rate"] == pytest.approx(0.25)
+        assert hour["fallback_verify_steps"] == 4
+        assert hour["arms"]["baseline"]["itl_p99_s"] == pytest.approx(0.02)
+        assert hour["arms"]["speculative"]["itl_generations"] == 1
+        spec = data["speculative_arms"]["speculative"]["last_day"]
+        assert spec["fallback_rate"] == pytest.approx(0.25)
