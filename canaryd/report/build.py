@@ -47,6 +47,7 @@ from canaryd.report.reads import find_run, read_audit
 from canaryd.report.recommend import recommend_draft_lengths
 from canaryd.report.serving import serving_table
 from canaryd.report.summary import summarise
+from canaryd.report.sustained import SustainedFigures, sustained_figures, sustained_tables
 from canaryd.report.tables import (
     acceptance_table,
     category_table,
@@ -115,6 +116,7 @@ def build_report(
     section = bench_section(run) if run is not None else None
     ladder = ladder_figures(section, all_pairs) if section is not None else []
     compared = arm_figures(by_arm, arms[0]) if len(arms) > 1 else []
+    sustained = _sustained(store, pairs, since, until) if run is None else None
 
     tables = [category_table(summary)]
     probe = _probe_run(store, run, since, until)
@@ -131,6 +133,7 @@ def build_report(
         draft_length_table(draft_lengths),
         consistency_table(consistency),
         latency_table(latency),
+        *(sustained_tables(sustained) if sustained is not None else ()),
         drift_table(drift),
     ]
     if audit.flips:
@@ -182,7 +185,19 @@ def build_report(
         ladder=tuple(ladder),
         drift=drift,
         draft_lengths=draft_lengths,
+        sustained=sustained,
     )
+
+
+def _sustained(
+    store: Store, pairs: Sequence[PairRecord], since: datetime | None, until: datetime | None
+) -> SustainedFigures | None:
+    """The cold and sustained figures of a history report's span (None without one)."""
+    if since is None or until is None:
+        return None
+    runs = store.runs_by_id({p.run_id for p in pairs})
+    starts = {run_id: run.info.started_at for run_id, run in runs.items()}
+    return sustained_figures(pairs, starts, since, until)
 
 
 def bench_markdown(run: StoredRun, pairs: Sequence[PairRecord]) -> str:

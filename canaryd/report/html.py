@@ -12,6 +12,7 @@ from canaryd.report.figures import AcceptanceFigures, ConsistencyFigures, LevelF
 from canaryd.report.plots import Plot
 from canaryd.report.recommend import DraftRecommendation
 from canaryd.report.summary import CategorySummary
+from canaryd.report.sustained import SustainedFigures
 from canaryd.report.tables import ReportTable
 from gates.records import Arm
 
@@ -31,6 +32,7 @@ class Report:
     ladder: tuple[LevelFigures, ...] = ()
     drift: dict[str, DriftSeries] = field(default_factory=dict)
     draft_lengths: dict[str, DraftRecommendation] = field(default_factory=dict)
+    sustained: SustainedFigures | None = None  # history reports (`--since`) only
 
     def markdown(self) -> str:
         parts = [f"# {self.title}", "", *(f"- {line}" for line in self.meta), ""]
