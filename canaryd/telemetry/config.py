@@ -6,7 +6,8 @@ Each arm (`[telemetry.arms.<arm>]`, named as in `[arms]`) has one source:
   them, one per replica (each replica is scraped and the arm's counts are their sum);
 - or PromQL against a Prometheus-compatible API: `prometheus_url` with `selector` (label
   matchers naming the arm's series) and, per signal, a query in `queries` that replaces
-  the shipped template for the arm's `kind`.
+  the shipped template for the arm's `kind` (`canaryd.telemetry.promql`); a query returns
+  cumulative values, whose differences between two scrapes are the interval's counts.
 `kind` picks the shipped table of series (`canaryd.telemetry.signals`): `vllm`, `sglang`,
 `gateway` (with `gateway = "istio" | "envoy" | "ingress-nginx"`), or `custom`, whose
 `[telemetry.arms.<arm>.signals]` names every series itself. On the other kinds `signals`
@@ -20,6 +21,7 @@ value, as PromQL's `=~` does; a plain value matches itself.
 from __future__ import annotations
 
 import re
+from string import Template
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -201,8 +203,10 @@ class TelemetryArmConfig(_Strict):
     )
     queries: dict[Signal, str] = Field(
         default_factory=dict,
-        description="PromQL source: a query per signal replacing the shipped template "
-        "(`$selector` and `$range` are substituted)",
+        description="PromQL source: a query per signal replacing the shipped template, "
+        "evaluated at each scrape; counters and histogram buckets as cumulative values "
+        "(`sum by (instance)`, never `increase`), `$selector` and `$range` (the scrape "
+        "interval) substituted",
     )
 
     @field_validator("metrics_url", mode="before")
@@ -228,6 +232,19 @@ class TelemetryArmConfig(_Strict):
     @classmethod
     def _label_matchers(cls, labels: dict[str, str]) -> dict[str, str]:
         return _matchers(labels)
+
+    @field_validator("queries")
+    @classmethod
+    def _placeholders(cls, queries: dict[Signal, str]) -> dict[Signal, str]:
+        for signal, query in queries.items():
+            try:
+                Template(query).substitute(selector="", range="1s")
+            except (KeyError, ValueError) as exc:
+                raise ValueError(
+                    f"queries.{signal}: only $selector and $range are substituted "
+                    f"(write $$ for a literal $): {exc}"
+                ) from exc
+        return queries
 
     @model_validator(mode="after")
     def _one_source(self) -> TelemetryArmConfig:
@@ -269,13 +286,17 @@ class TelemetryConfig(_Strict):
         default=15.0, ge=1.0, description="seconds between two scrapes of every arm"
     )
     timeout_s: float = Field(
-        default=5.0, gt=0, description="a replica's whole answer, connection included"
+        default=5.0,
+        gt=0,
+        description="a replica's whole answer, connection included (PromQL: all of an arm's "
+        "queries)",
     )
     max_bytes: int = Field(
         default=8 * 1024 * 1024,
         ge=64 * 1024,
         le=256 * 1024 * 1024,
-        description="a larger exposition is refused (counted as a failed scrape)",
+        description="a larger exposition, or PromQL answer, is refused (counted as a failed "
+        "scrape)",
     )
     retention_days: float = Field(
         default=7.0,

@@ -37,15 +37,26 @@ def parse_exposition(text: str) -> list[Sample]:
     return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 
 
-def fetch_exposition(client: httpx.Client, url: str, *, timeout_s: float, max_bytes: int) -> str:
-    """The exposition at `url` as text; `ScrapeFailedError` on any failure."""
+def fetch_bounded(
+    client: httpx.Client,
+    url: str,
+    *,
+    timeout_s: float,
+    max_bytes: int,
+    headers: dict[str, str] | None = None,
+    params: dict[str, str] | None = None,
+    ok_statuses: frozenset[int] = frozenset({httpx.codes.OK}),
+) -> tuple[int, bytes]:
+    """The status and body of GET `url`: the whole answer within `timeout_s`, at most
+    `max_bytes` of decoded body; `ScrapeFailedError` on any failure or a status outside
+    `ok_statuses`."""
     deadline = time.monotonic() + timeout_s
     body = bytearray()
     try:
         with client.stream(
-            "GET", url, headers={"Accept": ACCEPT}, timeout=httpx.Timeout(timeout_s)
+            "GET", url, headers=headers, params=params, timeout=httpx.Timeout(timeout_s)
         ) as response:
-            if response.status_code != httpx.codes.OK:
+            if response.status_code not in ok_statuses:
                 raise ScrapeFailedError(f"HTTP {response.status_code} from {url}")
             for chunk in response.iter_bytes():
                 body += chunk
@@ -53,10 +64,18 @@ def fetch_exposition(client: httpx.Client, url: str, *, timeout_s: float, max_by
                     raise ScrapeFailedError(f"{url} sent more than {max_bytes} bytes")
                 if time.monotonic() > deadline:
                     raise ScrapeFailedError(f"{url} sent no whole answer within {timeout_s:g} s")
+            return response.status_code, bytes(body)
     except httpx.TimeoutException as exc:
         raise ScrapeFailedError(f"{url} sent no whole answer within {timeout_s:g} s") from exc
     except httpx.HTTPError as exc:
         raise ScrapeFailedError(f"{url}: {type(exc).__name__}: {exc}") from exc
+
+
+def fetch_exposition(client: httpx.Client, url: str, *, timeout_s: float, max_bytes: int) -> str:
+    """The exposition at `url` as text; `ScrapeFailedError` on any failure."""
+    _, body = fetch_bounded(
+        client, url, timeout_s=timeout_s, max_bytes=max_bytes, headers={"Accept": ACCEPT}
+    )
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError as exc:

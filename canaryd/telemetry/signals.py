@@ -210,7 +210,7 @@ class SignalReader:
                     continue
                 signal = compiled.signal
                 if signal in HISTOGRAM_SIGNALS:
-                    bound = _bucket_bound(sample.labels.get("le"))
+                    bound = bucket_bound(sample.labels.get("le"))
                     if bound is None:
                         continue
                     buckets = histograms.setdefault(signal, {}).setdefault(
@@ -240,7 +240,8 @@ def sample_names(signal: Signal, series: str) -> tuple[str, ...]:
     return (series,)
 
 
-def _bucket_bound(le: str | None) -> float | None:
+def bucket_bound(le: str | None) -> float | None:
+    """A bucket's upper bound from its `le` label (`+Inf` included); None without one."""
     if le is None:
         return None
     try:

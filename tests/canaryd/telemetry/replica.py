@@ -5,13 +5,15 @@ vLLM's names, labels and bucket bounds (vllm/v1/metrics/loggers.py and
 vllm/v1/spec_decode/metrics.py, Apache-2.0), and serves `generate_latest` of it over a
 real HTTP server; `restart` swaps in a fresh registry, as a restarted process would show.
 `TextReplica` serves a fixed text (a gateway's exposition, a broken one). Either can be
-told to answer with another status, too much, or too slowly.
+told to answer with another status, too much, or too slowly. `threaded=False` answers on
+the server's own thread, one request at a time: a server scraped in the background (by
+Prometheus) then starts no thread during a test.
 """
 
 from __future__ import annotations
 
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -33,10 +35,12 @@ class _Server:
     padding_bytes = 0
     delay_s = 0.0
 
-    def __init__(self) -> None:
+    def __init__(self, *, threaded: bool = True) -> None:
         self._stop = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
+        server = ThreadingHTTPServer if threaded else HTTPServer
+        self._httpd = server(("127.0.0.1", 0), _handler(self))
+        if isinstance(self._httpd, ThreadingHTTPServer):
+            self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         )
@@ -92,8 +96,8 @@ def _handler(server: _Server) -> type[BaseHTTPRequestHandler]:
 class VllmReplica(_Server):
     """One vLLM replica's counters, histograms and gauges, named as vLLM names them."""
 
-    def __init__(self, started_at: float = 1_700_000_000.0) -> None:
-        super().__init__()
+    def __init__(self, started_at: float = 1_700_000_000.0, *, threaded: bool = True) -> None:
+        super().__init__(threaded=threaded)
         self._lock = threading.Lock()
         self._build(started_at)
 
@@ -168,12 +172,22 @@ class VllmReplica(_Server):
         with self._lock:
             return generate_latest(self.registry)
 
+    def total(self, name: str) -> float:
+        """The sum of every sample named `name` (e.g. `vllm:request_success_total`)."""
+        with self._lock:
+            return sum(
+                sample.value
+                for family in self.registry.collect()
+                for sample in family.samples
+                if sample.name == name
+            )
+
 
 class TextReplica(_Server):
     """A replica serving a fixed exposition text (changed by assigning `text`)."""
 
-    def __init__(self, text: str = "") -> None:
-        super().__init__()
+    def __init__(self, text: str = "", *, threaded: bool = True) -> None:
+        super().__init__(threaded=threaded)
         self.text = text
 
     def body(self) -> bytes:

@@ -13,8 +13,10 @@ from pydantic import ValidationError
 
 from canaryd.config import Settings, load_settings
 from canaryd.errors import ConfigError
+from canaryd.telemetry.config import HISTOGRAM_SIGNALS as HISTOGRAMS
 from canaryd.telemetry.config import TelemetryArmConfig, TelemetryConfig
-from canaryd.telemetry.promql import render, templates
+from canaryd.telemetry.promql import promql_reference, render, templates
+from canaryd.telemetry.promql_source import PromqlSource
 from canaryd.telemetry.scrape import ScrapeSource
 from canaryd.telemetry.signals import GATEWAYS, SGLANG, VLLM, sample_names, signal_map
 from canaryd.telemetry.sources import open_source
@@ -48,6 +50,10 @@ class TestArmConfig:
             ({"metrics_url": URL, "signals": {"errors": {"series": "a b"}}}, "metric name"),
             ({"metrics_url": URL, "selector": 'pod="x"'}, "selector and queries are PromQL"),
             ({"prometheus_url": "http://prom:9090", "labels": {"a": "b"}}, "use selector"),
+            (
+                {"prometheus_url": "http://prom:9090", "queries": {"errors": "x{$pod}"}},
+                "queries.errors: only",
+            ),
             ({"metrics_url": URL, "unknown": 1}, "Extra inputs are not permitted"),
         ],
     )
@@ -118,34 +124,66 @@ class TestTables:
 
 class TestPromql:
     def test_templates_are_rendered_with_selector_and_range(self) -> None:
-        """Counters become a summed increase over the interval, histograms bucket
-        increases by `le`; an empty selector leaves no stray comma."""
+        """Counters are cumulative sums per serving process, histograms cumulative bucket
+        counters per process and `le`; an empty selector leaves no stray comma."""
         config = arm(prometheus_url="http://prom:9090", selector='namespace="llm"')
         queries = templates(config)
         assert render(queries["errors"], selector='namespace="llm"', range_s=15) == (
-            'sum(increase(vllm:request_success_total{finished_reason="error",'
-            'namespace="llm"}[15s]))'
+            'sum by (instance) (vllm:request_success_total{finished_reason="error",'
+            'namespace="llm"})'
         )
         assert render(queries["e2e"], selector="", range_s=14.6) == (
-            "sum by (le) (increase(vllm:e2e_request_latency_seconds_bucket{}[15s]))"
+            "sum by (instance, le) (vllm:e2e_request_latency_seconds_bucket{})"
         )
         assert render(queries["errors"], selector="", range_s=15).count(",}") == 0
+        sglang = templates(arm(prometheus_url="http://prom:9090", kind="sglang"))
+        assert render(sglang["acceptance_length"], selector="", range_s=15) == (
+            "avg by (instance) (avg_over_time(sglang:spec_accept_length{}[15s]))"
+        )
 
     def test_queries_replace_templates(self) -> None:
         config = arm(
             prometheus_url="http://prom:9090",
             kind="gateway",
             gateway="envoy",
-            queries={"requests": "sum(rate(x[$range]))"},
+            queries={"requests": "sum by (instance) (x{$selector})"},
         )
-        assert templates(config)["requests"] == "sum(rate(x[$range]))"
+        assert templates(config)["requests"] == "sum by (instance) (x{$selector})"
         assert "envoy_cluster_upstream_rq_xx" in templates(config)["errors"]
+
+    def test_the_templates_name_the_series_of_the_scrape_tables(self) -> None:
+        """Each template reads the series the direct scrape's table names for that kind
+        and signal (a histogram's `_bucket`s; a counter under its exposed name, which
+        Prometheus keeps), so the two sources cannot drift apart."""
+        kinds: list[dict[str, Any]] = [
+            {"kind": "vllm"},
+            {"kind": "sglang"},
+            *({"kind": "gateway", "gateway": flavour} for flavour in GATEWAYS),
+        ]
+        for fields in kinds:
+            config = arm(prometheus_url="http://prom:9090", **fields)
+            table = signal_map(config)
+            queries = templates(config)
+            assert set(queries) == {s for s in queries if table.spec(s) is not None}
+            for signal, query in queries.items():
+                spec = table.spec(signal)
+                assert spec is not None
+                name = sample_names(signal, spec.series)[0] if signal in HISTOGRAMS else spec.series
+                assert f"{name}{{" in query, (fields, signal)
+                for name, pattern in spec.labels.items():
+                    assert f'{name}="{pattern}"' in query or f'{name}=~"{pattern}"' in query
+
+    def test_the_templates_table_in_the_docs_is_current(self) -> None:
+        """docs/telemetry.md carries promql_reference() as it is."""
+        docs = Path(__file__).parents[3] / "docs" / "telemetry.md"
+        assert promql_reference() in docs.read_text()
 
 
 class TestOpenSource:
-    def test_a_direct_arm_opens_a_scrape_and_a_promql_arm_is_refused(self) -> None:
-        """The factory scrapes `metrics_url` arms with the section's timeout and cap; a
-        `prometheus_url` arm, or an arm without a source, is a ConfigError naming the key."""
+    def test_a_direct_arm_opens_a_scrape_and_a_promql_arm_a_query(self) -> None:
+        """The factory scrapes `metrics_url` arms and queries `prometheus_url` ones, with
+        the section's timeout and cap; an arm without a source is a ConfigError naming
+        the key."""
         config = TelemetryConfig.model_validate(
             {
                 "timeout_s": 3,
@@ -160,8 +198,12 @@ class TestOpenSource:
             assert isinstance(source, ScrapeSource) and source.timeout_s == 3
         finally:
             source.close()
-        with pytest.raises(ConfigError, match=r"telemetry\.arms\.speculative\.prometheus_url"):
-            open_source("speculative", config)
+        promql = open_source("speculative", config)
+        try:
+            assert isinstance(promql, PromqlSource) and promql.timeout_s == 3
+            assert promql.max_bytes == config.max_bytes
+        finally:
+            promql.close()
         with pytest.raises(ConfigError, match=r"telemetry\.arms\.other: no telemetry source"):
             open_source("other", config)
 
@@ -194,6 +236,23 @@ class TestSettings:
         )
         assert settings.telemetry.enabled and settings.telemetry.scrape_interval_s == 5
         assert len(settings.telemetry.arms["baseline"].metrics_url) == 2
+
+    def test_the_promql_example_of_the_docs_loads(self, tmp_path: Path) -> None:
+        """docs/telemetry.md's PromQL example is a valid configuration; each arm opens a
+        PromQL source whose queries carry the arm's selector."""
+        docs = (Path(__file__).parents[3] / "docs" / "telemetry.md").read_text()
+        example = docs.split("```toml\n", 1)[1].split("```", 1)[0]
+        settings = self.load(tmp_path, example)
+        source = open_source("speculative", settings.telemetry)
+        try:
+            assert isinstance(source, PromqlSource)
+            assert source.queries["itl"] == (
+                "sum by (instance, le) (vllm:time_per_output_token_seconds_bucket"
+                '{namespace="prod",deployment="llama-canary"})'
+            )
+            assert 'deployment="llama-canary"' in source.queries["requests"]
+        finally:
+            source.close()
 
     def test_an_arm_not_in_arms_names_file_and_key(self, tmp_path: Path) -> None:
         """A misspelt arm is an error naming the file, the key and the arms there are."""
