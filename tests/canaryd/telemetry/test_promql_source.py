@@ -13,10 +13,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
+from canaryd.config import load_settings
+from canaryd.daemon.telemetry import TelemetryJob
+from canaryd.metrics import CanarydMetrics
+from canaryd.store import SqlStore
 from canaryd.telemetry.config import TelemetryArmConfig, TelemetryConfig
 from canaryd.telemetry.deltas import telemetry_window
 from canaryd.telemetry.promql_source import PromqlSource, QueryFailedError, parse_answer
@@ -136,6 +142,7 @@ def the_failure(reading: ArmReading) -> str:
     return reading.failures[0].reason
 
 
+@pytest.mark.slow  # a Prometheus subprocess, shared by the module
 class TestAgainstPrometheus:
     def test_the_same_interval_as_a_direct_scrape(self, fleet: Fleet) -> None:
         """Both arms read through Prometheus and directly at the same two instants give
@@ -256,6 +263,7 @@ class TestAgainstPrometheus:
         assert (after_restart.requests, after_restart.errors) == (4, 1)
 
 
+@pytest.mark.slow  # a Prometheus subprocess, shared by the module
 class TestFailures:
     def test_prometheus_away(self) -> None:
         """Nothing listening: one failure naming the API and the connection error."""
@@ -290,6 +298,55 @@ class TestFailures:
         ) as src:
             reason = the_failure(src.read(now()))
         assert "sent more than 2000 bytes" in reason
+
+
+@pytest.mark.slow  # a Prometheus subprocess, shared by the module
+class TestInTheDaemonJob:
+    def test_prometheus_away_is_counted_every_scrape_and_logged_once(
+        self, fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The daemon's scrape job with one arm read through Prometheus and one whose
+        Prometheus is away: the first arm's intervals are stored; the other's failures
+        are counted at every scrape (outcome="failed") and logged once, with the reason."""
+        monkeypatch.setenv("CANARYD_DATA_DIR", str(tmp_path / "data"))
+        away = f"http://127.0.0.1:{free_port()}"
+        config = tmp_path / "canaryd.toml"
+        config.write_text(
+            '[arms.baseline]\nkind = "fake"\n'
+            '[arms.speculative]\nkind = "fake"\nspeculative = true\n'
+            f'[storage]\nurl = "sqlite:///{tmp_path / "canaryd.db"}"\n'
+            "[telemetry]\ntimeout_s = 2.0\n"
+            f'[telemetry.arms.baseline]\nprometheus_url = "{fleet.prometheus.url}"\n'
+            f"selector = '{BASELINE}'\n"
+            f'[telemetry.arms.speculative]\nprometheus_url = "{away}"\n'
+        )
+        settings = load_settings(config)
+        metrics = CanarydMetrics()
+        with SqlStore.open(settings.storage.resolved_url(), create=True) as store:
+            job = TelemetryJob(lambda: settings, metrics, store=lambda: store, leading=lambda: True)
+            job.start(None)
+            try:
+                with capture_logs() as logs:
+                    for _ in range(3):
+                        fleet.first.finish(10)
+                        fleet.settled()
+                        job.run(now())
+            finally:
+                job.close()
+            stored = store.telemetry("baseline")
+            assert [row.interval.requests for row in stored] == [10, 10]
+            assert store.telemetry("speculative") == []
+        failed = [entry for entry in logs if entry["event"] == "telemetry.replica_failed"]
+        assert len(failed) == 1 and failed[0]["arm"] == "speculative"
+        assert "ConnectError" in failed[0]["reason"]
+
+        def scrapes(arm: str, outcome: str) -> float:
+            labels = {"arm": arm, "outcome": outcome}
+            value = metrics.registry.get_sample_value("canaryd_telemetry_scrapes_total", labels)
+            return value or 0.0
+
+        assert scrapes("speculative", "failed") == 3 and scrapes("speculative", "ok") == 0
+        assert scrapes("baseline", "ok") == 6  # two replicas (instances) a scrape
 
 
 class TestParseAnswer:
