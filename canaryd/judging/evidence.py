@@ -13,6 +13,11 @@ when none is configured: its earliest intervals (`gates.telemetry_acceptance.
 pin_acceptance_reference`), recomputed at every judgement from what is stored, so a
 restart pins the same; the reference thus slides with the window once the evidence is
 older than it, and `telemetry.acceptance` catches a drop that happens within the window.
+A revision is judged against what came before it: `prior_acceptance_reference` pins from
+the arm's newest intervals before the revision's window opened (the revision it replaces),
+so a revision that accepts less from its first request on is measured against its
+predecessor, not against itself; the verdict falls back to the revision's own first
+intervals when too little telemetry precedes it.
 """
 
 from __future__ import annotations
@@ -27,11 +32,12 @@ from canaryd.store import HistoryStore, TelemetryStore
 from gates.config import GatesConfig
 from gates.cycle import TELEMETRY_GATES, section, window_bounds
 from gates.records import BASELINE_ARM, PairRecord
-from gates.telemetry import ArmTelemetry, TelemetryEvidence
+from gates.telemetry import ArmTelemetry, TelemetryEvidence, TelemetryInterval
 from gates.telemetry_acceptance import AcceptanceReference, pin_acceptance_reference
 
 __all__ = [
     "acceptance_reference",
+    "prior_acceptance_reference",
     "read_telemetry",
     "read_window",
     "telemetry_seconds",
@@ -152,3 +158,31 @@ def acceptance_reference(
     if evidence is None or section_config.reference_acceptance_length is not None:
         return None
     return pin_acceptance_reference(evidence.speculative, section_config, now=now, since=since)
+
+
+def prior_acceptance_reference(
+    store: TelemetryStore,
+    settings: Settings,
+    arm: str,
+    before: datetime,
+) -> AcceptanceReference | None:
+    """The speculative arm's acceptance pinned from its newest stored intervals that ended
+    by `before` (a revision's start), within the telemetry window: the newest intervals
+    with drafts, enough for `pin_min_drafts` and `pin_min_intervals`; None when there are
+    not that many, or a reference is configured."""
+    config = settings.gates.telemetry.acceptance
+    if config.reference_acceptance_length is not None:
+        return None
+    evidence = read_telemetry(store, settings, arm, before)
+    if evidence is None:
+        return None
+    chosen: list[TelemetryInterval] = []
+    drafts = 0
+    for interval in reversed(evidence.speculative.window(before, window_seconds=None)):
+        if not interval.drafts:
+            continue
+        chosen.append(interval)
+        drafts += interval.drafts
+        if drafts >= config.pin_min_drafts and len(chosen) >= config.pin_min_intervals:
+            return pin_acceptance_reference(ArmTelemetry.of(chosen), config, now=before)
+    return None

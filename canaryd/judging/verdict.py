@@ -37,7 +37,12 @@ import structlog
 
 from canaryd.config import Settings
 from canaryd.errors import BadRequestError, CannotJudgeError, DatabaseError
-from canaryd.judging.evidence import acceptance_reference, read_telemetry, read_window
+from canaryd.judging.evidence import (
+    acceptance_reference,
+    prior_acceptance_reference,
+    read_telemetry,
+    read_window,
+)
 from canaryd.pairs.plan import arm_key
 from canaryd.redact import redact_value
 from canaryd.store import RevisionWindow, SqlStore, Store
@@ -421,9 +426,12 @@ class VerdictService:
             since=window.started_at,
             telemetry=telemetry,
             scrape_interval_s=settings.telemetry.scrape_interval_s,
-            acceptance_reference=acceptance_reference(
-                telemetry, settings.gates, at, since=window.started_at
-            ),
+            acceptance_reference=(
+                prior_acceptance_reference(store, settings, arm, window.started_at)
+                or acceptance_reference(telemetry, settings.gates, at, since=window.started_at)
+            )
+            if telemetry is not None
+            else None,
             min_pairs=query.min_pairs,
             subject=f"revision {revision!r}",
         )

@@ -227,3 +227,47 @@ class TestVerdict:
         )
         category = service.judge(VerdictQuery("rev-a", category=soak.prompts[0].category))
         assert not {d.name for d in category.gates} & set(NAMES)
+
+    def test_a_revision_is_measured_against_the_revision_before_it(
+        self, store: SqlStore, database_url: str, tmp_path: Path
+    ) -> None:
+        """A revision that accepts less from its first request on: pinned from its own
+        first intervals it would be measured against itself; the verdict pins the reference
+        from the arm's telemetry before the revision's window opened, and FAILs it."""
+        config = settings(database_url, tmp_path)
+        soak = Soak(store)
+        clock = Clock(soak.base)
+        rng = np.random.default_rng(11)
+        before = soak.base - timedelta(minutes=30)
+        old = simulate_arm(rng, SPECULATIVE, intervals=100, seconds=STEP_S, start=before)
+        store_arm(store, config, "speculative", old)
+        store_arm(
+            store,
+            config,
+            "baseline",
+            simulate_arm(rng, BASELINE, intervals=100, seconds=STEP_S, start=before),
+        )
+        store.record_gate_run(soak.base - timedelta(seconds=1))
+        service = VerdictService(config, store=store, clock=clock)
+        service.judge(VerdictQuery("rev-b"), start=True)
+        worse = ArmTraffic(rps=5.0, draft_tokens=5, acceptance=0.35)
+        start = soak.base + timedelta(seconds=1)
+        new = simulate_arm(rng, worse, intervals=60, seconds=STEP_S, start=start)
+        store_arm(store, config, "speculative", new)
+        store_arm(
+            store,
+            config,
+            "baseline",
+            simulate_arm(rng, BASELINE, intervals=60, seconds=STEP_S, start=start),
+        )
+        clock.now = new.intervals[-1].end + timedelta(seconds=1)
+        store.record_gate_run(clock.now)
+        acceptance = {d.name: d for d in service.judge(VerdictQuery("rev-b")).gates}[
+            "telemetry.acceptance"
+        ]
+        assert acceptance.estimate == pytest.approx(pooled_length(new))
+        assert acceptance.state.value == "FAIL", acceptance.detail
+        own = acceptance_reference(
+            TelemetryEvidence(ArmTelemetry(), new), config.gates, clock.now, since=start
+        )
+        assert own is not None and own.acceptance_length < 0.9 * pooled_length(old)
