@@ -1,12 +1,14 @@
 """The PromQL source (canaryd.telemetry.promql_source) against a real Prometheus on loopback
 scraping real loopback expositions (prometheus-client registries under vLLM's names, and
-the texts of Istio and ingress-nginx): the shipped templates, evaluated as instant queries
-at two instants, give the same interval as a direct scrape of the same replicas at those
-instants; a restarted replica counts from zero; a gateway's 503 series that appears
-mid-interval counts up from zero, its millisecond histogram read in seconds. Prometheus
-away, a query it refuses, a range vector, no series or an answer too large is one failed
-reading with its reason, never an exception. The envelope parser is also checked on
-answers recorded from this Prometheus (2.42)."""
+the texts of Istio, ingress-nginx, Envoy and SGLang): the shipped templates, evaluated as
+instant queries at two instants, give the same interval as a direct scrape of the same
+replicas at those instants; a restarted replica counts from zero; a gateway's 503 series
+that appears mid-interval counts up from zero, its millisecond histogram read in seconds;
+every kind's templates run on Prometheus. Prometheus away, a query it refuses, a range
+vector, no series or an answer too large is one failed reading with its reason, never an
+exception; in the daemon's scrape job, Prometheus away is counted at every scrape and
+logged once. The envelope parser is also checked on answers recorded from this
+Prometheus (2.42)."""
 
 from __future__ import annotations
 
@@ -67,11 +69,47 @@ def nginx(ok: int, failed: int) -> str:
     )
 
 
+def sglang(requests: int, accept_length: float) -> str:
+    """An SGLang server: its request counter, e2e histogram, queue gauges and acceptance
+    gauge (it exports no draft counters)."""
+    labels = 'model_name="llama"'
+    return (
+        "# TYPE sglang:num_requests_total counter\n"
+        f"sglang:num_requests_total{{{labels}}} {requests}\n"
+        "# TYPE sglang:e2e_request_latency_seconds histogram\n"
+        f'sglang:e2e_request_latency_seconds_bucket{{{labels},le="1.0"}} {requests}\n'
+        f'sglang:e2e_request_latency_seconds_bucket{{{labels},le="+Inf"}} {requests}\n'
+        "# TYPE sglang:num_running_reqs gauge\n"
+        f"sglang:num_running_reqs{{{labels}}} 4\n"
+        "# TYPE sglang:num_queue_reqs gauge\n"
+        f"sglang:num_queue_reqs{{{labels}}} 1\n"
+        "# TYPE sglang:spec_accept_length gauge\n"
+        f"sglang:spec_accept_length{{{labels}}} {accept_length}\n"
+    )
+
+
+def envoy(requests: int, failed: int) -> str:
+    """Envoy's cluster stats as /stats/prometheus writes them: counters without `_total`
+    but `upstream_rq_total`, the request time histogram in milliseconds."""
+    cluster = 'envoy_cluster_name="llm"'
+    return (
+        "# TYPE envoy_cluster_upstream_rq_total counter\n"
+        f"envoy_cluster_upstream_rq_total{{{cluster}}} {requests}\n"
+        "# TYPE envoy_cluster_upstream_rq_xx counter\n"
+        f'envoy_cluster_upstream_rq_xx{{envoy_response_code_class="2",{cluster}}} '
+        f"{requests - failed}\n"
+        f'envoy_cluster_upstream_rq_xx{{envoy_response_code_class="5",{cluster}}} {failed}\n'
+        "# TYPE envoy_cluster_upstream_rq_time histogram\n"
+        f'envoy_cluster_upstream_rq_time_bucket{{{cluster},le="500"}} {requests}\n'
+        f'envoy_cluster_upstream_rq_time_bucket{{{cluster},le="+Inf"}} {requests}\n'
+    )
+
+
 @dataclass
 class Fleet:
     """The servers every test of this module shares: two baseline vLLM replicas, one
-    canary replica, an Istio sidecar and an ingress-nginx controller, all scraped by one
-    Prometheus."""
+    canary replica, an Istio sidecar, an ingress-nginx controller, an Envoy and an SGLang
+    server, all scraped by one Prometheus."""
 
     prometheus: PrometheusServer
     first: VllmReplica
@@ -79,6 +117,8 @@ class Fleet:
     canary: VllmReplica
     istio: TextReplica
     nginx: TextReplica
+    envoy: TextReplica
+    sglang: TextReplica
 
     def settled(self) -> None:
         """Waits until Prometheus holds every vLLM replica's current requests and drafts."""
@@ -107,16 +147,20 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         VllmReplica(1_700_000_200.0, threaded=False) as canary,
         TextReplica(istio(100, None), threaded=False) as sidecar,
         TextReplica(nginx(10, 0), threaded=False) as controller,
+        TextReplica(envoy(10, 0), threaded=False) as proxy,
+        TextReplica(sglang(10, 3.0), threaded=False) as server,
     ):
         targets = {
             "llama-baseline": [first.url, second.url],
             "llama-canary": [canary.url],
             "istio": [sidecar.url],
             "ingress": [controller.url],
+            "envoy": [proxy.url],
+            "sglang": [server.url],
         }
         with PrometheusServer(tmp_path_factory.mktemp("prometheus"), targets) as prometheus:
-            prometheus.wait_until("up == 1", lambda result: len(result) == 5)
-            yield Fleet(prometheus, first, second, canary, sidecar, controller)
+            prometheus.wait_until("up == 1", lambda result: len(result) == len(targets) + 1)
+            yield Fleet(prometheus, first, second, canary, sidecar, controller, proxy, server)
 
 
 def arm(**fields: Any) -> TelemetryArmConfig:
@@ -261,6 +305,42 @@ class TestAgainstPrometheus:
         assert (window.requests, window.errors) == (44, 4)
         assert "e2e" in window.missing
         assert (after_restart.requests, after_restart.errors) == (4, 1)
+
+    def test_envoy_reads_the_5xx_class_and_milliseconds(self, fleet: Fleet) -> None:
+        """Envoy's template: all upstream requests, the `5` response class, the request
+        time histogram scaled from milliseconds."""
+        config: dict[str, Any] = {
+            "kind": "gateway",
+            "gateway": "envoy",
+            "selector": 'envoy_cluster_name="llm"',
+        }
+        with promql(fleet.prometheus.url, **config) as source:
+            fleet.envoy.text = envoy(10, 0)
+            total = "sum(envoy_cluster_upstream_rq_total)"
+            fleet.prometheus.wait_for_value(total, 10)
+            first = source.read(now())
+            fleet.envoy.text = envoy(60, 3)
+            fleet.prometheus.wait_for_value(total, 60)
+            window = telemetry_window(first, source.read(now()))
+        assert (window.requests, window.errors) == (50, 3)
+        assert window.e2e is not None and window.e2e.bounds == (0.5, float("inf"))
+
+    def test_sglang_reads_its_counter_gauges_and_acceptance(self, fleet: Fleet) -> None:
+        """SGLang's templates: the request counter's difference, the queue gauges, and its
+        own acceptance length averaged over `$range`; no errors signal to read."""
+        with promql(fleet.prometheus.url, kind="sglang", selector='model_name="llama"') as src:
+            fleet.sglang.text = sglang(10, 3.0)
+            total = "sum(sglang:num_requests_total)"
+            fleet.prometheus.wait_for_value(total, 10)
+            first = src.read(now())
+            fleet.sglang.text = sglang(25, 3.0)
+            fleet.prometheus.wait_for_value(total, 25)
+            window = telemetry_window(first, src.read(now()))
+        assert (window.requests, window.errors) == (15, None)
+        assert (window.running, window.waiting) == (4.0, 1.0)
+        assert window.acceptance_length == pytest.approx(3.0)
+        assert window.e2e is not None and window.e2e.count == 15
+        assert set(window.missing) == {"ttft", "itl", "acceptance_rate"}
 
 
 @pytest.mark.slow  # a Prometheus subprocess, shared by the module
