@@ -43,8 +43,8 @@ from canaryd.config import DEFAULT_CONFIG_PATH, Settings, config_path, load_sett
 from canaryd.durations import parse_duration
 from canaryd.errors import ActuatorError, DatabaseError
 from canaryd.logs import configure_logging
-from canaryd.store import SqlStore, mask_url
-from canaryd.store.database import driver_message
+from canaryd.store.database import driver_message, mask_url
+from canaryd.store.switching_sql import SqlSwitchStore  # the switch half: no history mapping
 from canaryd.switch import (
     PENDING_SYNC,
     STATE_FILE_ACTUATOR,
@@ -287,7 +287,7 @@ def _through_database(
 ) -> int:
     # Never `create`: a missing database is a wrong URL far more often than a new box,
     # and the kill switch then takes the state-file path instead of hiding in a new file.
-    with _database_failures(url), SqlStore.open(url) as store:
+    with _database_failures(url), SqlSwitchStore.open(url) as store:
         unbuilt: list[ActuatorError] = []
         actuators = build_actuators(settings.switch, on_error=unbuilt.append)
         service = SwitchService(store, settings.switch, settings.gates.policy, actuators=actuators)
@@ -390,7 +390,7 @@ def status(
     source = config_path(config)
     settings, resolved = settings_and_url(source, url)
     path = settings.switch.resolved_state_file()
-    with _database_failures(resolved), SqlStore.open(resolved) as store:
+    with _database_failures(resolved), SqlSwitchStore.open(resolved) as store:
         on_disk = read_state_file(path)
         if on_disk is not None and on_disk.get(PENDING_SYNC) is True:
             change = SwitchService(store, settings.switch, settings.gates.policy).adopt_pending()

@@ -3,33 +3,96 @@ switch half (`switching_sql`), its telemetry part (`telemetry_sql`: the arms' sc
 intervals) and the database plumbing all share (`sql_base`), database URLs and engines
 (`database`), schema migrations (`migrations`), the mapping between records and rows
 (`columns`, `mapping`, `switching_mapping`), the switch's records (`switching`), and the
-per-hour roll-ups that retention keeps after raw pairs are deleted (`rollup`)."""
+per-hour roll-ups that retention keeps after raw pairs are deleted (`rollup`).
+The names below are imported on first use (PEP 562): a command that needs the database
+URL's helpers or the switch's records does not import the ORM models or Alembic.
+"""
 
 from __future__ import annotations
 
-from canaryd.store.abc import (
-    RETENTION_BATCH_PAIRS,
-    History,
-    HistoryStore,
-    RetentionReport,
-    Store,
-    StoredInterval,
-    StoredRun,
-    SwitchStore,
-    TelemetryStore,
-)
-from canaryd.store.database import EXPECTED_URL_FORMS, mask_url
-from canaryd.store.migrations import (
-    current_revision,
-    head_revision,
-    known_revisions,
-    schema_problem,
-    upgrade,
-)
-from canaryd.store.rollup import PairFacts, PairRollup
-from canaryd.store.sql import SqlHistoryStore, SqlStore
-from canaryd.store.switching import AuditEntry, RevisionWindow, SwitchRecord, decision_from_dict
-from canaryd.store.switching_sql import SqlSwitchStore
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from canaryd.store.abc import (
+        RETENTION_BATCH_PAIRS,
+        History,
+        HistoryStore,
+        RetentionReport,
+        Store,
+        StoredInterval,
+        StoredRun,
+        SwitchStore,
+        TelemetryStore,
+    )
+    from canaryd.store.database import EXPECTED_URL_FORMS, mask_url
+    from canaryd.store.migrations import (
+        current_revision,
+        head_revision,
+        known_revisions,
+        schema_problem,
+        upgrade,
+    )
+    from canaryd.store.rollup import PairFacts, PairRollup
+    from canaryd.store.sql import SqlHistoryStore, SqlStore
+    from canaryd.store.switching import AuditEntry, RevisionWindow, SwitchRecord, decision_from_dict
+    from canaryd.store.switching_sql import SqlSwitchStore
+
+# Each public name and the module that defines it.
+_MODULES = {
+    "canaryd.store.abc": (
+        "RETENTION_BATCH_PAIRS",
+        "History",
+        "HistoryStore",
+        "RetentionReport",
+        "Store",
+        "StoredInterval",
+        "StoredRun",
+        "SwitchStore",
+        "TelemetryStore",
+    ),
+    "canaryd.store.database": (
+        "EXPECTED_URL_FORMS",
+        "mask_url",
+    ),
+    "canaryd.store.migrations": (
+        "current_revision",
+        "head_revision",
+        "known_revisions",
+        "schema_problem",
+        "upgrade",
+    ),
+    "canaryd.store.rollup": (
+        "PairFacts",
+        "PairRollup",
+    ),
+    "canaryd.store.sql": (
+        "SqlHistoryStore",
+        "SqlStore",
+    ),
+    "canaryd.store.switching": (
+        "AuditEntry",
+        "RevisionWindow",
+        "SwitchRecord",
+        "decision_from_dict",
+    ),
+    "canaryd.store.switching_sql": ("SqlSwitchStore",),
+}
+_HOME = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'canaryd.store' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "EXPECTED_URL_FORMS",

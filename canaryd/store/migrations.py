@@ -4,21 +4,22 @@ migrating it to the head revision this canaryd ships.
 This module owns Alembic's configuration (independent of any ini file), the head and
 known revisions, the one-line explanation of a database that is not current (no schema,
 older, or newer than this canaryd) with the command that fixes it, and upgrading in one
-transaction. A database is never downgraded.
+transaction. A database is never downgraded. Only upgrading imports Alembic: the revisions
+this canaryd ships are read from the migration files' names (`NNNN_what.py` defines
+revision `NNNN`, each revising the one before; a test holds them to Alembic's reading), and a
+database's revision from its `alembic_version` table, so that checking the schema (every
+command that opens the database, the kill switch among them) costs no Alembic import.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, inspect, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -33,6 +34,9 @@ from canaryd.store.database import (
     sqlite_path,
     unusable_database,
 )
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 __all__ = [
     "alembic_config",
@@ -50,31 +54,39 @@ _MIGRATION_LOCK = text(
     "SELECT pg_advisory_xact_lock(hashtextextended("
     "'canaryd.migrate:' || coalesce(current_schema(), ''), 0))"
 )
+# A migration file's name: its revision, then what it changes (`0007_arms.py`).
+_MIGRATION_FILE = re.compile(r"(\d{4})_\w+\.py")
+# Alembic's table of the revision a database is at (its default name and one column).
+_VERSION_TABLE = "alembic_version"
+_READ_VERSION = text(f"SELECT version_num FROM {_VERSION_TABLE}")  # noqa: S608 - a constant
 
 
 def alembic_config() -> Config:
     """Alembic's configuration for canaryd's migrations, independent of any ini file."""
+    from alembic.config import Config
+
     config = Config()
     # ConfigParser interpolates `%`; a path containing one must be escaped.
     config.set_main_option("script_location", str(alembic_dir()).replace("%", "%%"))
     return config
 
 
-def _script() -> ScriptDirectory:
-    return ScriptDirectory.from_config(alembic_config())
+def known_revisions() -> set[str]:
+    """Every schema revision this canaryd ships a migration for."""
+    versions = alembic_dir() / "versions"
+    return {
+        match.group(1)
+        for path in versions.iterdir()
+        if (match := _MIGRATION_FILE.fullmatch(path.name)) is not None
+    }
 
 
 def head_revision() -> str:
-    """The schema revision this canaryd needs."""
-    head = _script().get_current_head()
-    if head is None:  # pragma: no cover - the package always ships migrations
+    """The schema revision this canaryd needs: the highest numbered migration."""
+    known = known_revisions()
+    if not known:  # pragma: no cover - the package always ships migrations
         raise RuntimeError(f"no migrations under {alembic_dir()}")
-    return head
-
-
-def known_revisions() -> set[str]:
-    """Every schema revision this canaryd ships a migration for."""
-    return {script.revision for script in _script().walk_revisions()}
+    return max(known)
 
 
 def schema_problem(current: str | None, head: str, known: set[str], url: str) -> str | None:
@@ -99,9 +111,18 @@ def read_revision(engine: Engine, url: URL) -> str | None:
     """The revision of the database behind `engine`; None when it has no canaryd schema."""
     try:
         with connecting(url), engine.connect() as connection:
-            return MigrationContext.configure(connection).get_current_revision()
+            if not inspect(connection).has_table(_VERSION_TABLE):
+                return None
+            rows = connection.execute(_READ_VERSION)
+            revisions = list(rows.scalars())
     except SQLAlchemyError as exc:  # it answered, but cannot be used (a corrupt file)
         raise DatabaseError(unusable_database(url, exc)) from exc
+    if len(revisions) > 1:  # canaryd's migrations are one line: never two heads
+        raise DatabaseError(
+            f"database {mask_url(url)} has {len(revisions)} schema revisions "
+            f"({', '.join(sorted(revisions))}) in {_VERSION_TABLE}; canaryd expects one"
+        )
+    return revisions[0] if revisions else None
 
 
 @contextmanager
@@ -114,6 +135,8 @@ def _unusable(url: URL) -> Iterator[None]:
 
 def upgrade_engine(engine: Engine, url: URL) -> None:
     """Migrate the database behind `engine` to head, all of it or nothing."""
+    from alembic import command
+
     config = alembic_config()
     with connecting(url):
         # SQLite: the write lock from BEGIN on, so a second migrator waits for the first

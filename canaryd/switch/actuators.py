@@ -4,6 +4,8 @@ actuators built from `[switch]`, and running one with its retries.
 An actuator tells something outside canaryd about a switch state and raises
 `ActuatorError` when it cannot; `run_actuator` retries it with exponential back-off and
 returns the last error instead of raising, so one failed hook never stops the others.
+httpx is imported when a hook first posts: the kill switch with only a command hook, or
+none, never pays for it.
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ import os
 import subprocess
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
 import structlog
 
 from canaryd.config import AlertmanagerConfig, CommandHookConfig, SwitchConfig, WebhookConfig
 from canaryd.errors import ActuatorError
-from canaryd.metrics import CanarydMetrics
+
+if TYPE_CHECKING:
+    from canaryd.metrics import CanarydMetrics
 
 __all__ = [
     "ALERT_NAME",
@@ -134,6 +137,8 @@ class CommandActuator:
 
 
 def _post(name: str, url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> None:
+    import httpx
+
     try:
         response = httpx.post(url, content=body, headers=headers, timeout=timeout_s)
     except httpx.HTTPError as exc:

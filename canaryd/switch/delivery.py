@@ -17,13 +17,15 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from canaryd.metrics import CanarydMetrics
 from canaryd.switch.actuators import Actuator, run_actuator
 from canaryd.switch.statefile import flock_within, generation_of, open_lock_file
+
+if TYPE_CHECKING:
+    from canaryd.metrics import CanarydMetrics
 
 __all__ = ["LEDGER_WAIT_S", "deliver", "ledger_path", "newest"]
 

@@ -17,12 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from canaryd.config import SwitchConfig
-from canaryd.metrics import CanarydMetrics
 from canaryd.switch.actuators import Actuator, build_actuators, run_actuator, utcnow
 from canaryd.switch.statefile import (
     PENDING_SYNC,
@@ -36,6 +35,9 @@ from canaryd.switch.statefile import (
     without_pending,
 )
 from gates import Control, SwitchMode, SwitchState, Transition
+
+if TYPE_CHECKING:
+    from canaryd.metrics import CanarydMetrics
 
 __all__ = [
     "EMERGENCY_REASON_PREFIX",

@@ -18,12 +18,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from canaryd.config import SwitchConfig
-from canaryd.metrics import CanarydMetrics
 from canaryd.store import SwitchRecord, SwitchStore
 from canaryd.switch.actuators import Actuator, build_actuators, utcnow
 from canaryd.switch.delivery import deliver, newest
@@ -52,6 +51,9 @@ from gates import (
     Transition,
     step,
 )
+
+if TYPE_CHECKING:
+    from canaryd.metrics import CanarydMetrics
 
 __all__ = ["ApplyReport", "SwitchChange", "SwitchService"]
 

@@ -7,18 +7,65 @@ which signal (vLLM, SGLang, Istio, Envoy, ingress-nginx) and the reader that app
 parser); `deltas` the pure arithmetic between two readings (resets, replicas, histogram
 quantiles) into a `TelemetryWindow`; `promql` the same signals as PromQL templates;
 `sources` the `TelemetrySource` protocol and the factory that opens an arm's source.
+The names below are imported on first use (PEP 562): the settings need only `config`, so
+a command that reads them (the kill switch) imports neither httpx nor the parsers.
 """
 
-from canaryd.telemetry.config import SeriesSpec, SignalMap, TelemetryArmConfig, TelemetryConfig
-from canaryd.telemetry.deltas import (
-    BucketCounts,
-    TelemetryWindow,
-    histogram_quantile,
-    telemetry_window,
-)
-from canaryd.telemetry.scrape import ScrapeSource, parse_exposition
-from canaryd.telemetry.signals import ArmReading, ReplicaReading, SignalReader, signal_map
-from canaryd.telemetry.sources import TelemetrySource, open_source
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from canaryd.telemetry.config import (
+        SeriesSpec,
+        SignalMap,
+        TelemetryArmConfig,
+        TelemetryConfig,
+    )
+    from canaryd.telemetry.deltas import (
+        BucketCounts,
+        TelemetryWindow,
+        histogram_quantile,
+        telemetry_window,
+    )
+    from canaryd.telemetry.scrape import ScrapeSource, parse_exposition
+    from canaryd.telemetry.signals import ArmReading, ReplicaReading, SignalReader, signal_map
+    from canaryd.telemetry.sources import TelemetrySource, open_source
+
+# Each public name and the module that defines it.
+_MODULES = {
+    "canaryd.telemetry.config": (
+        "SeriesSpec",
+        "SignalMap",
+        "TelemetryArmConfig",
+        "TelemetryConfig",
+    ),
+    "canaryd.telemetry.deltas": (
+        "BucketCounts",
+        "TelemetryWindow",
+        "histogram_quantile",
+        "telemetry_window",
+    ),
+    "canaryd.telemetry.scrape": ("ScrapeSource", "parse_exposition"),
+    "canaryd.telemetry.signals": ("ArmReading", "ReplicaReading", "SignalReader", "signal_map"),
+    "canaryd.telemetry.sources": ("TelemetrySource", "open_source"),
+}
+_HOME = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'canaryd.telemetry' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "ArmReading",
