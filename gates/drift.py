@@ -32,6 +32,10 @@ With live traffic beside the suites, a FAIL or WARN names its cause in the evide
 (gates/attribution.py): an engine change when a control (suite) category dropped too; a
 traffic change when the controls held and the live mix moved, in which case the live
 categories only WARN (the speedup gate judges whether speculation still pays).
+
+The fallback rate (verify steps that kept no draft token) is pinned beside each category's
+acceptance reference and judged as a WARN-only signal (gates/drift_fallback.py): it takes
+no share of the budget.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from gates.budget import DEFAULT_ARL0, DEFAULT_DETECTOR_BUDGET
 from gates.config import DriftGateConfig
 from gates.core import GateDecision, GateState, ReferenceStats
 from gates.detectors import CALIBRATION_CONFIDENCE, cusum_note, reading, sequential_state
+from gates.drift_fallback import fallback_key, fallback_rates, fallback_warnings, pin_fallback
 from gates.records import PairRecord
 from gates.sequential import cusum_bank, gaussian_llr, lorden_threshold
 from gates.stats import mean_t_bounds
@@ -127,7 +132,11 @@ def grow_references(
     under the current arms) without a reference, pinned from `pin_min_samples` pairs,
     and pins with fewer than `pin_target_samples` pairs grown from the category's
     earliest pairs — but never while the category's own check is WARN or FAIL against
-    the pin it has (a drift that began while the pin grows must not pull it down)."""
+    the pin it has (a drift that began while the pin grows must not pull it down). Each
+    category pinned gets its fallback pin (`gates.drift_fallback.pin_fallback`) from the
+    same pairs, replacing the one it had; a pinned category without one (pinned before
+    fallback pins, or before its engine reported acceptance per position) gets it from
+    its earliest pairs in `records`, under the same rule."""
     target = config.pin_target_samples
     measured = acceptance_lengths(records)
     growing = [
@@ -136,9 +145,17 @@ def grow_references(
         if 0 < r.n < target and len(measured.get(c, ())) > r.n and c not in config.references
     ]
     missing = [c for c in measured if c not in references]
-    if not growing and not missing:
+    unfallen = [
+        c
+        for c, values in fallback_rates(records).items()
+        if c in references
+        and c not in config.references
+        and fallback_key(c) not in references
+        and len(values) >= config.pin_min_samples
+    ]
+    if not growing and not missing and not unfallen:
         return {}
-    if growing:
+    if growing or unfallen:
         current = drift_gate(records, config, now=now, references=references)
         alarming = {
             d.category
@@ -146,13 +163,22 @@ def grow_references(
             if d.category is not None and d.state in (GateState.WARN, GateState.FAIL)
         }
         growing = [c for c in growing if c not in alarming]
+        unfallen = [c for c in unfallen if c not in alarming]
     wanted = set(growing) | set(missing)
     pinned = pin_reference(
         [r for r in records if r.prompt.category in wanted],
         min_samples=config.pin_min_samples,
         max_samples=target,
     )
-    return {c: r for c, r in pinned.items() if c not in references or r.n > references[c].n}
+    chosen = {c: r for c, r in pinned.items() if c not in references or r.n > references[c].n}
+    refallen = set(chosen) | set(unfallen)
+    fallback = pin_fallback(
+        [r for r in records if r.prompt.category in refallen],
+        refallen,
+        min_samples=config.pin_min_samples,
+        max_samples=target,
+    )
+    return {**chosen, **fallback}
 
 
 _MIN_LOG_SD = 0.05
@@ -353,6 +379,13 @@ def drift_gate(
         return _nodata(config, window, now, "no measured acceptance lengths in the window")
     components.sort(key=lambda item: -item[0])  # largest drop first: it is the evidence shown
     decisions = [d for _, d in components]
+    decisions += fallback_warnings(
+        [r for r in window.records if r.prompt.category in monitored],
+        merged,
+        config,
+        window,
+        now,
+    )
     notes: list[str] = []
     dropped = {
         d.category
