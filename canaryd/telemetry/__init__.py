@@ -5,8 +5,9 @@ load, read per arm and turned into per-interval evidence for the telemetry gates
 which signal (vLLM, SGLang, Istio, Envoy, ingress-nginx) and the reader that applies one;
 `scrape` the direct scrape of Prometheus text expositions (httpx, prometheus-client's
 parser); `deltas` the pure arithmetic between two readings (resets, replicas, histogram
-quantiles) into a `TelemetryWindow`; `promql` the same signals as PromQL templates;
-`sources` the `TelemetrySource` protocol and the factory that opens an arm's source.
+quantiles) into a `TelemetryWindow`; `promql` the same signals as PromQL templates and
+`promql_source` the source that asks them of a Prometheus-compatible API; `sources` the
+`TelemetrySource` protocol and the factory that opens an arm's source.
 The names below are imported on first use (PEP 562): the settings need only `config`, so
 a command that reads them (the kill switch) imports neither httpx nor the parsers.
 """
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
         histogram_quantile,
         telemetry_window,
     )
+    from canaryd.telemetry.promql_source import PromqlSource
     from canaryd.telemetry.scrape import ScrapeSource, parse_exposition
     from canaryd.telemetry.signals import ArmReading, ReplicaReading, SignalReader, signal_map
     from canaryd.telemetry.sources import TelemetrySource, open_source
@@ -47,6 +49,7 @@ _MODULES = {
         "histogram_quantile",
         "telemetry_window",
     ),
+    "canaryd.telemetry.promql_source": ("PromqlSource",),
     "canaryd.telemetry.scrape": ("ScrapeSource", "parse_exposition"),
     "canaryd.telemetry.signals": ("ArmReading", "ReplicaReading", "SignalReader", "signal_map"),
     "canaryd.telemetry.sources": ("TelemetrySource", "open_source"),
@@ -70,6 +73,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "ArmReading",
     "BucketCounts",
+    "PromqlSource",
     "ReplicaReading",
     "ScrapeSource",
     "SeriesSpec",
