@@ -4,8 +4,9 @@ Everything is computed once, from stored pairs (and a bench run's stored `bench`
 section), into figure objects (`figures`, `summary`, `drift`); the Markdown tables, the
 HTML tables (`tables`) and the plots (`plots`) are all drawn from those same objects, so
 a number in a picture, in the HTML and on stdout cannot disagree. Switch flips and gate
-decisions come from the store's audit trail and gate record (`reads`); `build` puts a
-report together and `html` renders it as one self-contained page.
+decisions come from the store's audit trail and gate record (`reads`); a history
+report's cold and sustained figures are `sustained`'s; `build` puts a report together and
+`html` renders it as one self-contained page.
 """
 
 # Submodules load on first use (PEP 562): `canaryd status` and the CLI reach the light
