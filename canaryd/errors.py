@@ -20,6 +20,7 @@ __all__ = [
     "DurationError",
     "EngineError",
     "MetricUnavailableError",
+    "MissingReportExtraError",
     "ModelNotFoundError",
     "ProbeError",
     "PromptFileError",
@@ -82,6 +83,17 @@ class MetricUnavailableError(CanarydError, ImportError):
         super().__init__(
             f"scoring metric {metric!r} needs {missing!r}, which is not installed: "
             f"reinstall canaryd (`pip install -e .`)"
+        )
+
+
+class MissingReportExtraError(CanarydError, ImportError):
+    """The report's plots on an install without the `report` extra (matplotlib)."""
+
+    def __init__(self, package: str) -> None:
+        self.package = package
+        super().__init__(
+            f"the report's plots need {package!r}, which is not installed: install "
+            "canaryd[report] (pip install 'canaryd[report]')"
         )
 
 

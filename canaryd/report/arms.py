@@ -15,15 +15,13 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from matplotlib.figure import Figure
-
 from canaryd.report.figures import (
     AcceptanceFigures,
     LevelFigures,
     acceptance_figures,
     acceptance_lengths,
 )
-from canaryd.report.plots import Plot, as_plot
+from canaryd.report.plots import Plot, as_plot, new_figure
 from canaryd.report.summary import ALL, summarise_group
 from canaryd.report.tables import ReportTable, fmt, ladder_table, pct, positions, speedup_table
 from gates import Evaluation
@@ -234,7 +232,7 @@ def plot_arm_acceptance(by_arm: Mapping[str, Sequence[PairRecord]]) -> Plot:
     categories = sorted({p.prompt.category for pairs in by_arm.values() for p in pairs})
     groups = [*categories, ALL]
     arms = list(by_arm)
-    figure = Figure(figsize=(max(8.0, 0.9 * len(groups) * len(arms)), 4.0))
+    figure = new_figure(figsize=(max(8.0, 0.9 * len(groups) * len(arms)), 4.0))
     axes = figure.add_subplot()
     width = 0.8 / max(len(arms), 1)
     for j, arm in enumerate(arms):
@@ -267,7 +265,7 @@ def plot_arm_acceptance(by_arm: Mapping[str, Sequence[PairRecord]]) -> Plot:
 
 def plot_arm_positions(figures: Sequence[ArmFigures]) -> Plot:
     """Acceptance rate by draft position (depth), one curve per arm."""
-    figure = Figure(figsize=(8, 3.6))
+    figure = new_figure(figsize=(8, 3.6))
     axes = figure.add_subplot()
     for j, f in enumerate(figures):
         rates = f.acceptance.acceptance_rate_per_position

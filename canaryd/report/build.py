@@ -42,6 +42,7 @@ from canaryd.report.plots import (
     plot_ladder,
     plot_latency,
     plot_speedup_by_category,
+    plots_missing,
 )
 from canaryd.report.reads import find_run, read_audit
 from canaryd.report.recommend import recommend_draft_lengths
@@ -148,7 +149,10 @@ def build_report(
         tables.append(resources_table(section.get("resources")))
 
     plots: list[Plot] = []
-    if not pairs:
+    missing = plots_missing()  # the tables are whole without the `report` extra
+    if missing is not None:
+        notes.append(missing)
+    elif not pairs:
         notes.append("no pairs in this selection: nothing to plot")
     else:
         if any(s.speedup_median is not None for s in summary.values()):
@@ -170,7 +174,7 @@ def build_report(
         plots.append(plot_latency(latency))
         if drift:
             plots.append(plot_drift(drift, audit.flips))
-    if audit.gates:
+    if audit.gates and missing is None:
         plots.append(plot_gates(audit))
     return Report(
         title=title,

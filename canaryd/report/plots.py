@@ -1,6 +1,8 @@
 """The report's plots: matplotlib figures drawn with the Agg backend (no pyplot, no
 display) from the same figure objects as the tables, each embedded as a base64 PNG so the
-HTML report is one self-contained file.
+HTML report is one self-contained file. matplotlib comes with the `report` extra and is
+imported when the first plot is drawn: without it the report's tables are whole and
+`plots_missing` says what to install for the plots.
 """
 
 from __future__ import annotations
@@ -12,16 +14,17 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from matplotlib.dates import date2num
-from matplotlib.figure import Figure
-
+from canaryd.errors import MissingReportExtraError
 from canaryd.report.drift import DriftSeries
 from canaryd.report.figures import LATENCY_METRICS, LevelFigures, Percentiles
 from canaryd.report.reads import Audit, Flip
 from canaryd.report.summary import ALL, CategorySummary
 from gates.records import ARMS, Arm
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 ARM_COLOURS: dict[Arm, str] = {"baseline": "#4C72B0", "speculative": "#DD8452"}
 STATE_COLOURS = {
@@ -46,12 +49,29 @@ class Plot:
         )
 
 
-# matplotlib's dates module is not annotated; its date2num takes a datetime.
-_date2num = cast(Callable[[datetime], float], date2num)
+def plots_missing() -> str | None:
+    """Why the report has no plots on this install (a note naming the extra), else None."""
+    try:
+        import matplotlib.figure  # noqa: F401 - the plots are drawn next
+    except ImportError:
+        return f"plots left out: {MissingReportExtraError('matplotlib')}"
+    return None
+
+
+def new_figure(*, figsize: tuple[float, float]) -> Figure:
+    """A matplotlib figure (Agg, no pyplot); `MissingReportExtraError` without matplotlib."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise MissingReportExtraError("matplotlib") from exc
+    return Figure(figsize=figsize)
 
 
 def _date(moment: datetime) -> float:
-    return float(_date2num(moment))
+    from matplotlib.dates import date2num
+
+    # matplotlib's dates module is not annotated; its date2num takes a datetime.
+    return float(cast(Callable[[datetime], float], date2num)(moment))
 
 
 def _dates(moments: Iterable[datetime]) -> list[float]:
@@ -70,7 +90,7 @@ def as_plot(figure: Figure, title: str) -> Plot:
 def plot_speedup_by_category(summary: Mapping[str, CategorySummary]) -> Plot:
     names = [c for c in summary if summary[c].speedup_median is not None]
     values = [summary[c].speedup_median or 0.0 for c in names]
-    figure = Figure(figsize=(8, 3.6))
+    figure = new_figure(figsize=(8, 3.6))
     axes = figure.add_subplot()
     axes.bar(names, values, color=["#333333" if c == ALL else "#4C72B0" for c in names])
     axes.axhline(1.0, color="#C44E52", linestyle="--", linewidth=1)
@@ -80,7 +100,7 @@ def plot_speedup_by_category(summary: Mapping[str, CategorySummary]) -> Plot:
 
 
 def plot_ladder(levels: Sequence[LevelFigures]) -> Plot:
-    figure = Figure(figsize=(9, 3.6))
+    figure = new_figure(figsize=(9, 3.6))
     left, right = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
     xs = [level.concurrency for level in levels]
     for label, values in (
@@ -111,7 +131,7 @@ def plot_ladder(levels: Sequence[LevelFigures]) -> Plot:
 
 def plot_acceptance_distributions(lengths: Mapping[str, Sequence[float]]) -> Plot:
     names = [c for c, values in lengths.items() if values]
-    figure = Figure(figsize=(8, 3.6))
+    figure = new_figure(figsize=(8, 3.6))
     axes = figure.add_subplot()
     axes.boxplot([list(lengths[c]) for c in names], whis=(10, 90), showmeans=True)
     axes.set_xticks(range(1, len(names) + 1), names, rotation=30)
@@ -120,7 +140,7 @@ def plot_acceptance_distributions(lengths: Mapping[str, Sequence[float]]) -> Plo
 
 
 def plot_latency(latency: Mapping[Arm, Mapping[str, Percentiles]]) -> Plot:
-    figure = Figure(figsize=(10, 3.4))
+    figure = new_figure(figsize=(10, 3.4))
     width = 0.38
     for i, (metric, label) in enumerate(LATENCY_METRICS):
         axes = figure.add_subplot(1, len(LATENCY_METRICS), i + 1)
@@ -143,7 +163,7 @@ def plot_latency(latency: Mapping[Arm, Mapping[str, Percentiles]]) -> Plot:
 
 def plot_drift(drift: Mapping[str, DriftSeries], flips: Sequence[Flip]) -> Plot:
     rows = len(drift)
-    figure = Figure(figsize=(9, 1.9 * rows + 0.8))
+    figure = new_figure(figsize=(9, 1.9 * rows + 0.8))
     for i, (category, series) in enumerate(drift.items()):
         axes = figure.add_subplot(rows, 1, i + 1)
         axes.plot(_dates(series.times), series.lengths, marker=".", linewidth=0.8, color="#4C72B0")
@@ -159,7 +179,7 @@ def plot_drift(drift: Mapping[str, DriftSeries], flips: Sequence[Flip]) -> Plot:
 
 def plot_gates(audit: Audit) -> Plot:
     gates = sorted({m.gate for m in audit.gates})
-    figure = Figure(figsize=(9, 0.5 * len(gates) + 1.5))
+    figure = new_figure(figsize=(9, 0.5 * len(gates) + 1.5))
     axes = figure.add_subplot()
     for state, colour in STATE_COLOURS.items():
         marks = [m for m in audit.gates if m.state == state]

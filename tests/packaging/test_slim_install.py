@@ -1,10 +1,12 @@
 """The slim install's boundary, without building a second venv: in a subprocess where the
-`local` extra's packages (torch, transformers, accelerate, gguf, safetensors) and the
-stack canaryd dropped (evaluate, datasets, pyarrow, pandas, nltk) cannot be imported — a
-meta-path blocker installed by a `sitecustomize` on PYTHONPATH, which also records every
-attempt — `canaryd judge` decides on two loopback OpenAI-compatible arms and
-`canaryd switch status` reads the switch, neither trying to import a blocked package; an
-in-process engine there fails with one line naming the extra to install."""
+`local` extra's packages (torch, transformers, accelerate, gguf, safetensors), the `report`
+extra's matplotlib and the stack canaryd dropped (evaluate, datasets, pyarrow, pandas,
+nltk) cannot be imported — a meta-path blocker installed by a `sitecustomize` on
+PYTHONPATH, which also records every attempt — `canaryd judge` decides on two loopback
+OpenAI-compatible arms and `canaryd switch status` reads the switch, neither trying to
+import a blocked package; `canaryd report` writes its tables with a note naming the
+`report` extra instead of plots; an in-process engine there fails with one line naming the
+extra to install."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ BLOCKED = (
     "pyarrow",
     "pandas",
     "nltk",
+    "matplotlib",
 )
 SITECUSTOMIZE = f"""
 import os
@@ -114,6 +117,28 @@ class TestSlimInstall:
         assert done.returncode == 0, done.stdout + done.stderr
         assert "verdict: PASS" in done.stdout
         assert attempts(log) == []
+
+    def test_report_without_plots(self, slim: tuple[dict[str, str], Path], tmp_path: Path) -> None:
+        """`canaryd report` on a judged run writes the HTML and the tables, and says that
+        the plots need `canaryd[report]` instead of failing."""
+        env, log = slim
+        url = f"sqlite:///{tmp_path / 'judge.db'}"
+        config = tmp_path / "judge.toml"
+        config.write_text(LIVENESS_ONLY + f'[storage]\nurl = "{url}"\n', encoding="utf-8")
+        with MisbehavingServer() as baseline, MisbehavingServer() as candidate:
+            judged = canaryd(
+                env, "judge", "--config", str(config), "--baseline", baseline.url,
+                "--candidate", candidate.url, "--pairs", "5", "--model", "m",
+            )  # fmt: skip
+        assert judged.returncode in (0, 3), judged.stdout + judged.stderr
+        out = tmp_path / "report.html"
+        done = canaryd(env, "report", "--url", url, "--out", str(out))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "plots left out: the report's plots need 'matplotlib'" in done.stdout
+        assert "pip install 'canaryd[report]'" in done.stdout
+        assert f"wrote {out} (0 plots)" in done.stdout
+        assert "<table" in out.read_text(encoding="utf-8")
+        assert set(attempts(log)) <= {"matplotlib", "matplotlib.figure"}
 
     def test_switch_status(self, slim: tuple[dict[str, str], Path], tmp_path: Path) -> None:
         """`canaryd db upgrade` and `canaryd switch status` work and import nothing blocked."""
