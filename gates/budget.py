@@ -12,11 +12,14 @@ False-alarm rates add, so a detector given ARL0 = N × pairs-per-30-days / budge
 keeps the sum within the budget. Gates in `warn` or `dry_run` mode cannot roll back and
 take no share.
 
-Where the caller judges with production telemetry, the telemetry gates' detectors
-(`telemetry_detector_count`) join the count, and every detector's share shrinks to make
-room for them; without telemetry the count, and every figure above, is as it was. A
-telemetry detector sees one observation per scrape interval, so its ARL0 is counted in
-intervals (`telemetry_arl0`, for the caller's scrape interval).
+A detector whose alternative is gross needs little of the budget, and takes
+`MINOR_SHARE` (1/16) of a share: liveness, whose every pair of a dead arm adds
+log(1/q) to its statistic (at least 0.36 nats, at the 70 % baseline failure rate it
+allows for; 3.5 at 3 %), and the quality gate's tie-rate chart, whose every greedy
+pair under a runner-up kernel adds about 0.7 nats; their thresholds' log(16) ≈ 2.8
+nats more cost them a pair or a few. N counts shares, not detectors (`budget_shares`:
+15 + 2/16 by default; `detector_count` still counts detectors), so every other detector
+keeps nearly a whole 15th of the budget.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from gates.core import GateMode
 from gates.sequential import lorden_threshold
 
 SECONDS_PER_30_DAYS = 30 * 86_400.0
+# The fraction of a detector's share taken by one whose alternative is gross (above).
+MINOR_SHARE = 1.0 / 16.0
 
 
 def _enforced(section: GateConfigBase) -> bool:
@@ -67,11 +72,24 @@ def detector_count(config: GatesConfig, *, telemetry: bool = False) -> int:
     return max(count, 1)
 
 
+def budget_shares(config: GatesConfig, *, telemetry: bool = False) -> float:
+    """The shares the budget is split into: one per enforce detector but liveness, and
+    `MINOR_SHARE` for each gross one, liveness and the quality gate's tie-rate chart (at
+    least one in all)."""
+    shares = float(detector_count(config, telemetry=telemetry))
+    if _enforced(config.liveness):
+        shares -= 1.0 - MINOR_SHARE
+    if _enforced(config.quality):
+        shares += MINOR_SHARE
+    return max(shares, 1.0)
+
+
 def detector_arl0(config: GatesConfig, *, telemetry: bool = False) -> float:
-    """Each pair detector's in-control average run length, in pairs."""
+    """Each pair detector's in-control average run length, in pairs (a whole share's;
+    a gross detector's is this over `MINOR_SHARE`)."""
     budget = config.budget
     pairs = SECONDS_PER_30_DAYS / budget.design_pair_interval_s
-    return pairs * detector_count(config, telemetry=telemetry) / budget.false_rollbacks_per_30_days
+    return pairs * budget_shares(config, telemetry=telemetry) / budget.false_rollbacks_per_30_days
 
 
 def telemetry_arl0(config: GatesConfig, scrape_interval_s: float) -> float:
@@ -80,7 +98,7 @@ def telemetry_arl0(config: GatesConfig, scrape_interval_s: float) -> float:
     if scrape_interval_s <= 0:
         raise ValueError(f"scrape_interval_s must be positive, got {scrape_interval_s!r}")
     intervals = SECONDS_PER_30_DAYS / scrape_interval_s
-    count = detector_count(config, telemetry=True)
+    count = budget_shares(config, telemetry=True)
     return intervals * count / config.budget.false_rollbacks_per_30_days
 
 
@@ -90,8 +108,8 @@ def detector_threshold(config: GatesConfig) -> float:
 
 
 def detector_budget(config: GatesConfig, *, telemetry: bool = False) -> float:
-    """Each detector's share of the budget, in false rollbacks per 30 days."""
-    count = detector_count(config, telemetry=telemetry)
+    """Each detector's (whole) share of the budget, in false rollbacks per 30 days."""
+    count = budget_shares(config, telemetry=telemetry)
     return config.budget.false_rollbacks_per_30_days / count
 
 

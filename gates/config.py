@@ -312,7 +312,7 @@ class LivenessGateConfig(GateConfigBase):
         default=500,
         ge=1,
         description="how far back a run of speculative failures may reach (a dead arm "
-        "beside a baseline failing 70 % needs about 50 pairs where the baseline succeeded)",
+        "beside a baseline failing 70 % needs about 57 pairs where the baseline succeeded)",
     )
     window_seconds: float | None = Field(default=6 * 3600.0, gt=0)
     max_consecutive_failures: int = Field(

@@ -12,8 +12,9 @@ under equal arms a speculative failure where the baseline succeeded has probabil
 most q, the baseline's failure rate (equal arms on shared infrastructure fail together
 more often than apart, never less), so a run of k has probability q^k and the run needed
 is the smallest k ≥ `max_consecutive_failures` with k · log(1/q) ≥ h, h = log(ARL0) of
-liveness's own share of the false-alarm budget (gates/budget.py): 5 pairs up to q ≈
-3 %, 8 at 10 %, 15 at 30 %, 50 at 70 %. q is the baseline's failure rate over the run's
+liveness's own share of the false-alarm budget, 1/16 of a detector's (gates/budget.py:
+a dead arm's alternative is gross; h ≈ 20.3): 5 pairs up to q ≈ 1.7 %, 6 at 3 %, 9 at
+10 %, 17 at 30 %, 57 at 70 %. q is the baseline's failure rate over the run's
 own pairs, or over the newest `rate_pairs` pairs where that is higher or the run is
 shorter: it follows a burst of shared failures, and a long run beside a flaky baseline
 is judged on all of its pairs. A run of two WARNs, and so does a speculative failure rate
@@ -26,7 +27,7 @@ import math
 from collections.abc import Sequence
 from datetime import datetime
 
-from gates.budget import DEFAULT_ARL0
+from gates.budget import DEFAULT_ARL0, MINOR_SHARE
 from gates.config import LivenessGateConfig
 from gates.core import GateDecision, GateState
 from gates.records import PairRecord
@@ -57,7 +58,7 @@ def liveness_gate(
     recent_rate = sum(1 for r in recent if not r.baseline.ok) / len(recent)
     run_rate = sum(1 for r in span if not r.baseline.ok) / len(span) if span else 0.0
     baseline_rate = max(recent_rate, run_rate)
-    h = lorden_threshold(arl0)
+    h = liveness_threshold(arl0)
     run_needed = needed_run(config.max_consecutive_failures, baseline_rate, h)
     judged = [r for r in pairs if r.baseline.ok]
     failures = sum(1 for r in judged if not r.speculative.ok)
@@ -88,6 +89,12 @@ def liveness_gate(
         f"{failures}/{len(judged)} pairs with a healthy baseline failed on speculative "
         f"(WARN past the baseline's own rate {window_rate:.2f} + {config.max_failure_rate:g})",
     )
+
+
+def liveness_threshold(arl0: float) -> float:
+    """Liveness's h: log of its ARL0, `MINOR_SHARE` of a detector's share (`arl0`, a
+    whole share's ARL0, gates.budget.detector_arl0): a dead arm's alternative is gross."""
+    return lorden_threshold(arl0 / MINOR_SHARE)
 
 
 def trailing_run(pairs: Sequence[PairRecord]) -> tuple[int, int]:

@@ -14,8 +14,8 @@ oldest first:
 - ties (greedy pairs): the share of pairs that diverged within the tie margin must stay
   at or below `max_tie_rate` (raised to the A/A control's divergence bound): a kernel
   that takes the runner-up of every close call diverges on nearly every output, each
-  divergence a tie. Bernoulli CUSUM against the ceiling, on a quarter of the mismatch
-  detector's budget share (the mismatch chart keeps three quarters).
+  divergence a tie. Bernoulli CUSUM against the ceiling, on 1/16 of a detector's
+  budget share (`gates.budget.MINOR_SHARE`: its alternative is gross).
   Greedy output is a function of the prompt: the evidence names the distinct prompts
   behind each rate (a rate carried by a few prompts that repeat is theirs, not the
   deployment's).
@@ -53,7 +53,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from gates.budget import DEFAULT_ARL0
+from gates.budget import DEFAULT_ARL0, MINOR_SHARE
 from gates.categories import category_arl0, combine_categories, group_by_category
 from gates.config import QualityGateConfig
 from gates.core import GateDecision, GateState
@@ -85,10 +85,10 @@ _SCORE_ALARM_FACTOR = 2.0  # the score detector alarms on a mean delta of twice 
 # Task-score deltas are mostly 0 with rare ±1 (a check passed on one arm only): each delta
 # is clipped to this many sds around the two means, so one such pair cannot alarm alone.
 _SCORE_CLIP_SDS = 3.0
-# The mismatch detector's budget share, split between its mismatch chart (3/4) and the
-# tie-rate chart (1/4): each threshold is h + log(1 / its part).
-_MISMATCH_SHARE_LOG = math.log(4.0 / 3.0)
-_TIES_SHARE_LOG = math.log(4.0)
+# The tie-rate chart's alternative is gross (nearly every greedy output a tie, each
+# adding about 0.7 nats): it takes MINOR_SHARE of a detector's share (gates.budget counts
+# it), so its threshold is h + log(1 / MINOR_SHARE).
+_TIES_SHARE_LOG = -math.log(MINOR_SHARE)
 
 
 def quality_gate(
@@ -218,7 +218,7 @@ def _checks(
                 p1=rate_alternatives(
                     tolerance, min(config.mismatch_alarm_factor * tolerance, 0.99)
                 ),
-                h=h + _MISMATCH_SHARE_LOG,
+                h=h,
                 statistic="greedy mismatch rate",
                 note=f"; numeric ties {ties}/{len(greedy)} (within {margin:g} nats either "
                 f"way, not counted); divergences nothing judged {unjudged} (counted); "

@@ -9,7 +9,9 @@ import pytest
 from gates import GatesConfig
 from gates.budget import (
     DEFAULT_ARL0,
+    MINOR_SHARE,
     SECONDS_PER_30_DAYS,
+    budget_shares,
     detector_arl0,
     detector_count,
     detector_threshold,
@@ -64,20 +66,34 @@ class TestDetectorCount:
 
 class TestDetectorArl0:
     def test_default_arl0_and_threshold(self) -> None:
-        """0.1 false rollbacks per 30 days at one pair per 10 s over 16 detectors: each
-        detector's ARL0 is 259,200 × 16 / 0.1 = 41,472,000 pairs, and h = log of it (about
-        17.54)."""
+        """0.1 false rollbacks per 30 days at one pair per 10 s over 15 2/16 shares (15
+        detectors, and 1/16 each for liveness and quality's tie-rate chart): each
+        detector's ARL0 is 259,200 × 15.125 / 0.1 = 39,204,000 pairs, and h = log of it
+        (about 17.48)."""
         pairs = SECONDS_PER_30_DAYS / 10.0
         assert pairs == 259_200
-        assert detector_arl0(GatesConfig()) == pytest.approx(pairs * 16 / 0.1) == 41_472_000
+        assert budget_shares(GatesConfig()) == 15 + 2 * MINOR_SHARE == 15.125
+        assert detector_arl0(GatesConfig()) == pytest.approx(pairs * 15.125 / 0.1)
+        assert detector_arl0(GatesConfig()) == pytest.approx(39_204_000)
         assert detector_arl0(GatesConfig()) == DEFAULT_ARL0
         assert detector_threshold(GatesConfig()) == pytest.approx(math.log(DEFAULT_ARL0))
-        assert detector_threshold(GatesConfig()) == pytest.approx(17.54, abs=0.01)
+        assert detector_threshold(GatesConfig()) == pytest.approx(17.48, abs=0.01)
 
     def test_scales_with_the_detector_count(self) -> None:
-        """Putting the error gate (2 of 16 detectors) in warn mode scales ARL0 by 14 / 16."""
+        """Putting the error gate (2 of 15.125 shares) in warn mode scales ARL0 by
+        13.125 / 15.125."""
         fewer = detector_arl0(config(error={"mode": "warn"}))
-        assert fewer == pytest.approx(DEFAULT_ARL0 * 14 / 16)
+        assert fewer == pytest.approx(DEFAULT_ARL0 * 13.125 / 15.125)
+
+    @pytest.mark.parametrize(("section", "shares"), [("liveness", 15.0625), ("quality", 11.0625)])
+    def test_gross_detectors_take_a_minor_share(self, section: str, shares: float) -> None:
+        """Liveness (a dead arm) and quality's tie-rate chart (a tie on nearly every greedy
+        output) have gross alternatives and take 1/16 of a share each: liveness in warn
+        mode leaves 15 + 1/16, quality (its 4 detectors and the tie chart) 11 + 1/16."""
+        assert budget_shares(config(**{section: {"mode": "warn"}})) == shares
+        assert detector_arl0(config(**{section: {"mode": "warn"}})) == pytest.approx(
+            DEFAULT_ARL0 * shares / 15.125
+        )
 
     def test_scales_inversely_with_the_budget(self) -> None:
         """Doubling the allowed false rollbacks halves each detector's ARL0."""

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gates import GateMode, GatesConfig, GateState, SwitchMode, SwitchState
-from gates.budget import detector_arl0, detector_count, telemetry_arl0
+from gates.budget import budget_shares, detector_arl0, detector_count, telemetry_arl0
 from gates.config import TelemetryGatesConfig
 from gates.cycle import (
     GATES,
@@ -26,6 +26,7 @@ from gates.cycle import (
     section,
     window_bounds,
 )
+from gates.records import PairRecord
 from gates.telemetry import ArmTelemetry, TelemetryEvidence
 from gates.telemetry_acceptance import AcceptanceReference, pin_acceptance_reference
 from gates.telemetry_testing import ArmTraffic, simulate_arm
@@ -37,7 +38,7 @@ NOT_GATES = {"budget", "policy", "telemetry"}
 SCRAPE_S = 15.0
 
 
-def healthy(n: int) -> list:
+def healthy(n: int) -> list[PairRecord]:
     return [record(i) for i in range(n)]
 
 
@@ -170,10 +171,15 @@ class TestTelemetry:
         count = detector_count(config, telemetry=True)
         # errors 1, latency 3 metrics × 2 quantiles, acceptance 1
         assert count == 16 + 1 + 6 + 1
-        assert detector_arl0(config, telemetry=True) == detector_arl0(config) * count / 16
+        # liveness and quality.ties take 1/16 of a share each (gates.budget.MINOR_SHARE)
+        shares = count - 1 + 2 / 16
+        assert budget_shares(config, telemetry=True) == shares
+        assert detector_arl0(config, telemetry=True) == pytest.approx(
+            detector_arl0(config) * shares / (16 - 1 + 2 / 16)
+        )
         intervals_30d = 30 * 86_400 / SCRAPE_S
         assert telemetry_arl0(config, SCRAPE_S) == pytest.approx(
-            intervals_30d * count / config.budget.false_rollbacks_per_30_days
+            intervals_30d * shares / config.budget.false_rollbacks_per_30_days
         )
         records = healthy(200)
         plain = judge(records, None, None, config, at(199))

@@ -491,25 +491,25 @@ class TestLivenessGate:
         """A pair where the baseline failed says nothing about the speculative arm: it
         neither counts nor ends the run, but the baseline's failure rate sets the run
         needed. 4 speculative failures, a pair where both failed, 2 more: a run of 6, and
-        the baseline failed 1 of the run's 7 pairs (14 %: 10 needed) — WARN; 3 more make 9
-        of 10 pairs (10 %: 8 needed) — FAIL."""
+        the baseline failed 1 of the run's 7 pairs (14 %: 11 needed) — WARN; 3 more make 9
+        of 10 pairs (10 %: 9 needed) — FAIL."""
         records = [record(i) for i in range(10)]
         records += [record(10 + i, speculative=result(ok=False)) for i in range(4)]
         records.append(record(14, baseline=result(ok=False), speculative=result(ok=False)))
         records += [record(15 + i, speculative=result(ok=False)) for i in range(2)]
         decision = liveness_gate(records, LivenessGateConfig(), now=at(17))
         assert decision.state is GateState.WARN
-        assert (decision.estimate, decision.threshold) == (6.0, 10.0)
+        assert (decision.estimate, decision.threshold) == (6.0, 11.0)
         records += [record(17 + i, speculative=result(ok=False)) for i in range(3)]
         decision = liveness_gate(records, LivenessGateConfig(), now=at(20))
         assert decision.state is GateState.FAIL
-        assert (decision.estimate, decision.threshold) == (9.0, 8.0)
+        assert (decision.estimate, decision.threshold) == (9.0, 9.0)
 
     def test_an_outage_is_no_dead_arm(self) -> None:
         """50 pairs in an outage: the baseline fails on 20 (40 %), the speculative arm on 16
         of the other 30 (53 %) — about what independent failures inside an outage do, with
         successes among them: no FAIL. A dead speculative arm in the same outage (30 of
-        30: a run of 30 where 20 are needed at 40 %) FAILs."""
+        30: a run of 30 where 23 are needed at 40 %) FAILs."""
         base = {i for i in range(50) if i % 5 in (0, 2)}
         ok_pairs = [i for i in range(50) if i not in base]
         spec_fail = set(ok_pairs[1::2][:16]) | {ok_pairs[0]}
@@ -529,17 +529,17 @@ class TestLivenessGate:
     def test_a_failing_baseline_needs_a_longer_run(self) -> None:
         """The baseline failing on 15 of the last 50 pairs (30 %): equal arms make runs of 5
         speculative failures where the baseline succeeded by chance (0.3^5 ≈ 2e-3), so the
-        run needed is the smallest k with 0.3^k ≤ e^-h, h = 17.54 (liveness's share of the
-        budget): 15. 9 WARN, 15 FAIL."""
+        run needed is the smallest k with 0.3^k ≤ e^-h, h = 20.25 (liveness's share of the
+        budget, 1/16 of a detector's): 17. 9 WARN, 17 FAIL."""
         base = set(range(0, 30, 2))  # 15 failures, all before the run
-        for run, state in ((9, GateState.WARN), (15, GateState.FAIL)):
+        for run, state in ((9, GateState.WARN), (17, GateState.FAIL)):
             records = [
                 record(i, baseline=result(ok=i not in base), speculative=result(ok=i < 50 - run))
                 for i in range(50)
             ]
             decision = liveness_gate(records, LivenessGateConfig(), now=at(50))
             assert decision.state is state, decision.detail
-            assert decision.threshold == 15
+            assert decision.threshold == 17
 
     def test_short_streak_warns_and_healthy_passes(self) -> None:
         """Two trailing failures: WARN; none: PASS."""
