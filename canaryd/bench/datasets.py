@@ -4,10 +4,14 @@ Spec-Bench's (the same format, `vllm bench serve --dataset-name spec_bench` read
 Each line is a JSON object with `question_id`, `category` and `turns` (a list of user
 messages); the first turn becomes a one-message prompt of that category (lower-cased,
 other characters than letters, digits and `_` made `_`), identified by the question id.
+`dataset_path` resolves the name `spec_bench` to Spec-Bench's 480 questions, bundled
+gzip-compressed (canaryd/bench/data, Apache-2.0), as `vllm bench serve --dataset-name
+spec_bench` names them; any other value is a file (`.gz` read compressed).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from pathlib import Path
@@ -15,7 +19,10 @@ from pathlib import Path
 from engine.types import Message
 from gates.records import Prompt
 
-__all__ = ["question_prompts"]
+__all__ = ["SPEC_BENCH", "dataset_path", "question_prompts"]
+
+SPEC_BENCH = "spec_bench"
+_BUNDLED = Path(__file__).parent / "data" / "spec_bench_question.jsonl.gz"
 
 _NOT_LABEL = re.compile(r"[^a-z0-9_]")
 
@@ -25,11 +32,27 @@ def _category(raw: object) -> str:
     return (text if text[0].isalpha() else f"q_{text}")[:32]
 
 
+def dataset_path(value: str | Path) -> Path:
+    """The question file `--dataset` names: the bundled Spec-Bench questions for
+    `spec_bench` (unless a file of that name exists here), else the file itself."""
+    path = Path(value)
+    if str(value) == SPEC_BENCH and not path.exists():
+        return _BUNDLED
+    return path
+
+
+def _text(path: Path) -> str:
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8") as opened:
+            return opened.read()
+    return path.read_text(encoding="utf-8")
+
+
 def question_prompts(path: Path, max_tokens: int) -> list[Prompt]:
     """The first turn of every question in `path`; ValueError naming the line of a bad
     one (not JSON, no turns)."""
     prompts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(_text(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -46,7 +69,7 @@ def question_prompts(path: Path, max_tokens: int) -> list[Prompt]:
                 category=_category(question.get("category")),
                 messages=(Message("user", first),),
                 max_tokens=max_tokens,
-                suite=path.stem,
+                suite=path.name.split(".")[0],
                 source=f"{path}:{number}",
             )
         )

@@ -108,7 +108,8 @@ def bench(
         Path | None,
         typer.Option(
             "--dataset",
-            help="a FastChat/Spec-Bench question.jsonl to send instead of the suites",
+            help="a FastChat/Spec-Bench question.jsonl to send instead of the suites, or "
+            "spec_bench: Spec-Bench's 480 questions (bundled)",
         ),
     ] = None,
     duration: Annotated[
@@ -135,7 +136,7 @@ def bench(
     as_json: Annotated[bool, typer.Option("--json", help="print results.json on stdout")] = False,
 ) -> None:
     """Run the one-shot evaluation: warm-up, concurrency ladder, acceptance, consistency."""
-    from canaryd.bench.datasets import question_prompts
+    from canaryd.bench.datasets import dataset_path, question_prompts
     from canaryd.bench.serving import Slo, parse_slo
 
     configure_logging(level="WARNING")
@@ -165,7 +166,7 @@ def bench(
     suites = configured_suites(settings)
     if dataset is not None:
         try:
-            prompts = question_prompts(dataset, settings.prompts.max_tokens or 128)
+            prompts = question_prompts(dataset_path(dataset), settings.prompts.max_tokens or 128)
         except (OSError, ValueError) as exc:
             raise fail(f"--dataset {dataset}: {exc}") from None
         suites = []

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from canaryd.bench.datasets import question_prompts
+from canaryd.bench.datasets import SPEC_BENCH, dataset_path, question_prompts
 from canaryd.bench.serving import (
     VLLM_KEYS,
     Slo,
@@ -120,6 +121,19 @@ class TestQuestionFile:
         prompts = question_prompts(path, 32)
         assert [p.category for p in prompts] == ["writing", "math_reasoning", "qa", "rag"]
         assert prompts[1].messages[0].content == "Question 1: say Math Reasoning."
+
+    def test_spec_bench_is_bundled(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """`spec_bench` names Spec-Bench's 480 questions, bundled compressed: 80 each of its
+        five tasks and MT-Bench's eight categories of 10; a file of that name wins."""
+        monkeypatch.chdir(tmp_path)
+        prompts = question_prompts(dataset_path(SPEC_BENCH), 32)
+        assert len(prompts) == 480 and len({p.id for p in prompts}) == 480
+        counts = Counter(p.category for p in prompts)
+        assert {counts[c] for c in ("translation", "summarization", "qa", "rag")} == {80}
+        assert counts["math_reasoning"] == 80 and counts["writing"] == 10
+        assert prompts[0].suite == "spec_bench_question"
+        (tmp_path / SPEC_BENCH).write_text(QUESTIONS + "\n")
+        assert len(question_prompts(dataset_path(SPEC_BENCH), 32)) == 4
 
     def test_a_bad_line_is_named(self, tmp_path: Path) -> None:
         """A line without turns names the file and line."""
