@@ -3,8 +3,10 @@
 Each command runs in a fresh interpreter (as an operator's shell runs it), and the rounds
 are interleaved (`python -c pass`, then each command, round after round) so that machine
 noise hits every command alike. Reported per command: the median and max wall time over
-`--rounds` runs and the ratio of its median to `python -c pass`'s, plus the heavy modules
-(statistics, engines, scoring, plotting) it imported, which should be none.
+`--rounds` runs and the ratio of its median to `python -c pass`'s, the median CPU time
+(user + system: what the command costs, which a loaded machine inflates less than wall
+time), plus the heavy modules (statistics, engines, scoring, plotting, migrations, the HTTP
+client) it imported, which should be none.
 
 The switch commands run against a migrated SQLite database named by a config file like the
 service's: `[traffic] listen` set and its hash key absent, as in a shell without the
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -27,7 +30,17 @@ import tempfile
 import time
 from pathlib import Path
 
-HEAVY = ("scipy", "numpy", "torch", "transformers", "evaluate", "datasets", "matplotlib")
+HEAVY = (
+    "scipy",
+    "numpy",
+    "torch",
+    "transformers",
+    "evaluate",
+    "datasets",
+    "matplotlib",
+    "alembic",
+    "httpx",
+)
 # Reports the heavy modules a command imported, on stderr, as it exits.
 _PROBE = (
     "import atexit, sys\n"
@@ -50,11 +63,15 @@ def commands(config: Path) -> dict[str, list[str]]:
     }
 
 
-def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]:
-    """Wall time of one run, its exit code and its stderr."""
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
+    """Wall time and CPU time (user + system) of one run, its exit code and its stderr."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-    return time.perf_counter() - started, done.returncode, done.stderr
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, done.returncode, done.stderr
 
 
 def main() -> None:
@@ -80,18 +97,21 @@ def main() -> None:
         upgrade = [sys.executable, "-m", "canaryd", "db", "upgrade", "--config", str(config)]
         subprocess.run(upgrade, env=env, check=True, capture_output=True)
         runs: dict[str, list[float]] = {"python -c pass": []}
+        cpu: dict[str, list[float]] = {"python -c pass": []}
         codes: dict[str, set[int]] = {"python -c pass": set()}
         heavy: dict[str, set[str]] = {}
         table = commands(config)
         for argv in table.values():  # the untimed round
             timed([sys.executable, "-c", _PROBE, *argv], env)
         for _ in range(args.rounds):
-            seconds, code, _err = timed([sys.executable, "-c", "pass"], env)
+            seconds, cpu_s, code, _err = timed([sys.executable, "-c", "pass"], env)
             runs["python -c pass"].append(seconds)
+            cpu["python -c pass"].append(cpu_s)
             codes["python -c pass"].add(code)
             for name, argv in table.items():
-                seconds, code, err = timed([sys.executable, "-c", _PROBE, *argv], env)
+                seconds, cpu_s, code, err = timed([sys.executable, "-c", _PROBE, *argv], env)
                 runs.setdefault(name, []).append(seconds)
+                cpu.setdefault(name, []).append(cpu_s)
                 codes.setdefault(name, set()).add(code)
                 line = next((x for x in err.splitlines() if x.startswith("heavy:")), "heavy:")
                 heavy.setdefault(name, set()).update(filter(None, line[6:].split(",")))
@@ -102,16 +122,18 @@ def main() -> None:
             "median_s": round(statistics.median(times), 4),
             "max_s": round(max(times), 4),
             "ratio_to_python": round(statistics.median(times) / base, 1),
+            "median_cpu_s": round(statistics.median(cpu[name]), 4),
             "exit_codes": sorted(codes[name]),
             "heavy_modules": sorted(heavy.get(name, set())),
         }
         for name, times in runs.items()
     }
-    print(f"{'command':<26} {'median s':>9} {'max s':>7} {'× python':>9}  exit  heavy")
+    print(f"{'command':<26} {'median s':>9} {'max s':>7} {'× python':>9} {'cpu s':>6}  exit  heavy")
     for name, r in results.items():
         print(
             f"{name:<26} {r['median_s']:>9.3f} {r['max_s']:>7.3f} {r['ratio_to_python']:>9.1f}"
-            f"  {','.join(map(str, r['exit_codes'])):<5} {','.join(r['heavy_modules']) or '-'}"
+            f" {r['median_cpu_s']:>6.3f}  {','.join(map(str, r['exit_codes'])):<5}"
+            f" {','.join(r['heavy_modules']) or '-'}"
         )
     print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     if args.out is not None:
