@@ -15,19 +15,21 @@ the two comparisons share the baseline's generation and its teacher pass. After 
 prompt the quality gate (default budget) is evaluated on each arm's pairs so far, one
 pair every 10 s of gate time.
 
-`--quick` (≤ 8 minutes on 2 cores) stops at the lossy arm's first FAIL or after 7
-minutes of pairs (the garbage arm stops at its own first FAIL). The full run measures
-the detection delay over several episodes (the lossy arm's detectors restart after each
-FAIL) while the healthy arm runs on; it reports the healthy arm's false alarms, and how
-many alarms its own argmax deltas raise at a test-sized budget (h = log 50 per CUSUM),
-against the Lorden bound for that budget.
+`--quick` stops at the lossy arm's first FAIL or after `QUICK_PAIRS` (150) prompts,
+whatever the machine's speed: enough for every arm to decide (the lossy arm's detection
+delays were 43-67 pairs; the healthy arm leaves NODATA at `min_samples` = 100), about
+13 minutes at 5 CPU-seconds a prompt (the garbage arm stops at its own first FAIL).
+The full run measures the detection delay over several episodes (the lossy arm's
+detectors restart after each FAIL) while the healthy arm runs on; it reports the
+healthy arm's false alarms, and how many alarms its own argmax deltas raise at a
+test-sized budget (h = log 50 per CUSUM), against the Lorden bound for that budget.
 
 Writes {"healthy": {"state", "pairs", ...}, "lossy": {"state", "pairs", "pairs_to_fail",
 "failed_by", ...}, "garbage": {... the same}} to `--out` and prints it; `failed_by` names
 the checks that FAILed first.
 
 Usage: .venv/bin/python benchmarks/sampling_equivalence.py [--quick] [--out FILE]
-       [--no-seed-per-arm]
+       [--pairs N] [--budget-s S] [--no-seed-per-arm]
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ TEMPERATURE = 0.8
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 COMPONENTS = ("quality.argmax", "quality.distribution")
 TEST_SIZED_ARL0 = 50.0  # per one-sided CUSUM, for the healthy calibration replay
+QUICK_PAIRS = 150  # --quick's bound: a count of prompts, not a wall time
 
 
 class MemoTeacher:
@@ -279,13 +282,26 @@ def summary(arm: Arm, lossy: bool, full: bool) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="≤ 8 minutes on 2 cores")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"one lossy FAIL, at most {QUICK_PAIRS} prompts"
+    )
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=None,
+        help=f"prompts at most (default {QUICK_PAIRS} with --quick, else no bound)",
+    )
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--episodes", type=int, default=5, help="full run: lossy FAILs")
     parser.add_argument(
         "--garbage-rate", type=float, default=0.5, help="garbage_sampling's fault_rate"
     )
-    parser.add_argument("--budget-s", type=float, default=None, help="seconds of pairs")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="seconds of pairs at most (default: none with --quick, else 7,200)",
+    )
     # One intra-op thread: a 135M model decodes nearly as fast on one, and on a shared
     # 2-core machine a second thread stalls every step (measured: 8 prompts in 7 minutes
     # on two threads against 42 on one, with other jobs running).
@@ -303,7 +319,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     max_tokens = args.max_tokens
-    budget_s = args.budget_s or (420.0 if args.quick else 7200.0)
+    budget_s = args.budget_s or (math.inf if args.quick else 7200.0)
+    max_pairs = args.pairs or (QUICK_PAIRS if args.quick else None)
     episodes = 1 if args.quick else args.episodes
     config = QualityGateConfig()
 
@@ -321,7 +338,11 @@ def main() -> None:
     rng = random.Random(5)
     trace = args.trace.open("w", buffering=1) if args.trace is not None else None
     loaded = time.perf_counter()
-    while time.perf_counter() - loaded < budget_s and len(lossy.fails) < episodes:
+    while (
+        time.perf_counter() - loaded < budget_s
+        and len(lossy.fails) < episodes
+        and (max_pairs is None or lossy.total_pairs < max_pairs)
+    ):
         tail = () if garbage.fails else (garbage,)
         records = run_prompt(
             sampler.take(1)[0],
