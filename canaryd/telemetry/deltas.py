@@ -11,6 +11,12 @@ and `sum` do:
   first 503) counted up from zero within the interval;
 - only replicas read at both scrapes count: a replica new in the later one has no start
   to count from, and one that failed has no end (both are named on the window);
+- what a scrape did not see is not forgotten (`carry_forward`): a replica that failed
+  or a group of series that was absent at one scrape keeps its last values, so when it
+  is back its increase is counted from them, not from zero. Prometheus marks a target's
+  series stale when one of its scrapes fails, and queries evaluated a moment apart can
+  then see a replica with some of its series and without others: counting the
+  returning ones from zero counted everything before them again;
 - histogram quantiles come from the bucket increases by linear interpolation within the
   bucket that holds the rank, as Prometheus' `histogram_quantile` does (gates.histogram,
   re-exported here);
@@ -21,8 +27,9 @@ and `sum` do:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import TypeVar
 
 from canaryd.telemetry.config import (
     COUNTER_SIGNALS,
@@ -30,7 +37,7 @@ from canaryd.telemetry.config import (
     HISTOGRAM_SIGNALS,
     Signal,
 )
-from canaryd.telemetry.signals import MEAN_GAUGES, ArmReading, ReplicaReading
+from canaryd.telemetry.signals import MEAN_GAUGES, ArmReading, GroupKey, ReplicaReading
 from gates.histogram import BucketCounts, add_buckets, histogram_quantile
 from gates.telemetry import CountInterval, TelemetryInterval
 
@@ -38,6 +45,7 @@ __all__ = [
     "BucketCounts",
     "TelemetryWindow",
     "add_buckets",
+    "carry_forward",
     "counter_increase",
     "histogram_increase",
     "histogram_quantile",
@@ -45,6 +53,7 @@ __all__ = [
     "telemetry_window",
 ]
 
+_V = TypeVar("_V")
 _RESTART_TOLERANCE_S = 1.0  # process_start_time_seconds of one process may wobble
 
 
@@ -244,3 +253,33 @@ def _gauge(signal: Signal, pairs: _Pairs) -> float | None:
         if signal in old.gauges and signal in new.gauges
     ]
     return sum(values) if values else None
+
+
+def carry_forward(last: ArmReading, reading: ArmReading) -> ArmReading:
+    """`reading` as the start of the next interval: each replica it read, with the counter
+    and histogram groups it lacks but had at `last` (unless it restarted) carried over,
+    and each replica of `last` it did not read, carried over whole."""
+    earlier = {r.url: r for r in last.replicas}
+    replicas = []
+    for replica in reading.replicas:
+        old = earlier.pop(replica.url, None)
+        if old is None or restarted(old, replica):
+            replicas.append(replica)
+            continue
+        replicas.append(
+            replace(
+                replica,
+                counters=_merged(old.counters, replica.counters),
+                histograms=_merged(old.histograms, replica.histograms),
+            )
+        )
+    return replace(reading, replicas=(*replicas, *earlier.values()))
+
+
+def _merged(
+    old: Mapping[Signal, Mapping[GroupKey, _V]], new: Mapping[Signal, Mapping[GroupKey, _V]]
+) -> dict[Signal, dict[GroupKey, _V]]:
+    merged = {signal: dict(groups) for signal, groups in old.items()}
+    for signal, groups in new.items():
+        merged.setdefault(signal, {}).update(groups)
+    return merged

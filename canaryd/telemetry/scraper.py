@@ -21,7 +21,7 @@ from datetime import datetime
 import structlog
 
 from canaryd.telemetry.config import TelemetryConfig
-from canaryd.telemetry.deltas import TelemetryWindow, telemetry_window
+from canaryd.telemetry.deltas import TelemetryWindow, carry_forward, telemetry_window
 from canaryd.telemetry.signals import ArmReading, ReplicaFailure
 from canaryd.telemetry.sources import TelemetrySource, open_source
 
@@ -106,5 +106,5 @@ class TelemetryScraper:
             found = telemetry_window(last, reading)
             window = found if found.replicas > 0 else None
         if reading.replicas:
-            self._last[reading.arm] = reading
+            self._last[reading.arm] = reading if last is None else carry_forward(last, reading)
         return ArmScrape(reading, window)

@@ -1,5 +1,7 @@
 """Production telemetry of the real vLLM pair under concurrent load: the daemon's scrape job
-reads both servers' /metrics directly (`[telemetry]`, metrics_url), stores an interval per
+reads the plain server's /metrics directly (`[telemetry]`, metrics_url) and the n-gram
+server's through a real Prometheus scraping both (prometheus_url, the shipped vLLM
+templates with `selector = 'deployment="ngram"'`), stores an interval per
 arm every scrape, the daemon's gate job judges them, and `canaryd gates --json` shows the
 three telemetry gates, `telemetry.acceptance` and `telemetry.latency` decided, and
 `telemetry.acceptance`'s estimate is the acceptance length vLLM's own counters give over
@@ -39,6 +41,7 @@ from canaryd.metrics import CanarydMetrics
 from canaryd.pairs.suites import load_default_suites
 from canaryd.store import SqlStore
 from engine import acceptance
+from tests.canaryd.telemetry.prometheus import PrometheusServer
 from tests.integration.vllm_pair import MODEL, Servers
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
@@ -55,7 +58,7 @@ MAX_TOKENS = 48
 CATEGORIES = ("summarisation", "extraction", "rag", "translation")
 
 
-def config_text(servers: Servers, tmp_path: Path) -> str:
+def config_text(servers: Servers, tmp_path: Path, prometheus_url: str) -> str:
     return f"""
 [arms.baseline]
 kind = "openai"
@@ -81,7 +84,8 @@ timeout_s = 2.0
 [telemetry.arms.baseline]
 metrics_url = "{servers.plain}/metrics"
 [telemetry.arms.speculative]
-metrics_url = "{servers.ngram}/metrics"
+prometheus_url = "{prometheus_url}"
+selector = 'deployment="ngram"'
 
 [gates.telemetry.errors]
 min_samples = 20
@@ -169,10 +173,18 @@ class TestVllmTelemetry:
     def test_gates_judge_the_pairs_own_telemetry_under_load(
         self, servers: Servers, data_dir: Path
     ) -> None:
-        """Under the same concurrent load on both arms, scraped every 2 s: the telemetry
-        gates are decided, and the acceptance estimate matches vLLM's own counters."""
+        """Under the same concurrent load on both arms, read every 2 s (the n-gram arm
+        through Prometheus): the telemetry gates are decided, and the acceptance estimate
+        matches vLLM's own counters."""
+        targets = {"plain": [f"{servers.plain}/metrics"], "ngram": [f"{servers.ngram}/metrics"]}
+        (data_dir / "prometheus").mkdir()
+        with PrometheusServer(data_dir / "prometheus", targets) as prometheus:
+            prometheus.wait_until("up == 1", lambda result: len(result) == len(targets))
+            self._judge(servers, data_dir, prometheus.url)
+
+    def _judge(self, servers: Servers, data_dir: Path, prometheus_url: str) -> None:
         path = data_dir / "canaryd.toml"
-        path.write_text(config_text(servers, data_dir))
+        path.write_text(config_text(servers, data_dir, prometheus_url))
         settings = load_settings(path)
         stop = threading.Event()
         answered: dict[str, list[int]] = {"baseline": [], "speculative": []}

@@ -18,6 +18,7 @@ from canaryd.telemetry.deltas import (
     BucketCounts,
     TelemetryWindow,
     add_buckets,
+    carry_forward,
     counter_increase,
     histogram_increase,
     histogram_quantile,
@@ -187,3 +188,58 @@ class TestWindow:
         bare = TelemetryWindow("spec", T0, end, 1).interval()
         assert (bare.requests, bare.errors, bare.load, bare.drafts) == (None, None, None, None)
         assert BucketCounts is GatesBucketCounts
+
+
+class TestCarryForward:
+    @staticmethod
+    def reading(at: datetime, replicas: dict[str, str]) -> ArmReading:
+        reader = SignalReader(VLLM)
+        return ArmReading(
+            "spec",
+            at,
+            reader.mapped,
+            tuple(reader.read(url, parse_exposition(text)) for url, text in replicas.items()),
+        )
+
+    def walk(self, *readings: ArmReading) -> list[TelemetryWindow]:
+        """The windows a scraper records from these readings, each kept with what the
+        ones before it saw (as canaryd.telemetry.scraper does)."""
+        last, windows = readings[0], []
+        for reading in readings[1:]:
+            windows.append(telemetry_window(last, reading))
+            last = carry_forward(last, reading)
+        return windows
+
+    def test_a_series_absent_from_one_reading_is_not_counted_again(self) -> None:
+        """Drafts 10 → (absent: Prometheus marked them stale between two queries) → 30:
+        20 drafts in all, not 10 + 30; the requests read throughout count 12."""
+        both = "vllm:spec_decode_num_drafts_total 10\nvllm:request_success_total 5\n"
+        windows = self.walk(
+            self.reading(T0, {"a": both}),
+            self.reading(T0 + timedelta(seconds=15), {"a": "vllm:request_success_total 8\n"}),
+            self.reading(
+                T0 + timedelta(seconds=30),
+                {"a": "vllm:spec_decode_num_drafts_total 30\nvllm:request_success_total 17\n"},
+            ),
+        )
+        assert sum(w.drafts or 0 for w in windows) == 20
+        assert sum(w.requests or 0 for w in windows) == 12
+
+    def test_a_replica_absent_from_one_reading_counts_from_its_last_values(self) -> None:
+        """A replica missing from one reading is back at the next: counted from the values
+        it had before, not skipped as new; one that went down counts from zero."""
+        first = "vllm:request_success_total 5\n"
+        windows = self.walk(
+            self.reading(T0, {"a": first, "b": first}),
+            self.reading(T0 + timedelta(seconds=15), {"a": "vllm:request_success_total 9\n"}),
+            self.reading(
+                T0 + timedelta(seconds=30),
+                {"a": "vllm:request_success_total 10\n", "b": "vllm:request_success_total 11\n"},
+            ),
+            self.reading(
+                T0 + timedelta(seconds=45),
+                {"a": "vllm:request_success_total 12\n", "b": "vllm:request_success_total 3\n"},
+            ),
+        )
+        assert [w.requests for w in windows] == [4, 1 + 6, 2 + 3]
+        assert all(w.new_replicas == () for w in windows)
