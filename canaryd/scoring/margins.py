@@ -22,6 +22,23 @@ divergence is the longest listed candidate its text continues with, looking one 
 back for a longer candidate than the baseline's (" then" where the baseline took " the",
 the texts parting a token later). A shorter candidate can stand for a longer token the
 server did not list; the margin is then the one of that candidate.
+
+Where one output ends inside the other the arms still chose differently, at the shorter
+one's end, and it is judged there:
+- the speculative arm ended (`finish_reason` "stop") where the baseline went on: its
+  token is the end of the output, which servers list as a candidate that spells nothing
+  (llama.cpp renders the end token as empty text); `bound` when none is listed. (A stop
+  string it met and the baseline did not is judged the same way.)
+- the baseline ended where the speculative arm went on: at the baseline's end token when
+  the server listed one (a last entry that spells nothing); llama.cpp lists none, so
+  nothing was listed at that position: `bound` with margin 0 (the baseline found the end
+  at least as likely as the speculative token, by how much it did not say), counted as
+  real, never a tie;
+- the shorter output ran out of `max_tokens` ("length") on text the other shares: the
+  arms spelled that text in different tokens somewhere, at a position no listed
+  candidate reveals: `bound`, 0.
+Nothing judges a divergence (None) only where the baseline's log-probs do not spell its
+text.
 """
 
 from __future__ import annotations
@@ -43,38 +60,70 @@ class Judged:
     judge: Judge
 
 
-def top_logprobs_margin(baseline: GenerationResult, speculative_text: str) -> Judged | None:
+# A divergence at a position the server listed no candidates for: the margin is at
+# least 0 and no more is known (never a tie, counted as real).
+NOTHING_LISTED = Judged(0.0, "bound")
+
+
+def top_logprobs_margin(baseline: GenerationResult, speculative: GenerationResult) -> Judged | None:
     """The first divergence judged by the baseline's own top log-probs (`first` or
     `bound`); None without log-probs, when they do not spell the baseline's text, or
-    when the speculative text stops inside the baseline's (a stop, not a choice)."""
+    when the two texts agree."""
     tokens: tuple[TokenLogprobs, ...] = baseline.token_logprobs
+    text = speculative.text
     if not tokens:
         return None
     at = 0
+    last = len(tokens) - 1
     for index, token in enumerate(tokens):
+        if index == last and at == len(baseline.text) and baseline.finish_reason == "stop":
+            # Past its text: the baseline's end token, as the server listed it.
+            if at == len(text):
+                return None  # the texts agree
+            return _judged(token, _listed(token, text[at:], 0))
         if not baseline.text.startswith(token.token, at):
             return None  # the log-probs do not follow the text: nothing to align
-        if speculative_text.startswith(token.token, at):
+        if text.startswith(token.token, at):
             at += len(token.token)
             continue
-        if not speculative_text[at:]:
-            return None
+        if at == len(text):  # the speculative output ends here, the baseline's goes on
+            if speculative.finish_reason != "stop":
+                return NOTHING_LISTED  # out of tokens on the shared text
+            return _judged(token, _listed_end(token))
         if index > 0:
             # The previous token's text matched, but the speculative arm may have taken a
             # longer listed token there (" then" where the baseline took " the").
             before = tokens[index - 1]
             start = at - len(before.token)
-            longer = _listed(before, speculative_text[start:], len(before.token))
+            longer = _listed(before, text[start:], len(before.token))
             if longer is not None:
                 return Judged(abs(before.logprob - longer), "first")
-        listed = _listed(token, speculative_text[at:], 0)
-        if listed is not None:
-            return Judged(abs(token.logprob - listed), "first")
-        if not token.top:
-            return None
-        floor = min(value for _, value in token.top)
-        return Judged(max(token.logprob - floor, 0.0), "bound")
-    return None  # the baseline's tokens are a prefix of the speculative text
+        return _judged(token, _listed(token, text[at:], 0))
+    if at < len(baseline.text):
+        return None  # the log-probs stop short of the text: nothing to align
+    if at == len(text):
+        return None  # the texts agree
+    # The baseline's output ends here and the speculative arm's goes on; the server
+    # listed nothing for the baseline's end (llama.cpp), or it ran out of tokens.
+    return NOTHING_LISTED
+
+
+def _judged(token: TokenLogprobs, listed: float | None) -> Judged:
+    """The margin at `token`'s position to a listed candidate's log-prob (`first`), or,
+    the candidate unlisted, a lower bound to the last listed one (`bound`)."""
+    if listed is not None:
+        return Judged(abs(token.logprob - listed), "first")
+    if not token.top:
+        return NOTHING_LISTED
+    floor = min(value for _, value in token.top)
+    return Judged(max(token.logprob - floor, 0.0), "bound")
+
+
+def _listed_end(token: TokenLogprobs) -> float | None:
+    """The log-prob of a listed candidate that spells nothing (the end of the output, as
+    servers render it) other than `token`; None when none is."""
+    ends = [value for text, value in token.top if not text and text != token.token]
+    return max(ends) if ends else None
 
 
 def _listed(token: TokenLogprobs, rest: str, longer_than: int) -> float | None:

@@ -98,12 +98,12 @@ def divergence_margin(
     that of the speculative arm's given the shared prefix (the difference of the total
     NLLs of prefix + each token, whose prefix terms are the same) — and, where the
     teacher can score the speculative output token by token, every token's distance from
-    its argmax. None when the outputs agree, one is a prefix of the other (a stop, not a
-    choice between tokens), or nothing could judge them."""
+    its argmax. None when the outputs agree or nothing could judge them, and, judged
+    without top log-probs, when one output is a prefix of the other."""
     try:
         first: float | Judged | None
         if baseline.token_logprobs:
-            first = top_logprobs_margin(baseline, speculative.text)
+            first = top_logprobs_margin(baseline, speculative)
         else:
             first = _two_pass_margin(teacher, prompt, baseline, speculative)
         forced = teacher.score(prompt.messages, speculative)
