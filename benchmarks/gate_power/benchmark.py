@@ -33,7 +33,7 @@ from benchmarks.gate_power.schedule import default_schedule
 from benchmarks.gate_power.streams import PairStream
 from benchmarks.gate_power.stress import STRESS_BUDGETS
 from gates import GatesConfig
-from gates.budget import SECONDS_PER_30_DAYS, detector_arl0, detector_count
+from gates.budget import SECONDS_PER_30_DAYS, budget_shares, detector_arl0, detector_count
 from gates.sequential import lorden_threshold
 
 # The daemon's own cadence (every gate every 60 s) over the first pairs of each healthy
@@ -227,6 +227,7 @@ def run(
         "config": {
             "budget": config.budget.model_dump(),
             "detectors": detector_count(config),
+            "budget_shares": budget_shares(config),
             "detector_arl0": arl0,
             "h": lorden_threshold(arl0),
             "pairs_per_30_days": SECONDS_PER_30_DAYS / config.budget.design_pair_interval_s,

@@ -80,7 +80,7 @@ class PairStream:
 
     def take(self, n: int) -> list[PairRecord]:
         """The next `n` records (a pair and its replays count one each)."""
-        out = []
+        out: list[PairRecord] = []
         while len(out) < n:
             if self.replays:
                 out.append(self.replays.pop(0))

@@ -122,7 +122,8 @@ def table(result: dict[str, Any]) -> str:
     config = result["config"]
     lines.append(
         f"budget {config['budget']['false_rollbacks_per_30_days']:g}/30 days, "
-        f"{config['detectors']} detectors, ARL0 {config['detector_arl0']:.4g} pairs, "
+        f"{config['detectors']} detectors ({config.get('budget_shares', config['detectors']):g} "
+        f"budget shares), ARL0 {config['detector_arl0']:.4g} pairs, "
         f"h {config['h']:.3f}; elapsed {result['elapsed_s']:.0f}s"
     )
     return "\n".join(lines)
