@@ -208,24 +208,20 @@ class TestVllmTelemetry:
                     while time.monotonic() - started < LOAD_MAX_S:
                         time.sleep(SCRAPE_INTERVAL_S)
                         job.run()
+                        after = _counters(servers.ngram)  # beside the reading just stored
                         elapsed = time.monotonic() - started
                         if elapsed >= LOAD_S and time.monotonic() - checked >= CHECK_EVERY_S:
                             checked = time.monotonic()
+                            # Judged on what is stored now, while the load goes on: the
+                            # decision the test asserts is this one, not a later one on
+                            # evidence that has moved (acceptance varies with the prompts).
                             if _decided(settings, store):
                                 break
                 finally:
                     stop.set()
                     loaded_s = time.monotonic() - started
-            time.sleep(1.0)  # vLLM counts a request's last step as it hands it out
-            job.run()
-            after = _counters(servers.ngram)
             job.close()
             intervals = {arm: store.telemetry(arm) for arm in ("baseline", "speculative")}
-            gates = SwitchGates(settings, store=store)
-            try:
-                gates.evaluate(datetime.now(UTC))
-            finally:
-                gates.close()
             evaluation = store.latest_evaluation()
         assert evaluation is not None
         stored = {d.name: d.to_dict() for d in evaluation.decisions}
@@ -253,5 +249,7 @@ class TestVllmTelemetry:
         assert {"telemetry.errors", "telemetry.latency", "telemetry.acceptance"} <= set(decisions)
         assert drafts > 0
         assert accepted_gate["estimate"] == pytest.approx(direct, rel=0.10)
+        # Every draft counted once: the edges lag by at most one Prometheus scrape.
+        assert accepted_gate["n_speculative"] == pytest.approx(drafts, rel=0.10)
         assert accepted_gate["state"] in DECIDED, accepted_gate["detail"]
         assert latency["state"] in DECIDED, latency["detail"]
