@@ -185,10 +185,6 @@ class TestLlamaCppPair:
             file=sys.stderr,
         )
 
-    @pytest.mark.skip(
-        reason="a divergence at token 49 came back with no margin (divergence_margin None) "
-        "on llama-cpp-python in CI: the top-logprobs alignment misses a case; to fix"
-    )
     def test_a_healthy_lookup_arm_is_judged_by_the_baselines_top_logprobs(
         self, plain_server: str, lookup_server: str
     ) -> None:
@@ -202,9 +198,9 @@ class TestLlamaCppPair:
             _arm(lookup_server, speculative=True),
         )
         try:
-            runner = PairRunner(
-                baseline, speculative, run_id="llamacpp-ties", params=PairParams(max_tokens=32)
-            )
+            # No pair deadline but the arms' own (180 s): a loaded CI machine is slow.
+            params = PairParams(max_tokens=32, timeout_s=None)
+            runner = PairRunner(baseline, speculative, run_id="llamacpp-ties", params=params)
             records = [runner.run_pair(prompt) for prompt in prompts]
         finally:
             baseline.close()
