@@ -82,7 +82,13 @@ from typing import Any
 import numpy as np
 
 from canaryd.config.sections import RolloutConfig
-from gates.budget import detector_arl0, detector_count, telemetry_arl0, telemetry_detector_count
+from gates.budget import (
+    budget_shares,
+    detector_arl0,
+    detector_count,
+    telemetry_arl0,
+    telemetry_detector_count,
+)
 from gates.config import GatesConfig
 from gates.core import GateState, checks
 from gates.cycle import TELEMETRY_GATES, Judgement, judge
@@ -550,7 +556,7 @@ def run(
         }
     )
     share = (
-        STRESS_BUDGET * telemetry_detector_count(config) / detector_count(stressed, telemetry=True)
+        STRESS_BUDGET * telemetry_detector_count(config) / budget_shares(stressed, telemetry=True)
     )
     upper = poisson_upper95(healthy_trips) / healthy_hours * HOURS_PER_30_DAYS
     lengths = plan_for(rates[0]).acceptance_lengths
