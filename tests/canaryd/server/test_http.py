@@ -263,12 +263,11 @@ def trickle(host: str, port: int, stop: threading.Event, closed: list[float]) ->
 
 
 class TestHostileClients:
-    def test_probes_answer_under_slow_clients_and_a_burst(
-        self, server: StatusServer
-    ) -> None:
+    def test_probes_answer_under_slow_clients_and_a_burst(self, server: StatusServer) -> None:
         """64 clients trickling headers and 200 concurrent GETs: /healthz, /readyz and
-        /metrics still answer (median under half a second, none near the deadline), and every slow client is closed at the
-        request deadline instead of holding its connection."""
+        /metrics still answer (median under half a second, none near the deadline), and
+        every slow client is closed at the request deadline instead of holding its
+        connection."""
         host, port = server.address.rsplit(":", 1)
         stop, closed = threading.Event(), []
         slow = [

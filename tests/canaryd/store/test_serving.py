@@ -9,7 +9,6 @@ from datetime import timedelta
 from canaryd.store import SqlStore
 from canaryd.store.serving import ServingFacts
 from gates.records import PairRecord
-
 from tests.canaryd.store.conftest import T0
 
 PairFactory = Callable[..., PairRecord]
