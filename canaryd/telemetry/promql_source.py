@@ -40,7 +40,7 @@ from canaryd.telemetry.promql import (
     render,
     templates,
 )
-from canaryd.telemetry.scrape import ScrapeFailedError, fetch_bounded
+from canaryd.telemetry.scrape import HttpSource, ScrapeFailedError, fetch_bounded
 from canaryd.telemetry.signals import (
     ArmReading,
     GroupKey,
@@ -165,7 +165,7 @@ def instant_query(
     return parse_answer(body, query)
 
 
-class PromqlSource:
+class PromqlSource(HttpSource):
     """One arm's signals from a Prometheus-compatible API (a context manager: closes its
     client)."""
 
@@ -199,18 +199,7 @@ class PromqlSource:
         self.process_start_query = (
             None if start is None else render(start, selector=config.selector, range_s=range_s)
         )
-        self._own_client = client is None
-        self._client = client or httpx.Client(follow_redirects=False)
-
-    def __enter__(self) -> PromqlSource:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self._own_client:
-            self._client.close()
+        self._own(client)
 
     def read(self, now: datetime) -> ArmReading:
         """Every serving process's reading at `now`, or one failure naming why none."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from typing import Self
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -82,7 +83,29 @@ def fetch_exposition(client: httpx.Client, url: str, *, timeout_s: float, max_by
         raise ScrapeFailedError(f"{url} sent an exposition that is not UTF-8") from exc
 
 
-class ScrapeSource:
+class HttpSource:
+    """A source's HTTP client: its own unless the caller passed one (then the caller
+    closes it), closed with the source."""
+
+    _own_client: bool
+    _client: httpx.Client
+
+    def _own(self, client: httpx.Client | None) -> None:
+        self._own_client = client is None
+        self._client = client or httpx.Client(follow_redirects=False)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._own_client:
+            self._client.close()
+
+
+class ScrapeSource(HttpSource):
     """One arm's replicas, scraped directly (a context manager: closes its client)."""
 
     def __init__(
@@ -99,18 +122,7 @@ class ScrapeSource:
         self.arm, self.urls = arm, config.metrics_url
         self.timeout_s, self.max_bytes = timeout_s, max_bytes
         self.reader = SignalReader.for_arm(config)
-        self._own_client = client is None
-        self._client = client or httpx.Client(follow_redirects=False)
-
-    def __enter__(self) -> ScrapeSource:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self._own_client:
-            self._client.close()
+        self._own(client)
 
     def read(self, now: datetime) -> ArmReading:
         """Every replica's reading at `now` (the replicas are scraped in parallel)."""
