@@ -45,6 +45,7 @@ from canaryd.store import SqlStore
 from canaryd.traffic.requests import prompt_hash
 from engine.types import Message
 from gates import Evaluation, GateDecision, GateState
+from gates.drift_fallback import FALLBACK_SUFFIX, fallback_key
 from tests.integration.test_llamacpp_server import (
     GGUF_NAME,
     _gguf,
@@ -314,7 +315,10 @@ def soak(production: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         arms = arms_key(arm_pair_config(settings.snapshot().get("arms"), "speculative"))
         with SqlStore.open(result.database_url) as store:
             pinned = store.drift_references(arms)
-            assert set(pinned) == {*SUITES, "live_code"}, pinned
+            # Acceptance pins per category, each with its fallback-rate pin beside it.
+            categories = {key for key in pinned if not key.endswith(FALLBACK_SUFFIX)}
+            assert categories == {*SUITES, "live_code"}, pinned
+            assert {fallback_key(c) for c in categories} <= set(pinned), pinned
             store.pin_drift_references({"live_chat": pinned["live_code"]}, datetime.now(UTC), arms)
         _population(clients, CHAT, "live_chat", result)
         _received(daemon, len(CODE) + len(CHAT))
