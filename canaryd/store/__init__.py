@@ -11,8 +11,9 @@ URL's helpers or the switch's records does not import the ORM models or Alembic.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from canaryd.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from canaryd.store.abc import (
@@ -79,20 +80,7 @@ _MODULES = {
     ),
     "canaryd.store.switching_sql": ("SqlSwitchStore",),
 }
-_HOME = {name: module for module, names in _MODULES.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module 'canaryd.store' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _MODULES, globals())
 
 
 __all__ = [

@@ -14,8 +14,9 @@ a command that reads them (the kill switch) imports neither httpx nor the parser
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from canaryd.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from canaryd.telemetry.config import (
@@ -54,20 +55,7 @@ _MODULES = {
     "canaryd.telemetry.signals": ("ArmReading", "ReplicaReading", "SignalReader", "signal_map"),
     "canaryd.telemetry.sources": ("TelemetrySource", "open_source"),
 }
-_HOME = {name: module for module, names in _MODULES.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module 'canaryd.telemetry' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _MODULES, globals())
 
 
 __all__ = [
