@@ -14,7 +14,7 @@ CONSTRAINTS := $(if $(LOCK),--constraint $(LOCK),)
 PYTEST_ARGS ?=
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: venv model demo test lint typecheck unit services llamacpp vllm clean lock gpu-bundle
+.PHONY: venv model demo test lint typecheck unit services llamacpp vllm clean lock gpu-bundle bench-vllm
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -79,7 +79,12 @@ typecheck: venv
 	$(BIN)/mypy
 
 test: model services llamacpp vllm lint typecheck
-	CANARYD_TEST_PG_URL="$$(cat $(VENV)/pg_url 2>/dev/null)" $(BIN)/python -m pytest --durations=20 $(PYTEST_ARGS)
+	CANARYD_TEST_PG_URL="$$(cat $(VENV)/pg_url 2>/dev/null)" $(BIN)/python -m pytest --durations=20 -m "not bench" $(PYTEST_ARGS)
+
+# `canaryd bench` beside `vllm bench serve` on the real vLLM CPU pair, both tools at the
+# same time (docs/bench.md): about 6 minutes, so not part of `make test`.
+bench-vllm: model vllm
+	$(BIN)/python -m pytest --durations=5 -m bench $(PYTEST_ARGS) tests/integration/test_vllm_bench_side_by_side.py
 
 unit: venv
 	$(BIN)/python -m pytest -m "not model and not postgres and not slow" $(PYTEST_ARGS)

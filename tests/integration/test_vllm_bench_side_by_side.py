@@ -32,7 +32,7 @@ from canaryd.paths import models_dir
 from engine.provision import require_embedded_model
 from tests.integration.vllm_pair import MODEL, VLLM_PYTHON, Servers, unavailable
 
-pytestmark = [pytest.mark.model, pytest.mark.slow]
+pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.bench]
 
 # Per tool: the server sees twice this rate, well under what 2 cores serve (about 1.4
 # requests of 48 tokens a second when saturated).
