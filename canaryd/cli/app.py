@@ -86,6 +86,11 @@ COMMANDS: dict[str, CommandEntry] = {
         "judge",
         "Judge a candidate against a baseline now: exit 0 PASS, 1 FAIL, 3 undecided, 2 error.",
     ),
+    "calibrate": CommandEntry(
+        "canaryd.cli.calibrate",
+        "calibrate_command",
+        "Measure the arms' greedy tie margin and store it: exit 0 stored, 3 too few, 2 error.",
+    ),
     "probe": CommandEntry(
         "canaryd.cli.probe",
         "probe",

@@ -1,10 +1,11 @@
 """canaryd's history in SQL: the store protocols (`abc`), `SqlStore` (`sql`) with its
 switch half (`switching_sql`), its telemetry part (`telemetry_sql`: the arms' scrape
-intervals) and the database plumbing all share (`sql_base`), database URLs and engines
-(`database`), schema migrations (`migrations`), the mapping between records and rows
-(`columns`, `mapping`, `switching_mapping`), the switch's records (`switching`), the
-per-hour roll-ups that retention keeps after raw pairs are deleted (`rollup`), and the
-bounded read of recent generations' ITL and fallback counts (`serving`).
+intervals), its calibrated tie margins (`calibration_sql`) and the database plumbing all
+share (`sql_base`), database URLs and engines (`database`), schema migrations
+(`migrations`), the mapping between records and rows (`columns`, `mapping`,
+`switching_mapping`), the switch's records (`switching`), the per-hour roll-ups that
+retention keeps after raw pairs are deleted (`rollup`), and the bounded read of recent
+generations' ITL and fallback counts (`serving`).
 The names below are imported on first use (PEP 562): a command that needs the database
 URL's helpers or the switch's records does not import the ORM models or Alembic.
 """
@@ -18,6 +19,7 @@ from canaryd.lazy import lazy_exports
 if TYPE_CHECKING:
     from canaryd.store.abc import (
         RETENTION_BATCH_PAIRS,
+        CalibrationStore,
         History,
         HistoryStore,
         RetentionReport,
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
         StoredRun,
         SwitchStore,
         TelemetryStore,
+        TieMargin,
     )
     from canaryd.store.database import EXPECTED_URL_FORMS, mask_url
     from canaryd.store.migrations import (
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
 _MODULES = {
     "canaryd.store.abc": (
         "RETENTION_BATCH_PAIRS",
+        "CalibrationStore",
         "History",
         "HistoryStore",
         "RetentionReport",
@@ -52,6 +56,7 @@ _MODULES = {
         "StoredRun",
         "SwitchStore",
         "TelemetryStore",
+        "TieMargin",
     ),
     "canaryd.store.database": (
         "EXPECTED_URL_FORMS",
@@ -87,6 +92,7 @@ __all__ = [
     "EXPECTED_URL_FORMS",
     "RETENTION_BATCH_PAIRS",
     "AuditEntry",
+    "CalibrationStore",
     "History",
     "HistoryStore",
     "PairFacts",
@@ -102,6 +108,7 @@ __all__ = [
     "SwitchRecord",
     "SwitchStore",
     "TelemetryStore",
+    "TieMargin",
     "current_revision",
     "decision_from_dict",
     "head_revision",

@@ -4,7 +4,8 @@ report and CLI need from canaryd's history, as protocols.
 `HistoryStore` is where pairs, runs and roll-ups live; `SwitchStore` is the durable
 switch state, its audit trail, gate evaluations, drift references and the evidence windows
 of revisions; `TelemetryStore` keeps the arms' production telemetry, one row per arm and
-scrape interval; `Store` is all three, which is what `SqlStore` implements (on SQLite and
+scrape interval; `CalibrationStore` the tie margin calibrated per arms key; `Store` is all
+of them, which is what `SqlStore` implements (on SQLite and
 PostgreSQL alike, tested by one behaviour suite). Consumers are typed on the narrowest
 protocol they use, never on `SqlStore`.
 """
@@ -25,6 +26,7 @@ from gates.telemetry import TelemetryInterval
 
 __all__ = [
     "RETENTION_BATCH_PAIRS",
+    "CalibrationStore",
     "History",
     "HistoryStore",
     "RetentionReport",
@@ -33,6 +35,7 @@ __all__ = [
     "StoredRun",
     "SwitchStore",
     "TelemetryStore",
+    "TieMargin",
 ]
 
 # Pairs rolled up per retention transaction: a months-long backlog never holds one giant
@@ -105,6 +108,26 @@ class StoredInterval:
     replicas: int
     failed_replicas: int = 0
     restarted_replicas: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TieMargin:
+    """A tie margin calibrated on the deployment (`canaryd calibrate`): `margin` (nats)
+    bounds the |margin| of `coverage` of healthy divergences with `confidence`, from
+    `divergences` measured margins (`aa` of them from the baseline against itself, `ab`
+    against `arm`) over `pairs` greedy pairs; valid only under the arms key `arms`."""
+
+    arms: str
+    arm: str
+    margin: float
+    divergences: int
+    aa: int
+    ab: int
+    unmeasured: int
+    pairs: int
+    coverage: float
+    confidence: float
+    calibrated_at: datetime
 
 
 class HistoryStore(Protocol):
@@ -237,9 +260,17 @@ class TelemetryStore(Protocol):
     def prune_telemetry(self, before: datetime) -> int: ...
 
 
-class Store(HistoryStore, SwitchStore, TelemetryStore, Protocol):
-    """Everything canaryd keeps: history, the switch and telemetry. `SqlStore` implements
-    it."""
+class CalibrationStore(Protocol):
+    """The calibrated tie margin of each arms key (one per key, the latest)."""
+
+    def tie_margin(self, arms: str) -> TieMargin | None: ...
+
+    def save_tie_margin(self, margin: TieMargin) -> None: ...
+
+
+class Store(HistoryStore, SwitchStore, TelemetryStore, CalibrationStore, Protocol):
+    """Everything canaryd keeps: history, the switch, telemetry and calibrations.
+    `SqlStore` implements it."""
 
     @property
     def url(self) -> str: ...

@@ -451,3 +451,23 @@ class TelemetryIntervalRow(Base):
     e2e: Mapped[dict[str, Any] | None] = mapped_column(json_column_type())
     ttft: Mapped[dict[str, Any] | None] = mapped_column(json_column_type())
     itl: Mapped[dict[str, Any] | None] = mapped_column(json_column_type())
+
+
+class TieMarginRow(Base):
+    """The tie margin calibrated under one arms key (`canaryd.store.abc.TieMargin`, field
+    for field): the latest calibration replaces the one before."""
+
+    __tablename__ = "tie_margins"
+    __table_args__ = (CheckConstraint("margin >= 0", name="margin"),)
+
+    arms: Mapped[str] = mapped_column(String(64), primary_key=True)
+    arm: Mapped[str] = mapped_column(String(32))
+    margin: Mapped[float] = mapped_column(Double)
+    divergences: Mapped[int] = mapped_column(Integer)
+    aa: Mapped[int] = mapped_column(Integer)
+    ab: Mapped[int] = mapped_column(Integer)
+    unmeasured: Mapped[int] = mapped_column(Integer)
+    pairs: Mapped[int] = mapped_column(Integer)
+    coverage: Mapped[float] = mapped_column(Double)
+    confidence: Mapped[float] = mapped_column(Double)
+    calibrated_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
 
 from canaryd.store.abc import RETENTION_BATCH_PAIRS, History, RetentionReport, StoredRun
+from canaryd.store.calibration_sql import SqlCalibrationStore
 from canaryd.store.columns import aware
 from canaryd.store.mapping import (
     facts_from_columns,
@@ -414,5 +415,5 @@ class SqlHistoryStore(SqlDatabase):
             return session.scalars(select(func.max(PairRollupRow.hour_start))).one()
 
 
-class SqlStore(SqlHistoryStore, SqlSwitchStore, SqlTelemetryStore):
+class SqlStore(SqlHistoryStore, SqlSwitchStore, SqlTelemetryStore, SqlCalibrationStore):
     """`Store` on SQLAlchemy: SQLite or PostgreSQL, schema managed by Alembic."""

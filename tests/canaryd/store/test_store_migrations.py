@@ -34,6 +34,7 @@ TABLES = {
     "drift_references",
     "revisions",
     "telemetry_intervals",
+    "tie_margins",
     "alembic_version",
 }
 

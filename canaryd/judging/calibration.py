@@ -1,0 +1,207 @@
+"""The tie margin calibrated on the deployment: measuring it, and judging with it.
+
+`calibrate` runs prompts greedy at their full `max_tokens` on the baseline twice (A/A:
+the deployment's own numeric noise) and on the baseline and one speculative arm (A/B),
+judges every divergent token with the baseline as teacher (canaryd.scoring.calibrate),
+and bounds the margins' tail (`tail_bound`). `tie_margin_for` is how every judging path
+(the gate job, the verdict, `canaryd judge`) picks the quality gate's tie margin: the one
+calibrated under the arms' key (canaryd.pairs.plan.arm_key) when the store holds one,
+in a copy of the gates config (`with_tie_margin`), else `gates.quality.tie_margin_nats`;
+a changed arm configuration has another key, so its old calibration is never read.
+`note_tie_margin` writes which margin judged, and where it came from, into the quality
+decision's detail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Literal
+
+from canaryd.config import Settings
+from canaryd.pairs.plan import arm_key
+from canaryd.scoring.calibrate import (
+    TAIL_CONFIDENCE,
+    TAIL_COVERAGE,
+    divergent_margins,
+    min_divergences,
+    tail_bound,
+)
+from canaryd.store.abc import CalibrationStore, TieMargin
+from engine.base import Engine
+from engine.types import GenerationRequest, GenerationResult, SamplingParams
+from gates import GateDecision
+from gates.config import GatesConfig
+from gates.records import BASELINE_ARM, Prompt
+
+__all__ = [
+    "Calibration",
+    "MarginSource",
+    "calibrate",
+    "note_tie_margin",
+    "tie_margin_for",
+    "with_tie_margin",
+]
+
+QUALITY = "quality"
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """One calibration's measurements: the margins of the A/A and A/B divergences, the
+    pairs and failed requests behind them, and the bound (None: too few divergences)."""
+
+    arm: str
+    arms: str
+    aa_margins: tuple[float, ...]
+    ab_margins: tuple[float, ...]
+    unmeasured: int
+    pairs: int
+    prompts: int
+    failures: int
+    bound: float | None
+    at: datetime
+
+    @property
+    def divergences(self) -> int:
+        return len(self.aa_margins) + len(self.ab_margins)
+
+    @property
+    def needed(self) -> int:
+        return min_divergences()
+
+    def stored(self) -> TieMargin | None:
+        """The row to store; None when the bound could not be computed."""
+        if self.bound is None:
+            return None
+        return TieMargin(
+            arms=self.arms,
+            arm=self.arm,
+            margin=self.bound,
+            divergences=self.divergences,
+            aa=len(self.aa_margins),
+            ab=len(self.ab_margins),
+            unmeasured=self.unmeasured,
+            pairs=self.pairs,
+            coverage=TAIL_COVERAGE,
+            confidence=TAIL_CONFIDENCE,
+            calibrated_at=self.at,
+        )
+
+
+def _greedy(prompt: Prompt, index: int, timeout_s: float | None) -> GenerationRequest:
+    return GenerationRequest(
+        messages=prompt.messages,
+        sampling=SamplingParams(max_tokens=prompt.max_tokens, temperature=0.0, seed=0),
+        request_id=f"calibrate-{index}",
+        timeout_s=timeout_s,
+        category=prompt.category,
+    )
+
+
+def _generate(engine: Engine, request: GenerationRequest) -> GenerationResult | None:
+    try:
+        result = engine.generate(request)
+    except Exception:  # an engine bug: the pair is lost, the calibration goes on
+        return None
+    return result if result.ok else None
+
+
+def calibrate(
+    settings: Settings,
+    engines: dict[str, Engine],
+    arm: str,
+    prompts: Sequence[Prompt],
+    *,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    progress: Callable[[], None] | None = None,
+) -> Calibration:
+    """Run every prompt greedy at its full `max_tokens` on the baseline twice and on `arm`,
+    judge every divergent token against the first baseline output, and bound the margins
+    (engines: by arm name, `baseline` among them, loaded)."""
+    baseline = engines[BASELINE_ARM]
+    speculative = engines[arm]
+    aa: list[float] = []
+    ab: list[float] = []
+    unmeasured = pairs = failures = 0
+    for index, prompt in enumerate(prompts):
+        request = _greedy(prompt, index, settings.prompts.timeout_s)
+        first = _generate(baseline, request)
+        again = _generate(baseline, request)
+        other = _generate(speculative, request)
+        if first is None:
+            failures += 1 + (again is None) + (other is None)
+        else:
+            for result, margins in ((again, aa), (other, ab)):
+                if result is None:
+                    failures += 1
+                    continue
+                pairs += 1
+                measured = divergent_margins(baseline, prompt, first, result)
+                margins.extend(measured.margins)
+                unmeasured += measured.unmeasured
+        if progress is not None:
+            progress()
+    return Calibration(
+        arm=arm,
+        arms=arm_key(settings, arm),
+        aa_margins=tuple(aa),
+        ab_margins=tuple(ab),
+        unmeasured=unmeasured,
+        pairs=pairs,
+        prompts=len(prompts),
+        failures=failures,
+        bound=tail_bound([*aa, *ab]),
+        at=now(),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MarginSource:
+    """The tie margin a judgement used and where it came from."""
+
+    margin: float
+    origin: Literal["configured", "calibrated"]
+    calibrated_at: datetime | None = None
+    divergences: int = 0
+
+    def describe(self) -> str:
+        if self.origin == "configured" or self.calibrated_at is None:
+            return f"tie margin {self.margin:.4g} nats (configured: gates.quality.tie_margin_nats)"
+        at = self.calibrated_at.astimezone(UTC).isoformat(timespec="seconds")
+        return (
+            f"tie margin {self.margin:.4g} nats (calibrated at {at} from "
+            f"{self.divergences} divergences)"
+        )
+
+
+def tie_margin_for(
+    store: CalibrationStore, settings: Settings, arm: str, config: GatesConfig
+) -> tuple[GatesConfig, MarginSource]:
+    """The gates config to judge `arm` with: `config` itself, or a copy whose tie margin is
+    the one calibrated under `arm`'s current arms key; and where the margin came from."""
+    stored = store.tie_margin(arm_key(settings, arm))
+    if stored is None:
+        return config, MarginSource(config.quality.tie_margin_nats, "configured")
+    source = MarginSource(stored.margin, "calibrated", stored.calibrated_at, stored.divergences)
+    return with_tie_margin(config, stored.margin), source
+
+
+def with_tie_margin(config: GatesConfig, margin: float) -> GatesConfig:
+    """A copy of `config` judging ties within `margin` nats (the operator's object is not
+    touched)."""
+    quality = config.quality.model_copy(update={"tie_margin_nats": margin})
+    return config.model_copy(update={"quality": quality})
+
+
+def note_tie_margin(
+    decisions: Sequence[GateDecision], source: MarginSource
+) -> tuple[GateDecision, ...]:
+    """`decisions` with the quality decision's detail naming the tie margin it used."""
+    return tuple(
+        replace(d, detail=f"{d.detail}; {source.describe()}" if d.detail else source.describe())
+        if d.name == QUALITY
+        else d
+        for d in decisions
+    )
