@@ -162,3 +162,10 @@ image-test: image
 	CANARYD_IMAGE=$(IMAGE) CANARYD_IMAGE_RUN=$(IMAGE_RUN) CONTAINER=$(CONTAINER) \
 	  $(BIN)/python -m pytest -q -p no:cacheprovider -s \
 	  tests/packaging/test_image.py
+
+# The core install's size: the wheel and requirements-runtime.lock into a fresh venv with
+# pip's defaults (docs/install.md), MiB per distribution, then `canaryd judge` and `canaryd
+# run` from that venv on loopback arms (benchmarks/slim_install.py; minutes, not in `make test`).
+.PHONY: slim-size
+slim-size: $(STAMP)
+	$(BIN)/python benchmarks/slim_install.py --check

@@ -6,13 +6,18 @@ PYTHONPATH, which also records every attempt — `canaryd judge` decides on two 
 OpenAI-compatible arms and `canaryd switch status` reads the switch, neither trying to
 import a blocked package; `canaryd report` writes its tables with a note naming the
 `report` extra instead of plots; an in-process engine there fails with one line naming the
-extra to install."""
+extra to install. And the runtime lock that installs it: the core's dependencies, every pin
+with its hashes, at the dev lock's versions, none of the blocked packages.
+(benchmarks/slim_install.py builds the real venv, measures it and runs `judge` and `run` in
+it: minutes, so not here.)"""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +27,7 @@ from tests.support.configs import LIVENESS_ONLY
 from tests.support.servers import MisbehavingServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", re.MULTILINE)
 BLOCKED = (
     "torch",
     "transformers",
@@ -161,3 +167,33 @@ class TestSlimInstall:
         assert "Traceback" not in done.stderr
         assert 'kind = "transformers" (the in-process engine) needs' in done.stderr
         assert "install canaryd[local]" in done.stderr
+
+
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins(lock: str) -> dict[str, str]:
+    text = (REPO_ROOT / lock).read_text(encoding="utf-8")
+    return {normalized(name): version for name, version in _PIN.findall(text)}
+
+
+class TestRuntimeLock:
+    def test_pins_the_core_at_the_dev_locks_versions(self) -> None:
+        """Each of pyproject's core dependencies is pinned, and every pin is the version
+        `make venv` installs and tests (requirements.lock)."""
+        project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+        core = {normalized(re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0])
+                for d in project["project"]["dependencies"]}  # fmt: skip
+        runtime, dev = pins("requirements-runtime.lock"), pins("requirements.lock")
+        assert core <= set(runtime), core - set(runtime)
+        assert {n: v for n, v in runtime.items() if dev.get(n) != v} == {}
+
+    def test_every_pin_has_hashes_and_nothing_blocked(self) -> None:
+        """`pip install --require-hashes` accepts it (a hash under every pin), and it
+        carries none of the packages the slim install leaves out."""
+        text = (REPO_ROOT / "requirements-runtime.lock").read_text(encoding="utf-8")
+        entries = re.split(r"^(?=[A-Za-z0-9])", text, flags=re.MULTILINE)[1:]
+        assert len(entries) == len(pins("requirements-runtime.lock")) > 20
+        assert [e.split()[0] for e in entries if "--hash=sha256:" not in e] == []
+        assert set(pins("requirements-runtime.lock")) & {*BLOCKED, "psycopg"} == set()
