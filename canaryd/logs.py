@@ -8,6 +8,10 @@ Credentials never reach a log line: every event, its rendered exception included
 passed through `canaryd.redact` (URL passwords, secret parameters, values under
 secret-named keys). The standard library's loggers (APScheduler, SQLAlchemy) are
 rendered, and redacted, the same way.
+
+A short command that rarely logs (the kill switch) defers all of it: `deferred_logging`
+imports and configures structlog when the first event is logged, and `get_logger` names a
+logger that imports structlog only then, so a command that logs nothing never imports it.
 """
 
 from __future__ import annotations
@@ -15,13 +19,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import MutableMapping
-from typing import Any
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
-import structlog
-
-from canaryd.config import LoggingConfig
 from canaryd.redact import redact_value
+
+if TYPE_CHECKING:
+    from canaryd.config import LoggingConfig
 
 TEXT_KEYS = frozenset({"prompt_text", "baseline_text", "speculative_text"})
 
@@ -79,6 +84,12 @@ def configure_logging(
     config: LoggingConfig | None = None, *, json: bool | None = None, level: str | None = None
 ) -> None:
     """Configure structlog and the stdlib root logger; keywords override `config`."""
+    import structlog
+
+    from canaryd.config import LoggingConfig
+
+    global _pending
+    _pending = None
     config = config or LoggingConfig()
     use_json = _use_json(config.format) if json is None else json
     level_name = (level or config.level).upper()
@@ -126,3 +137,63 @@ def configure_logging(
     # APScheduler warns on every run an overrunning cycle coalesces away; the daemon
     # reports an overrun itself (`cycle.overrun`), once per cycle.
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
+
+
+# The keywords of the `configure_logging` that `deferred_logging` holds back, if any.
+_pending: dict[str, Any] | None = None
+
+
+def _configure_pending() -> None:
+    if _pending is not None:
+        configure_logging(**_pending)
+
+
+class _DeferredHandler(_StderrHandler):
+    """The root logger's handler while logging is deferred: the first record configures
+    logging (which replaces this handler) and goes to the configured handler."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        _configure_pending()
+        root = logging.getLogger()
+        configured = [
+            h
+            for h in root.handlers
+            if isinstance(h, _StderrHandler) and not isinstance(h, _DeferredHandler)
+        ]
+        for handler in configured if record.levelno >= root.level else []:
+            handler.handle(record)
+
+
+@contextmanager
+def deferred_logging(*, level: str) -> Iterator[None]:
+    """Within: `configure_logging(level=level)` happens when the first event is logged
+    (through `get_logger` or the standard library), not before."""
+    global _pending
+    _pending = {"level": level}
+    root = logging.getLogger()
+    handler = _DeferredHandler()
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        _pending = None
+        root.removeHandler(handler)
+
+
+class _FirstUseLogger:
+    """A structlog logger that imports structlog (and applies a deferred configuration)
+    when a method is first called on it."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, method: str) -> Any:
+        import structlog
+
+        _configure_pending()
+        return getattr(structlog.get_logger(self._name), method)
+
+
+def get_logger(name: str) -> Any:
+    """`structlog.get_logger(name)`, imported on first use (see `deferred_logging`)."""
+    return _FirstUseLogger(name)

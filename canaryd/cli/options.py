@@ -7,13 +7,21 @@ servers a one-shot command may name instead of the configured arms (`--baseline`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from canaryd.cli.common import fail
-from canaryd.config import DEFAULT_CONFIG_PATH, ArmsConfig, Settings, load_settings
+from canaryd.config import (
+    DEFAULT_CONFIG_PATH,
+    SwitchSettings,
+    load_settings,
+    load_switch_settings,
+)
 from canaryd.store import EXPECTED_URL_FORMS
+
+if TYPE_CHECKING:
+    from canaryd.config import Settings
 
 __all__ = [
     "CONFIG_HELP",
@@ -28,6 +36,7 @@ __all__ = [
     "UrlOption",
     "settings_and_url",
     "settings_with_urls",
+    "switch_settings_and_url",
 ]
 
 CONFIG_HELP = (
@@ -66,6 +75,13 @@ def settings_and_url(config: Path | None, url: str | None) -> tuple[Settings, st
     return settings, settings.storage.resolved_url(url)
 
 
+def switch_settings_and_url(config: Path | None, url: str | None) -> tuple[SwitchSettings, str]:
+    """`settings_and_url` for the switch commands: the sections they use
+    (`load_switch_settings`), the rest of the file unvalidated."""
+    settings = load_switch_settings(config)
+    return settings, settings.storage.resolved_url(url)
+
+
 # --- two servers named on the command line instead of the config's arms -------------
 
 BaselineOption = Annotated[
@@ -99,6 +115,8 @@ def settings_with_urls(
 ) -> Settings:
     """`settings` whose arms are the two URLs serving `model` (both given), else the
     configured arms."""
+    from canaryd.config import ArmsConfig  # the engines' configuration: only when named
+
     if baseline is None and candidate is None:
         return settings
     if baseline is None or candidate is None:

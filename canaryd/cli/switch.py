@@ -24,25 +24,26 @@ switch without it is the master's.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, ParamSpec, TypeVar
 
 import typer
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from canaryd import paths
 from canaryd.cli.common import fail, handle_errors
-from canaryd.cli.options import ConfigOption, UrlOption, settings_and_url
-from canaryd.config import DEFAULT_CONFIG_PATH, Settings, config_path, load_settings
+from canaryd.cli.options import ConfigOption, UrlOption, switch_settings_and_url
+from canaryd.config import DEFAULT_CONFIG_PATH, SwitchSettings, config_path, load_switch_settings
 from canaryd.durations import parse_duration
 from canaryd.errors import ActuatorError, DatabaseError
-from canaryd.logs import configure_logging
+from canaryd.logs import deferred_logging
 from canaryd.store.database import driver_message, mask_url
 from canaryd.store.switching_sql import SqlSwitchStore  # the switch half: no history mapping
 from canaryd.switch import (
@@ -59,6 +60,9 @@ from canaryd.switch import (
 )
 from gates import Evaluation, SwitchEvent, SwitchMode, SwitchState
 from gates.categories import category_decisions
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -147,7 +151,7 @@ def _adopted_line(change: SwitchChange) -> str | None:
 def _sources(
     config: Path | None,
     url: str,
-    settings: Settings,
+    settings: SwitchSettings,
     *,
     err: bool = False,
     state_file: bool = True,
@@ -278,7 +282,7 @@ def _database_failures(url: str) -> Iterator[None]:
 def _through_database(
     action: Literal["rollback", "restore", "auto"],
     reason: str,
-    settings: Settings,
+    settings: SwitchSettings,
     url: str,
     config: Path | None,
     *,
@@ -305,7 +309,7 @@ def _through_database(
 
 
 def _emergency(
-    settings: Settings, url: str, config: Path | None, reason: str, error: DatabaseError
+    settings: SwitchSettings, url: str, config: Path | None, reason: str, error: DatabaseError
 ) -> int:
     """The kill switch without the database: the state file alone, then the hooks."""
     _sources(config, url, settings, state_file=False)  # the file: below, with its outcome
@@ -340,6 +344,19 @@ def _emergency(
     return 0
 
 
+def _logging_deferred(fn: Callable[P, R]) -> Callable[P, R]:
+    """`fn` with structlog configured (warnings and above, on stderr: stdout is what a
+    person or script reads) only if something logs: most runs import no structlog."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with deferred_logging(level="WARNING"):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_logging_deferred
 def _command(
     action: Literal["rollback", "restore", "auto"],
     reason: str,
@@ -349,9 +366,8 @@ def _command(
     force: bool = False,
     category: str | None = None,
 ) -> None:
-    configure_logging(level="WARNING")  # on stderr: stdout is what a person or script reads
     source = config_path(config)
-    settings, resolved = settings_and_url(source, url)
+    settings, resolved = switch_settings_and_url(source, url)
     try:
         code = _through_database(
             action, reason, settings, resolved, source, force=force, category=category
@@ -378,6 +394,7 @@ def _command(
 
 @app.command()
 @handle_errors
+@_logging_deferred
 def status(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the state object (as in the state file).")
@@ -386,9 +403,8 @@ def status(
     config: ConfigOption = None,
 ) -> None:
     """The switch as stored: mode, reason, actor, generation; state file and hooks."""
-    configure_logging(level="WARNING")
     source = config_path(config)
-    settings, resolved = settings_and_url(source, url)
+    settings, resolved = switch_settings_and_url(source, url)
     path = settings.switch.resolved_state_file()
     with _database_failures(resolved), SqlSwitchStore.open(resolved) as store:
         on_disk = read_state_file(path)
@@ -528,7 +544,7 @@ def nginx_map(
         source = "the state canaryd handed over (CANARYD_SWITCH_JSON)"
     else:
         path = state_file or (
-            load_settings(config_path(config), require_secrets=False).switch.resolved_state_file()
+            load_switch_settings(config_path(config)).switch.resolved_state_file()
         )
         state = read_state_file(path)
         source = str(path)

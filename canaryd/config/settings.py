@@ -16,12 +16,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-)
 
+from canaryd.config.loading import EnvironmentSettings
 from canaryd.config.sections import (
     ArmsConfig,
     LoggingConfig,
@@ -38,18 +34,12 @@ from canaryd.redact import redact_value
 from canaryd.store.database import mask_url
 from canaryd.telemetry.config import TelemetryConfig
 from gates import GateMode, GatesConfig
-from gates.budget import design_pairs_per_minute
 from gates.records import BASELINE_ARM
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="CANARYD_",
-        env_nested_delimiter="__",
-        extra="ignore",
-        nested_model_default_partial_update=True,
-        allow_inf_nan=False,
-    )
+class Settings(EnvironmentSettings):
+    """Every section, validated at once, read from the TOML file and `CANARYD_` variables
+    under `EnvironmentSettings`' rules."""
 
     arms: ArmsConfig = Field(default_factory=ArmsConfig)
     prompts: PromptsConfig = Field(default_factory=PromptsConfig)
@@ -162,40 +152,6 @@ class Settings(BaseSettings):
             ],
         )
 
-    @model_validator(mode="after")
-    def _schedule_within_design_rate(self) -> Settings:
-        budget = self.gates.budget
-        if budget.over_design_rate == "rebudget":
-            return self
-        schedule = self.schedule
-        rate = schedule.pairs_per_minute
-        design = design_pairs_per_minute(self.gates)
-        if rate <= design * (1 + 1e-9):
-            return self
-        key = "pairs_per_cycle" if schedule.pairs_per_cycle > 1 else "pair_interval_s"
-        ratio = rate / design
-        problem = (
-            f"schedule.pairs_per_cycle = {schedule.pairs_per_cycle} every "
-            f"schedule.pair_interval_s = {schedule.pair_interval_s:g} s is {rate:.3g} pairs a "
-            f"minute, {ratio:.3g}x the {design:.3g} the false-alarm budget is sized for "
-            f"(gates.budget.design_pair_interval_s = {budget.design_pair_interval_s:g} s): "
-            "slow the schedule (pair_interval_s >= "
-            f"{schedule.pairs_per_cycle * budget.design_pair_interval_s:.3g}), or re-budget "
-            f"with gates.budget.design_pair_interval_s = {60.0 / rate:.3g} (every detector "
-            f"threshold rises by log({ratio:.3g}) nats) or gates.budget.over_design_rate = "
-            '"rebudget" (the gates re-budget from the measured rate)'
-        )
-        raise ValidationError.from_exception_data(
-            "Settings",
-            [
-                InitErrorDetails(
-                    type=PydanticCustomError("over_design_rate", problem),
-                    loc=("schedule", key),
-                    input=getattr(schedule, key),
-                )
-            ],
-        )
-
     @property
     def switch_arm(self) -> str:
         """The speculative arm whose rollback the switch controls (`switch.arm`, else the
@@ -206,19 +162,6 @@ class Settings(BaseSettings):
     def comparison_arms(self) -> list[str]:
         """The speculative arms other than `switch_arm`: measured, never switching."""
         return [name for name in self.arms.speculative_arms if name != self.switch_arm]
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The TOML file arrives through init_settings (load_settings parses it, so that
-        # syntax errors can name their line); the environment overrides the file.
-        return env_settings, init_settings
 
     def snapshot(self) -> dict[str, Any]:
         """The effective configuration, JSON-safe, as stored with every run: secrets

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import inspect
 
-from canaryd.store.models import Base
+from canaryd.store.model_types import Base
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

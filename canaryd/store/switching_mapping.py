@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from canaryd.store.columns import Convert, from_row, row_values
-from canaryd.store.models import (
+from canaryd.store.switching_models import (
     DriftReferenceRow,
     GateDecisionRow,
     SwitchAuditRow,

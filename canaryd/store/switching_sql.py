@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from canaryd.store.columns import aware
 from canaryd.store.database import SQLITE_DURABLE, SQLITE_IMMEDIATE
-from canaryd.store.models import (
+from canaryd.store.switching_models import (
     DriftReferenceRow,
     GateDecisionRow,
     RevisionRow,

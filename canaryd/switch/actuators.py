@@ -19,10 +19,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-import structlog
-
 from canaryd.config import AlertmanagerConfig, CommandHookConfig, SwitchConfig, WebhookConfig
 from canaryd.errors import ActuatorError
+from canaryd.logs import get_logger
 
 if TYPE_CHECKING:
     from canaryd.metrics import CanarydMetrics
@@ -42,7 +41,7 @@ __all__ = [
     "utcnow",
 ]
 
-log = structlog.get_logger("canaryd.switch")
+log = get_logger("canaryd.switch")
 
 ALERT_NAME = "CanarydSpeculativeRolledBack"
 SIGNATURE_HEADER = "X-Canaryd-Signature"

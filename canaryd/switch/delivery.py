@@ -19,8 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
+from canaryd.logs import get_logger
 from canaryd.switch.actuators import Actuator, run_actuator
 from canaryd.switch.statefile import flock_within, generation_of, open_lock_file
 
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LEDGER_WAIT_S", "deliver", "ledger_path", "newest"]
 
-log = structlog.get_logger("canaryd.switch")
+log = get_logger("canaryd.switch")
 
 # How long a delivery waits for another one to the same hook; above the slowest default
 # hook with its retries (four 10 s attempts and their back-off), and still bounded so a

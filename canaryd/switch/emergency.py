@@ -19,9 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from canaryd.config import SwitchConfig
+from canaryd.logs import get_logger
 from canaryd.switch.actuators import Actuator, build_actuators, run_actuator, utcnow
 from canaryd.switch.statefile import (
     PENDING_SYNC,
@@ -48,7 +47,7 @@ __all__ = [
     "pending_adoption",
 ]
 
-log = structlog.get_logger("canaryd.switch")
+log = get_logger("canaryd.switch")
 
 EMERGENCY_REASON_PREFIX = "EMERGENCY (database not updated): "
 SYNCED_NOTE = "synced from state file after database outage"

@@ -20,10 +20,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from canaryd.config import SwitchConfig
-from canaryd.store import SwitchRecord, SwitchStore
+from canaryd.logs import get_logger
+from canaryd.store.switching import SwitchRecord
 from canaryd.switch.actuators import Actuator, build_actuators, utcnow
 from canaryd.switch.delivery import deliver, newest
 from canaryd.switch.emergency import pending_adoption
@@ -54,10 +53,11 @@ from gates import (
 
 if TYPE_CHECKING:
     from canaryd.metrics import CanarydMetrics
+    from canaryd.store import SwitchStore
 
 __all__ = ["ApplyReport", "SwitchChange", "SwitchService"]
 
-log = structlog.get_logger("canaryd.switch")
+log = get_logger("canaryd.switch")
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,8 +29,6 @@ kind = "fake"
 speculative = true
 [storage]
 url = "sqlite:///{db}"
-[gates.budget]
-over_design_rate = "rebudget"
 [schedule]
 pair_interval_s = 0.2
 jitter_s = 0

@@ -3,7 +3,11 @@ an operator runs them (a fresh interpreter, the service's config with `[traffic]
 set and no hash key, a migrated SQLite database), import none of the heavy modules —
 statistics (scipy, numpy), engines (torch, transformers), plotting (matplotlib), Alembic
 (the schema check reads the revision itself) and httpx (no webhook is configured) — and
-`canaryd --help` and `--version` import no database either. A correctness test of the
+`canaryd --help` and `--version` import no database either. Nor do the switch commands
+import what they do not use (`SWITCH_UNUSED`): the whole `Settings` and its other sections
+(the engines' configuration) and the history's ORM models; and `switch status`, which logs
+nothing, imports no logging library (`LOGGING`: structlog is configured, with rich, only
+when something logs, as a transition or a refusal does). A correctness test of the
 imports, not a timing test; benchmarks/cli_startup.py times them. The revisions the schema
 check reads from the migration files' names are Alembic's own."""
 
@@ -20,6 +24,13 @@ from canaryd.store.migrations import alembic_config, head_revision, known_revisi
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("scipy", "numpy", "torch", "transformers", "matplotlib", "alembic", "httpx")
+SWITCH_UNUSED = (
+    "canaryd.config.settings",
+    "canaryd.config.sections",
+    "engine.config",
+    "canaryd.store.models",
+)
+LOGGING = ("structlog", "rich")
 # Runs canaryd's entry point with the arguments given, then prints which of the modules
 # named in LIGHT_MODULES it imported (on stderr, whatever the exit code).
 PROBE = (
@@ -39,7 +50,7 @@ def run(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[st
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *args],
         cwd=REPO_ROOT,
-        env={**env, "LIGHT_MODULES": ",".join((*HEAVY, "sqlalchemy"))},
+        env={**env, "LIGHT_MODULES": ",".join((*HEAVY, *SWITCH_UNUSED, *LOGGING, "sqlalchemy"))},
         capture_output=True,
         text=True,
         timeout=300,
@@ -86,24 +97,29 @@ class TestSwitchImports:
     def test_switch_command_imports_nothing_heavy(
         self, service: tuple[dict[str, str], Path], args: tuple[str, ...], code: int, says: str
     ) -> None:
-        """Each switch command does its job and imports none of the heavy modules."""
+        """Each switch command does its job and imports none of the heavy modules, nor
+        any it does not use."""
         env, config = service
         done, imported = run(env, *args, "--config", str(config))
         assert done.returncode == code, done.stdout + done.stderr
         assert says in done.stdout + done.stderr
         assert "sqlalchemy" in imported  # the probe sees what the command imported
         assert imported & set(HEAVY) == set()
+        assert imported & set(SWITCH_UNUSED) == set()
+        if args[1] == "status":
+            assert imported & set(LOGGING) == set()
 
     @pytest.mark.parametrize("args", [("--help",), ("--version",)], ids=["help", "version"])
     def test_help_and_version_import_no_database(
         self, service: tuple[dict[str, str], Path], args: tuple[str, ...]
     ) -> None:
-        """`canaryd --help` and `--version` answer without the database or anything heavy."""
+        """`canaryd --help` and `--version` answer without the database or anything heavy
+        (typer renders the help with rich)."""
         env, _ = service
         done, imported = run(env, *args)
         assert done.returncode == 0, done.stdout + done.stderr
         assert done.stdout.strip()
-        assert imported == set()
+        assert imported - {"rich"} == set()
 
 
 class TestRevisionsFromFileNames:
