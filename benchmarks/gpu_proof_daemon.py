@@ -102,6 +102,7 @@ state_file = {json.dumps(str(work / "switch.json"))}
 
 [gates.budget]
 false_rollbacks_per_30_days = 1000000.0
+over_design_rate = "rebudget"
 """
     path = work / "canaryd.toml"
     path.write_text(text, encoding="utf-8")

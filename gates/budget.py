@@ -20,6 +20,11 @@ pair under a runner-up kernel adds about 0.7 nats; their thresholds' log(16) ≈
 nats more cost them a pair or a few. N counts shares, not detectors (`budget_shares`:
 15 + 2/16 by default; `detector_count` still counts detectors), so every other detector
 keeps nearly a whole 15th of the budget.
+
+The budget holds only at its design rate, one pair every `design_pair_interval_s`.
+A faster rate (several pairs per cycle, several daemons on one database measuring)
+spends more: `rebudget` sizes a copy of the config for the measured rate, so every
+ARL0 grows by the ratio of the rates and every threshold by its log.
 """
 
 from __future__ import annotations
@@ -100,6 +105,31 @@ def telemetry_arl0(config: GatesConfig, scrape_interval_s: float) -> float:
     intervals = SECONDS_PER_30_DAYS / scrape_interval_s
     count = budget_shares(config, telemetry=True)
     return intervals * count / config.budget.false_rollbacks_per_30_days
+
+
+def design_pairs_per_minute(config: GatesConfig) -> float:
+    """The pair rate the budget is sized for: 60 / `budget.design_pair_interval_s`."""
+    return 60.0 / config.budget.design_pair_interval_s
+
+
+def rate_ratio(config: GatesConfig, pairs_per_minute: float | None) -> float:
+    """How many times faster than the design rate `pairs_per_minute` is; 1 when it is not
+    (or unknown): a slower rate spends less than the budget, never more."""
+    if pairs_per_minute is None:
+        return 1.0
+    return max(1.0, pairs_per_minute / design_pairs_per_minute(config))
+
+
+def rebudget(config: GatesConfig, pairs_per_minute: float | None) -> GatesConfig:
+    """`config` sized for `pairs_per_minute` pairs a minute when that is faster than its
+    design rate: a copy whose `design_pair_interval_s` is 60 / `pairs_per_minute`, so
+    that the false alarms per 30 days stay within the budget at that rate; `config`
+    itself (never changed) otherwise."""
+    if rate_ratio(config, pairs_per_minute) <= 1.0:
+        return config
+    assert pairs_per_minute is not None  # a ratio above 1 needs a rate
+    budget = config.budget.model_copy(update={"design_pair_interval_s": 60.0 / pairs_per_minute})
+    return config.model_copy(update={"budget": budget})
 
 
 def detector_threshold(config: GatesConfig) -> float:

@@ -54,6 +54,13 @@ class BudgetConfig(Strict):
 
     false_rollbacks_per_30_days: float = Field(default=0.1, gt=0)
     design_pair_interval_s: float = Field(default=10.0, gt=0)
+    over_design_rate: Literal["refuse", "rebudget"] = Field(
+        default="refuse",
+        description="a schedule faster than one pair every design_pair_interval_s "
+        "(60 x schedule.pairs_per_cycle / schedule.pair_interval_s pairs a minute): "
+        "refuse: the config is refused at load; rebudget: accepted, and the gates are "
+        "re-budgeted from the measured pair rate (as for several daemons on one database)",
+    )
 
 
 class LatencySLO(Strict):

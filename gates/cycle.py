@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from gates.budget import detector_arl0, detector_budget, telemetry_arl0
+from gates.budget import detector_arl0, detector_budget, rate_ratio, rebudget, telemetry_arl0
 from gates.config import GatesConfig
 from gates.config_base import GateConfigBase
 from gates.core import GateDecision, GateMode, GateState, ReferenceStats, checks, combine_states
@@ -315,7 +315,8 @@ class Judgement:
     """One window judged: every decision, the verdict of the enforce gates and why.
     `covered`: the pair gates an enforced telemetry gate covers (a PASS did not wait for
     them); `requests`: the speculative arm's production requests in its telemetry
-    (0 without telemetry)."""
+    (0 without telemetry); `rate_ratio`: the measured pair rate over the budget's design
+    rate when the gates were re-budgeted for it (1: judged at the design rate)."""
 
     decisions: tuple[GateDecision, ...]
     verdict: Verdict
@@ -323,6 +324,7 @@ class Judgement:
     pairs: int
     covered: tuple[str, ...] = ()
     requests: int = 0
+    rate_ratio: float = 1.0
 
     @property
     def suspicion(self) -> float:
@@ -347,6 +349,7 @@ def judge(
     acceptance_reference: AcceptanceReference | None = None,
     min_pairs: int = 0,
     subject: str = "the window",
+    pair_rate: float | None = None,
 ) -> Judgement:
     """Judge `records` (the longest window up to `now`, oldest first) with every gate.
 
@@ -364,7 +367,11 @@ def judge(
     detector's share of the budget makes room for theirs, and the verdict PASSes when
     the quality checks on pairs and the telemetry gates agree (`combine`, `covered`).
     Without it the telemetry gates are absent and nothing else changes.
-    `min_pairs` and `subject` go to `combine`."""
+    `min_pairs` and `subject` go to `combine`. `pair_rate`: the pairs a minute measured
+    on the database (every daemon's); faster than the budget's design rate, the gates
+    judge with a copy of `config` re-budgeted for it (`gates.budget.rebudget`)."""
+    ratio = rate_ratio(config, pair_rate)
+    config = rebudget(config, pair_rate)
     start = since if since is not None else (state.since if state is not None else None)
     category_since = state.category_since() if state is not None and since is None else None
     context = _context(
@@ -391,7 +398,12 @@ def judge(
         if i.end <= now and (start is None or i.start >= start)
     )
     verdict, reason = combine(decisions, pairs, min_pairs, subject, covered=covered)
-    return Judgement(decisions, verdict, reason, pairs, covered, requests)
+    if ratio > 1.0:
+        reason += (
+            f" (judged re-budgeted for {pair_rate:.3g} pairs a minute, {ratio:.3g}x the "
+            "design rate of gates.budget.design_pair_interval_s)"
+        )
+    return Judgement(decisions, verdict, reason, pairs, covered, requests, ratio)
 
 
 def covered_by_telemetry(decisions: Sequence[GateDecision]) -> tuple[str, ...]:

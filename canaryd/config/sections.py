@@ -197,6 +197,11 @@ class ScheduleConfig(_Section):
         "is dropped whole; a generation in progress cannot be interrupted",
     )
 
+    @property
+    def pairs_per_minute(self) -> float:
+        """The rate the schedule runs pairs at, jitter and the adaptive pace aside."""
+        return 60.0 * self.pairs_per_cycle / self.pair_interval_s
+
 
 class RolloutConfig(_Section):
     """The rollout burst: while a rollout tool is judging a revision (a `POST /v1/verdict`

@@ -34,6 +34,7 @@ from canaryd.redact import redact_value
 from canaryd.store.database import mask_url
 from canaryd.telemetry.config import TelemetryConfig
 from gates import GateMode, GatesConfig
+from gates.budget import design_pairs_per_minute
 from gates.records import BASELINE_ARM
 
 
@@ -148,6 +149,40 @@ class Settings(EnvironmentSettings):
                     ),
                     loc=("gates", "parity", "mode"),
                     input=self.gates.parity.mode.value,
+                )
+            ],
+        )
+
+    @model_validator(mode="after")
+    def _schedule_within_design_rate(self) -> Settings:
+        budget = self.gates.budget
+        if budget.over_design_rate == "rebudget":
+            return self
+        schedule = self.schedule
+        rate = schedule.pairs_per_minute
+        design = design_pairs_per_minute(self.gates)
+        if rate <= design * (1 + 1e-9):
+            return self
+        key = "pairs_per_cycle" if schedule.pairs_per_cycle > 1 else "pair_interval_s"
+        ratio = rate / design
+        problem = (
+            f"schedule.pairs_per_cycle = {schedule.pairs_per_cycle} every "
+            f"schedule.pair_interval_s = {schedule.pair_interval_s:g} s is {rate:.3g} pairs a "
+            f"minute, {ratio:.3g}x the {design:.3g} the false-alarm budget is sized for "
+            f"(gates.budget.design_pair_interval_s = {budget.design_pair_interval_s:g} s): "
+            "slow the schedule (pair_interval_s >= "
+            f"{schedule.pairs_per_cycle * budget.design_pair_interval_s:.3g}), or re-budget "
+            f"with gates.budget.design_pair_interval_s = {60.0 / rate:.3g} (every detector "
+            f"threshold rises by log({ratio:.3g}) nats) or gates.budget.over_design_rate = "
+            '"rebudget" (the gates re-budget from the measured rate)'
+        )
+        raise ValidationError.from_exception_data(
+            "Settings",
+            [
+                InitErrorDetails(
+                    type=PydanticCustomError("over_design_rate", problem),
+                    loc=("schedule", key),
+                    input=getattr(schedule, key),
                 )
             ],
         )

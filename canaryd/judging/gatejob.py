@@ -39,6 +39,7 @@ import structlog
 from canaryd.config import Settings
 from canaryd.judging.evidence import acceptance_reference, read_telemetry, read_window
 from canaryd.judging.leader import Leadership, leadership_for
+from canaryd.judging.rate import RATE_HORIZON, pair_rate
 from canaryd.judging.verdict import MAX_REVISIONS
 from canaryd.metrics import CanarydMetrics
 from canaryd.pairs.plan import arm_key
@@ -47,6 +48,7 @@ from canaryd.probe.stored import latest_probe
 from canaryd.store import SqlStore, Store
 from canaryd.switch import SwitchService
 from gates import Evaluation, ReferenceStats, SwitchState
+from gates.budget import design_pairs_per_minute
 from gates.core import checks
 from gates.cycle import advisory, judge, may_pin, pins
 from gates.parity import ProbeEvidence
@@ -58,6 +60,7 @@ log = structlog.get_logger(__name__)
 
 PRUNE_EVERY = timedelta(hours=1)  # how often old gate decisions are deleted
 CLOSE_WAIT_S = 2.0  # how long shutdown waits for a gate run in flight
+REBUDGET_LOG_EVERY = timedelta(hours=1)  # how often an unchanged re-budget is logged again
 
 
 def _routes(probe: ProbeEvidence | None) -> dict[str, Any] | None:
@@ -92,6 +95,7 @@ class SwitchGates:
         self._service: SwitchService | None = None
         self._lock = threading.Lock()  # one evaluation at a time
         self._pruned_at: datetime | None = None
+        self._rebudget_logged: tuple[float, datetime] | None = None  # (ratio, when)
         # The largest progress (CUSUM / h) of an enforce detector that has not decided,
         # at the last gate run this daemon led; None while it follows (the pace of pairs).
         self.suspicion: float | None = None
@@ -257,6 +261,36 @@ class SwitchGates:
                 states={d.name: d.state.value for d in judged.decisions},
             )
 
+    def _report_rate(self, rate: float, ratio: float, now: datetime) -> None:
+        """Export the pair rate's ratio to the design rate; log a re-budget when it starts,
+        moves by a tenth or more, ends, and hourly while it lasts."""
+        design = design_pairs_per_minute(self.settings.gates)
+        if self.metrics is not None:
+            self.metrics.set_pair_rate_ratio(rate / design)
+        logged = self._rebudget_logged
+        if ratio <= 1.0:
+            if logged is not None:
+                log.info("gates.rebudget_ended", pairs_per_minute=round(rate, 3), design=design)
+                self._rebudget_logged = None
+            return
+        if (
+            logged is not None
+            and abs(ratio / logged[0] - 1.0) < 0.1
+            and now - logged[1] < REBUDGET_LOG_EVERY
+        ):
+            return
+        log.warning(
+            "gates.rebudgeted",
+            pairs_per_minute=round(rate, 3),
+            design=design,
+            ratio=round(ratio, 3),
+            horizon_h=RATE_HORIZON.total_seconds() / 3600,
+            reason="the database holds more pairs than gates.budget.design_pair_interval_s "
+            "is sized for (pairs_per_cycle, several daemons measuring): every detector is "
+            "judged at the measured rate, its threshold log(ratio) higher",
+        )
+        self._rebudget_logged = (ratio, now)
+
     def _evaluate(self, now: datetime) -> None:
         service = self.service
         store = self._store
@@ -282,6 +316,7 @@ class SwitchGates:
         telemetry = read_telemetry(store, self.settings, arm, now)
         # Pinned from healthy telemetry only, as the drift references are.
         pin = may_pin(state)
+        rate = pair_rate(store, arm, now)
         judged = judge(
             records,
             references,
@@ -297,7 +332,9 @@ class SwitchGates:
             acceptance_reference=(
                 acceptance_reference(telemetry, config, now, since=state.since) if pin else None
             ),
+            pair_rate=rate,
         )
+        self._report_rate(rate, judged.rate_ratio, now)
         decisions = judged.decisions
         service.set_routes(_routes(probe))
         store.save_evaluation(Evaluation(now, decisions))

@@ -43,10 +43,12 @@ from canaryd.judging.evidence import (
     read_telemetry,
     read_window,
 )
+from canaryd.judging.rate import pair_rate
 from canaryd.pairs.plan import arm_key
 from canaryd.redact import redact_value
 from canaryd.store import RevisionWindow, SqlStore, Store
 from gates import GateDecision
+from gates.budget import rebudget
 from gates.config import GatesConfig
 from gates.cycle import Judgement, Verdict, judge
 from gates.estimate import estimate as estimate_need
@@ -343,6 +345,7 @@ class VerdictService:
             current: bool = False,
             records: Sequence[PairRecord] = (),
             judgement: Judgement | None = None,
+            config: GatesConfig = settings.gates,
         ) -> RevisionVerdict:
             return RevisionVerdict(
                 verdict=verdict,
@@ -358,7 +361,7 @@ class VerdictService:
                 gates=judgement.decisions if judgement is not None else (),
                 window_current=current,
                 judgement=judgement,
-                gates_config=settings.gates,
+                gates_config=config,
                 min_pairs=query.min_pairs,
             )
 
@@ -417,6 +420,7 @@ class VerdictService:
                 store, settings, arm, at, start=window.started_at, end=window.ended_at
             )
         )
+        rate = pair_rate(store, arm, at)
         judged = judge(
             records,
             references,
@@ -434,6 +438,7 @@ class VerdictService:
             else None,
             min_pairs=query.min_pairs,
             subject=f"revision {revision!r}",
+            pair_rate=rate,
         )
         verdict, reason = judged.verdict, judged.reason
         if window.ended_at is not None:
@@ -449,6 +454,7 @@ class VerdictService:
             current=window.current,
             records=records,
             judgement=judged,
+            config=rebudget(settings.gates, rate),
         )
         with self._lock:
             self._cache[key] = answered

@@ -157,6 +157,10 @@ class CanarydMetrics:
         """One evaluation's `(check name, detector progress)` pairs."""
         self.switch.observe_detectors(readings)
 
+    def set_pair_rate_ratio(self, ratio: float) -> None:
+        """The measured pair rate over the budget's design rate (`canaryd_pair_rate_ratio`)."""
+        self.switch.pair_rate_ratio.set(ratio)
+
     def set_switch(
         self,
         *,

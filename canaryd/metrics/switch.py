@@ -1,7 +1,8 @@
 """The switch series: what the gates decided and what the rollback switch did about it.
 
 `SwitchMetrics` owns each gate's latest state and its evaluations (gate names capped at
-16), each check's sequential-detector progress, the switch as stored (top level and each
+16), each check's sequential-detector progress, the measured pair rate against the
+budget's design rate, the switch as stored (top level and each
 category's own), whether this daemon leads, the switch's transitions by target and
 actor, and failed actuator attempts. Categories share the composition's bounded
 `category` label.
@@ -49,6 +50,14 @@ class SwitchMetrics:
             "over the threshold it FAILs at (1: FAIL; 0.5: WARN; 0: no evidence of a fault).",
             ("check",),
             "max by (check) (canaryd_gate_detector_progress) > 0.5",
+        )
+        self.pair_rate_ratio = declare.gauge(
+            "canaryd_pair_rate_ratio",
+            "Pairs a minute stored on the database over the last 24 h (every daemon's) over "
+            "the false-alarm budget's design rate (60 / gates.budget.design_pair_interval_s), "
+            "at the last gate run this daemon led; above 1 the gates judge re-budgeted for it.",
+            (),
+            "canaryd_pair_rate_ratio > 1",
         )
         self.rolled_back = declare.gauge(
             "canaryd_switch_rolled_back",

@@ -12,10 +12,16 @@ from gates.budget import (
     MINOR_SHARE,
     SECONDS_PER_30_DAYS,
     budget_shares,
+    design_pairs_per_minute,
     detector_arl0,
     detector_count,
     detector_threshold,
+    rate_ratio,
+    rebudget,
 )
+from gates.core import checks
+from gates.cycle import judge
+from gates.testing import at, record
 
 
 def config(**sections: object) -> GatesConfig:
@@ -104,3 +110,48 @@ class TestDetectorArl0:
         """At one pair a minute a 30-day budget covers six times fewer pairs."""
         slower = detector_arl0(config(budget={"design_pair_interval_s": 60.0}))
         assert slower == pytest.approx(DEFAULT_ARL0 / 6)
+
+
+class TestRebudget:
+    def test_a_rate_at_or_below_the_design_rate_keeps_the_config(self) -> None:
+        """At or below 6 pairs a minute (or unknown) the very same config is judged."""
+        designed = GatesConfig()
+        for rate in (None, 0.0, 2.0, 6.0):
+            assert rebudget(designed, rate) is designed
+            assert rate_ratio(designed, rate) == 1.0
+
+    def test_a_faster_rate_raises_every_threshold_by_the_log_of_the_ratio(self) -> None:
+        """18 pairs a minute is 3x the design rate: a copy sized for one pair every
+        3.33 s, ARL0 three times larger; the original is untouched."""
+        designed = GatesConfig()
+        faster = rebudget(designed, 18.0)
+        assert rate_ratio(designed, 18.0) == pytest.approx(3.0)
+        assert faster.budget.design_pair_interval_s == pytest.approx(10 / 3)
+        assert designed.budget.design_pair_interval_s == 10.0
+        assert detector_arl0(faster) == pytest.approx(3 * detector_arl0(designed))
+        assert detector_threshold(faster) - detector_threshold(designed) == pytest.approx(
+            math.log(3.0)
+        )
+        assert design_pairs_per_minute(designed) == 6.0
+
+
+class TestJudgeAtARate:
+    def test_judge_rebudgets_and_says_so(self) -> None:
+        """`judge` with a measured rate twice the design rate: every detector's threshold
+        log(2) higher than without it, and the reason names the rate."""
+        records = [record(i) for i in range(200)]
+        now = at(200)
+        plain = judge(records, None, None, GatesConfig(), now)
+        rated = judge(records, None, None, GatesConfig(), now, pair_rate=12.0)
+        assert plain.rate_ratio == 1.0 and rated.rate_ratio == pytest.approx(2.0)
+        assert "re-budgeted" not in plain.reason
+        assert "re-budgeted for 12 pairs a minute, 2x the design rate" in rated.reason
+        before = {c.name: c.detector for c in checks(plain.decisions) if c.detector}
+        after = {c.name: c.detector for c in checks(rated.decisions) if c.detector}
+        assert before.keys() == after.keys()
+        shifted = [
+            name
+            for name, reading in before.items()
+            if after[name].threshold - reading.threshold == pytest.approx(math.log(2.0))
+        ]
+        assert "error.paired" in shifted and "quality.mismatch" in shifted

@@ -54,6 +54,8 @@ max_tokens = 12
 {extra}
 [storage]
 url = "sqlite:///{db}"
+[gates.budget]
+over_design_rate = "rebudget"
 [schedule]
 pair_interval_s = 0.1
 jitter_s = 0

@@ -34,6 +34,8 @@ kind = "fake"
 speculative = true
 [storage]
 url = "{url}"
+[gates.budget]
+over_design_rate = "rebudget"
 [schedule]
 pair_interval_s = 0.2
 jitter_s = 0

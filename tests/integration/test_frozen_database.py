@@ -45,6 +45,8 @@ speculative = true
 max_tokens = 8
 [storage]
 url = "{proxied}"
+[gates.budget]
+over_design_rate = "rebudget"
 [schedule]
 pair_interval_s = 0.1
 jitter_s = 0

@@ -48,6 +48,8 @@ speculative = true
 max_tokens = 8
 [storage]
 url = "sqlite:///{directory / "canaryd.db"}"
+[gates.budget]
+over_design_rate = "rebudget"
 [schedule]
 pair_interval_s = 0.2
 jitter_s = 0

@@ -29,6 +29,8 @@ kind = "fake"
 speculative = true
 [storage]
 url = "sqlite:///{db}"
+[gates.budget]
+over_design_rate = "rebudget"
 [schedule]
 pair_interval_s = 0.2
 jitter_s = 0

@@ -155,6 +155,8 @@ acceptance_rate_by_category = {{ live_chat = 0.2 }}
 [prompts]
 categories = {list(SUITES)!r}
 max_tokens = 16
+[gates.budget]
+over_design_rate = "rebudget"
 [schedule]
 pairs_per_cycle = {PAIRS_PER_CYCLE}
 [storage]

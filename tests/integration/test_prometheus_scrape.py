@@ -25,6 +25,8 @@ kind = "fake"
 [arms.speculative]
 kind = "fake"
 speculative = true
+[gates.budget]
+over_design_rate = "rebudget"
 [schedule]
 pair_interval_s = 0.1
 jitter_s = 0

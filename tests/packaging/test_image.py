@@ -36,6 +36,8 @@ kind = "fake"
 speculative = true
 [prompts]
 max_tokens = 8
+[gates.budget]
+over_design_rate = "rebudget"
 [schedule]
 pair_interval_s = 0.5
 jitter_s = 0

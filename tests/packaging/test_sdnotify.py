@@ -196,6 +196,8 @@ def start_daemon(
 max_tokens = 8
 [storage]
 url = "sqlite:///{tmp_path / "canaryd.db"}"
+[gates.budget]
+over_design_rate = "rebudget"
 [schedule]
 pair_interval_s = 0.2
 jitter_s = 0

@@ -81,7 +81,10 @@ listen = "127.0.0.1:0"
 def fast_schedule(**overrides: float) -> str:
     values = {"pair_interval_s": 0.05, "jitter_s": 0, "heartbeat_interval_s": 0.1}
     values.update(overrides)
-    return "[schedule]\n" + "\n".join(f"{key} = {value}" for key, value in values.items()) + "\n"
+    # Faster than the budget's design rate: accepted, the gates re-budgeting if need be.
+    rebudget = '[gates.budget]\nover_design_rate = "rebudget"\n'
+    pairs = "\n".join(f"{key} = {value}" for key, value in values.items())
+    return rebudget + "[schedule]\n" + pairs + "\n"
 
 
 @pytest.fixture

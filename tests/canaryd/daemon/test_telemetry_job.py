@@ -72,6 +72,8 @@ def write_config(tmp_path: Path, extra: str = "") -> Path:
 url = "sqlite:///{tmp_path / "canaryd.db"}"
 [server]
 listen = "127.0.0.1:0"
+[gates.budget]
+over_design_rate = "rebudget"
 [schedule]
 pair_interval_s = 0.2
 jitter_s = 0
