@@ -34,6 +34,7 @@ from canaryd.cli.options import (
 )
 from canaryd.config import load_settings
 from canaryd.daemon.quarantine import storable
+from canaryd.judging.calibration import note_tie_margin, tie_margin_for
 from canaryd.judging.evidence import acceptance_reference
 from canaryd.judging.verdict import finite
 from canaryd.logs import configure_logging
@@ -139,6 +140,7 @@ def judge(
             gates = gates.model_copy(
                 update={"drift": gates.drift.model_copy(update={"mode": GateMode.DRY_RUN})}
             )
+        gates, margin = tie_margin_for(store, settings, arm, gates)
         load_metrics()  # scoring's imports, before the clock of the time to a decision
         engines = load_arms(settings, err)
         if settings.telemetry.enabled:
@@ -176,7 +178,8 @@ def judge(
                     acceptance_reference=acceptance_reference(telemetry, gates, now),
                     subject=f"judge run {run.run_id}",
                 )
-                decisions, verdict, reason = list(judged.decisions), judged.verdict, judged.reason
+                decisions = list(note_tie_margin(judged.decisions, margin))
+                verdict, reason = judged.verdict, judged.reason
                 progress.update(task, advance=1, description=verdict)
                 if verdict in ("PASS", "FAIL"):
                     decided_after_s = time.monotonic() - started

@@ -37,6 +37,7 @@ from typing import Any
 import structlog
 
 from canaryd.config import Settings
+from canaryd.judging.calibration import note_tie_margin, tie_margin_for
 from canaryd.judging.evidence import acceptance_reference, read_telemetry, read_window
 from canaryd.judging.leader import Leadership, leadership_for
 from canaryd.judging.rate import RATE_HORIZON, pair_rate
@@ -243,22 +244,24 @@ class SwitchGates:
             records = self._window(store, arm, now)
             references = self._references(store, records, arm, now, None)
             telemetry = read_telemetry(store, self.settings, arm, now)
+            arm_config, margin = tie_margin_for(store, self.settings, arm, config)
             judged = judge(
                 records,
                 references,
                 None,
-                config,
+                arm_config,
                 now,
                 telemetry=telemetry,
                 scrape_interval_s=self.settings.telemetry.scrape_interval_s,
                 acceptance_reference=acceptance_reference(telemetry, config, now),
             )
-            store.save_evaluation(Evaluation(now, judged.decisions), comparison_arm=arm)
+            decisions = note_tie_margin(judged.decisions, margin)
+            store.save_evaluation(Evaluation(now, decisions), comparison_arm=arm)
             log.info(
                 "gates.compared",
                 arm=arm,
                 pairs=len(records),
-                states={d.name: d.state.value for d in judged.decisions},
+                states={d.name: d.state.value for d in decisions},
             )
 
     def _report_rate(self, rate: float, ratio: float, now: datetime) -> None:
@@ -300,6 +303,8 @@ class SwitchGates:
         # Before the drift pins, which read the mode: a pending emergency rollback counts.
         service.adopt_pending()
         arm = self.settings.switch_arm
+        # The tie margin calibrated for these arms (`canaryd calibrate`), in a copy.
+        config, margin = tie_margin_for(store, self.settings, arm, config)
         revision = self.settings.switch.revision
         if revision is not None and store.revision_window(arm, revision) is None:
             # The configured revision is an explicit write: its evidence window opens here.
@@ -335,7 +340,7 @@ class SwitchGates:
             pair_rate=rate,
         )
         self._report_rate(rate, judged.rate_ratio, now)
-        decisions = judged.decisions
+        decisions = note_tie_margin(judged.decisions, margin)
         service.set_routes(_routes(probe))
         store.save_evaluation(Evaluation(now, decisions))
         if self.metrics is not None:

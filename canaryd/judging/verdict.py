@@ -37,6 +37,7 @@ import structlog
 
 from canaryd.config import Settings
 from canaryd.errors import BadRequestError, CannotJudgeError, DatabaseError
+from canaryd.judging.calibration import note_tie_margin, tie_margin_for
 from canaryd.judging.evidence import (
     acceptance_reference,
     prior_acceptance_reference,
@@ -412,6 +413,7 @@ class VerdictService:
             category=query.category,
         )
         references = store.drift_references(arm_key(settings, arm))
+        gates, margin = tie_margin_for(store, settings, arm, settings.gates)
         # Production telemetry has no categories: it judges the revision as a whole.
         telemetry = (
             None
@@ -425,7 +427,7 @@ class VerdictService:
             records,
             references,
             None,
-            settings.gates,
+            gates,
             at,
             since=window.started_at,
             telemetry=telemetry,
@@ -440,6 +442,7 @@ class VerdictService:
             subject=f"revision {revision!r}",
             pair_rate=rate,
         )
+        judged = replace(judged, decisions=note_tie_margin(judged.decisions, margin))
         verdict, reason = judged.verdict, judged.reason
         if window.ended_at is not None:
             reason = (
