@@ -229,6 +229,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
+        if (work / "venv").exists():
+            sys.exit(f"{work / 'venv'} exists: --keep wants a new directory")
         venv, empty = build(work, args.python)
         total = disk_mib(venv)
         rows = breakdown(venv)
