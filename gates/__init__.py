@@ -12,7 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gates.config import GatesConfig, SwitchPolicyConfig
+    from gates.config import GatesConfig
     from gates.core import DetectorReading, GateDecision, GateMode, GateState, ReferenceStats
     from gates.cycle import GATES, Judgement, Verdict, combine, evaluate_all, judge
     from gates.drift import drift_gate, grow_references, pin_reference
@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 # Each public name and the module that defines it.
 _MODULES = {
-    "gates.config": ("GatesConfig", "SwitchPolicyConfig"),
+    "gates.config": ("GatesConfig",),
+    "gates.switch_config": ("SwitchPolicyConfig",),
     "gates.core": ("DetectorReading", "GateDecision", "GateMode", "GateState", "ReferenceStats"),
     "gates.cycle": ("GATES", "Judgement", "Verdict", "combine", "evaluate_all", "judge"),
     "gates.drift": ("drift_gate", "grow_references", "pin_reference"),

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import TypeVar
 
-from gates.config import GateConfigBase
+from gates.config_base import GateConfigBase
 from gates.core import GateDecision, GateState, combine_states
 from gates.records import PairRecord
 from gates.window import Window, combined

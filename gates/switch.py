@@ -50,8 +50,8 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from gates.categories import category_decisions, category_passed, judged_state, per_category
-from gates.config import SwitchPolicyConfig
 from gates.core import GateDecision, GateState
+from gates.switch_config import SwitchPolicyConfig
 
 
 class SwitchMode(enum.StrEnum):

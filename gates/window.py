@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from gates.config import GateConfigBase
+from gates.config_base import GateConfigBase
 from gates.core import GateDecision, GateState, combine_states, deciding
 from gates.records import PairRecord
 

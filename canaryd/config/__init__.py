@@ -21,7 +21,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from canaryd.config.loading import SwitchSettings, read_config_file, validated
+from canaryd.config.loading import (
+    SwitchSettings,
+    environment_sets,
+    read_config_file,
+    validated,
+)
 from canaryd.config.switching import (
     CONFIG_ENV,
     DATABASE_URL_ENV,
@@ -102,7 +107,12 @@ def load_switch_settings(path: Path | None = None) -> SwitchSettings:
     """The sections the switch uses, read as `load_settings` reads them (same file, same
     environment, same errors for these keys), the rest of the file unvalidated."""
     path = config_path(path)
-    return validated(SwitchSettings, path, read_config_file(path))
+    data = read_config_file(path)
+    if not environment_sets(SwitchSettings):
+        return validated(SwitchSettings, path, data)
+    from canaryd.config.environment import SwitchSettingsFromEnvironment  # pydantic-settings
+
+    return validated(SwitchSettingsFromEnvironment, path, data)
 
 
 __all__ = [

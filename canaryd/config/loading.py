@@ -1,13 +1,14 @@
-"""Reading the configuration: a file's TOML (`read_config_file`), the `CANARYD_`
-environment rules every settings model follows (`EnvironmentSettings`), a failed
-validation turned into the one-line `ConfigError` naming file or variable and key
-(`validated`), and `SwitchSettings`.
+"""Reading the configuration: a file's TOML (`read_config_file`), a failed validation
+turned into the one-line `ConfigError` naming file or variable and key (`validated`), and
+`SwitchSettings`, the sections the kill switch uses (storage, the switch with its hooks,
+the switch policy).
 
-`canaryd.config.load_settings` builds the whole `Settings` with these; `load_switch_settings`
-builds `SwitchSettings`, the sections the kill switch uses (storage, the switch with its
-hooks, the switch policy), from the same file under the same rules with the same section
+`canaryd.config.load_settings` builds the whole `Settings` with these;
+`load_switch_settings` builds `SwitchSettings` from the same file with the same section
 classes, without importing the other sections (the engines' configuration, telemetry, the
-gates'), so that `canaryd switch` starts fast and runs whatever is wrong elsewhere.
+gates'), so that `canaryd switch` starts fast and runs whatever is wrong elsewhere. Only
+when a `CANARYD_` variable may set one of its keys (`environment_sets`) does it read them
+through pydantic-settings under `Settings`' very rules (`canaryd.config.environment`).
 """
 
 from __future__ import annotations
@@ -19,16 +20,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from canaryd.config.switching import StorageConfig, SwitchConfig
 from canaryd.errors import ConfigError
-from gates.config import SwitchPolicyConfig
+from gates.switch_config import SwitchPolicyConfig
 
 __all__ = [
     "SECTION_NAMES",
-    "EnvironmentSettings",
     "SwitchSettings",
+    "environment_sets",
     "read_config_file",
     "validated",
 ]
@@ -53,34 +53,7 @@ SECTION_NAMES = frozenset(
 
 _ENGINE_TAGS = frozenset({"transformers", "fake", "openai"})
 
-S = TypeVar("S", bound=BaseSettings)
-
-
-class EnvironmentSettings(BaseSettings):
-    """The rules every settings model reads its sections by: the TOML file's content as
-    keyword arguments, each overridden by `CANARYD_<SECTION>__<KEY>` (names not case
-    sensitive, `__` for nesting, a nested default updated key by key)."""
-
-    model_config = SettingsConfigDict(
-        env_prefix="CANARYD_",
-        env_nested_delimiter="__",
-        extra="ignore",
-        nested_model_default_partial_update=True,
-        allow_inf_nan=False,
-    )
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The TOML file arrives through init_settings (`read_config_file` parses it, so
-        # that syntax errors can name their line); the environment overrides the file.
-        return env_settings, init_settings
+M = TypeVar("M", bound=BaseModel)
 
 
 class _SwitchGates(BaseModel):
@@ -92,14 +65,23 @@ class _SwitchGates(BaseModel):
     policy: SwitchPolicyConfig = SwitchPolicyConfig()
 
 
-class SwitchSettings(EnvironmentSettings):
+class SwitchSettings(BaseModel):
     """What `canaryd switch` reads of the configuration: `storage`, `switch` and
     `gates.policy`, the very section classes of `Settings`; the other sections are not
     validated (a command validates only what it uses)."""
 
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
     storage: StorageConfig = Field(default_factory=StorageConfig)
     switch: SwitchConfig = Field(default_factory=SwitchConfig)
     gates: _SwitchGates = Field(default_factory=_SwitchGates)
+
+
+def environment_sets(model: type[BaseModel]) -> bool:
+    """Whether a `CANARYD_<SECTION>…` variable may set a key of one of `model`'s sections
+    (names are not case sensitive)."""
+    prefixes = tuple(f"CANARYD_{name.upper()}" for name in model.model_fields)
+    return any(name.upper().startswith(prefixes) for name in os.environ)
 
 
 def read_config_file(path: Path | None) -> dict[str, Any]:
@@ -125,7 +107,7 @@ def read_config_file(path: Path | None) -> dict[str, Any]:
     return data
 
 
-def validated(build: Callable[..., S], path: Path | None, data: dict[str, Any]) -> S:
+def validated(build: Callable[..., M], path: Path | None, data: dict[str, Any]) -> M:
     """`build(**data)`; its first validation error as `ConfigError` naming the file (or the
     `CANARYD_…` variable that set the key) and the key."""
     try:

@@ -17,7 +17,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from canaryd.config.loading import EnvironmentSettings
+from canaryd.config.environment import EnvironmentSettings
 from canaryd.config.sections import (
     ArmsConfig,
     LoggingConfig,

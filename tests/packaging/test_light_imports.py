@@ -5,7 +5,9 @@ statistics (scipy, numpy), engines (torch, transformers), plotting (matplotlib),
 (the schema check reads the revision itself) and httpx (no webhook is configured) — and
 `canaryd --help` and `--version` import no database either. Nor do the switch commands
 import what they do not use (`SWITCH_UNUSED`): the whole `Settings` and its other sections
-(the engines' configuration) and the history's ORM models; and `switch status`, which logs
+(the engines' configuration), every gate's configuration (`gates.config`: the switch
+policy's is its own), pydantic-settings (no `CANARYD_<SECTION>` variable is set
+in the operator's shell) and the history's ORM models; and `switch status`, which logs
 nothing, imports no logging library (`LOGGING`: structlog is configured, with rich, only
 when something logs, as a transition or a refusal does). A correctness test of the
 imports, not a timing test; benchmarks/cli_startup.py times them. The revisions the schema
@@ -28,7 +30,9 @@ SWITCH_UNUSED = (
     "canaryd.config.settings",
     "canaryd.config.sections",
     "engine.config",
+    "gates.config",
     "canaryd.store.models",
+    "pydantic_settings",  # no CANARYD_<SECTION> variable set: the file alone is read
 )
 LOGGING = ("structlog", "rich")
 # Runs canaryd's entry point with the arguments given, then prints which of the modules

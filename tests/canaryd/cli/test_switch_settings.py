@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from canaryd.config import Settings, load_settings, load_switch_settings
-from canaryd.config.loading import SECTION_NAMES
+from canaryd.config import Settings, SwitchSettings, load_settings, load_switch_settings
+from canaryd.config.environment import SwitchSettingsFromEnvironment
+from canaryd.config.loading import SECTION_NAMES, read_config_file, validated
 from canaryd.errors import ConfigError
 
 HOOKS = """
@@ -94,6 +95,20 @@ def test_the_switch_reads_what_settings_read(
     assert light.gates.policy == full.gates.policy
     if text:  # the case's file and variables did reach both reads
         assert light.switch.command is not None
+    # Read through pydantic-settings only where a variable may set one of its keys.
+    sections = ("CANARYD_STORAGE", "CANARYD_SWITCH", "CANARYD_GATES")
+    sets = any(name.upper().startswith(sections) for name in env)
+    assert isinstance(light, SwitchSettingsFromEnvironment) == sets
+
+
+def test_without_variables_the_file_alone_reads_the_same(tmp_path: Path) -> None:
+    """No `CANARYD_<SECTION>` variable: the plain read (no pydantic-settings) gives what
+    the read under the environment rules gives."""
+    path = _file(tmp_path, HOOKS)
+    light = load_switch_settings(path)
+    assert type(light) is SwitchSettings
+    ruled = validated(SwitchSettingsFromEnvironment, path, read_config_file(path))
+    assert ruled.model_dump() == light.model_dump()
 
 
 ERRORS = {
