@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         Transition,
         step,
     )
+    from gates.switch_config import SwitchPolicyConfig
 
 # Each public name and the module that defines it.
 _MODULES = {

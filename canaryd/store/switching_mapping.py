@@ -17,13 +17,13 @@ from types import MappingProxyType
 from typing import Any
 
 from canaryd.store.columns import Convert, from_row, row_values
+from canaryd.store.switching import AuditEntry, SwitchRecord
 from canaryd.store.switching_models import (
     DriftReferenceRow,
     GateDecisionRow,
     SwitchAuditRow,
     SwitchStateRow,
 )
-from canaryd.store.switching import AuditEntry, SwitchRecord
 from gates import (
     CategorySwitch,
     Control,

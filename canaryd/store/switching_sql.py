@@ -25,13 +25,6 @@ from sqlalchemy.orm import Session
 
 from canaryd.store.columns import aware
 from canaryd.store.database import SQLITE_DURABLE, SQLITE_IMMEDIATE
-from canaryd.store.switching_models import (
-    DriftReferenceRow,
-    GateDecisionRow,
-    RevisionRow,
-    SwitchAuditRow,
-    SwitchStateRow,
-)
 from canaryd.store.sql_base import SqlDatabase
 from canaryd.store.switching import (
     AuditEntry,
@@ -49,6 +42,13 @@ from canaryd.store.switching_mapping import (
     state_values,
     switch_record,
     transition_audit_row,
+)
+from canaryd.store.switching_models import (
+    DriftReferenceRow,
+    GateDecisionRow,
+    RevisionRow,
+    SwitchAuditRow,
+    SwitchStateRow,
 )
 from gates import Evaluation, ReferenceStats, SwitchOutcome, SwitchState
 
