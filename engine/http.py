@@ -334,6 +334,11 @@ class OpenAIEngine:
         if cfg.server_kind == "vllm":
             # usage on every chunk: how many tokens each chunk carried (a verify step's)
             body["stream_options"]["continuous_usage_stats"] = True
+        if cfg.server_kind == "llamacpp" and sampling.greedy:
+            # llama-cpp-python's server applies repeat_penalty 1.1 unless told, so its
+            # "greedy" token is not the argmax of the log-probs it lists (raw): the greedy
+            # check and its teacher need the argmax. extra_body, merged last, overrides.
+            body["repeat_penalty"] = 1.0
         if sampling.stop:
             body["stop"] = list(sampling.stop)
         if cfg.api == "chat":

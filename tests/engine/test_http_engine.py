@@ -128,6 +128,29 @@ class TestHealthyStream:
         assert body["messages"] == [{"role": "user", "content": "Say hello."}]
         assert (body["max_tokens"], body["temperature"], body["seed"]) == (16, 0.0, 0)
 
+    def test_llamacpp_greedy_requests_turn_the_repeat_penalty_off(
+        self, server: MisbehavingServer
+    ) -> None:
+        """llama-cpp-python's server penalises repeats (1.1) unless told: a greedy request
+        to a llama.cpp arm says repeat_penalty 1.0, so the token it returns is the argmax of
+        the log-probs it lists; a sampled one leaves the server's default; extra_body wins."""
+        sampled = GenerationRequest(
+            REQUEST.messages, SamplingParams(max_tokens=16, temperature=0.7)
+        )
+        for engine in _engine(server.url, server_kind="llamacpp"):
+            engine.generate(REQUEST)
+            assert server.requests[-1]["repeat_penalty"] == 1.0
+            engine.generate(sampled)
+            assert "repeat_penalty" not in server.requests[-1]
+        for engine in _engine(
+            server.url, server_kind="llamacpp", extra_body={"repeat_penalty": 1.3}
+        ):
+            engine.generate(REQUEST)
+            assert server.requests[-1]["repeat_penalty"] == 1.3
+        for engine in _engine(server.url, server_kind="vllm"):
+            engine.generate(REQUEST)
+            assert "repeat_penalty" not in server.requests[-1]
+
     def test_completions_api(self, server: MisbehavingServer) -> None:
         """api = "completions" posts a prompt and reads `text` deltas."""
         for engine in _engine(server.url, api="completions", extra_body={"top_k": 1}):
