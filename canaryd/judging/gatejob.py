@@ -40,7 +40,7 @@ from canaryd.config import Settings
 from canaryd.judging.calibration import note_tie_margin, tie_margin_for
 from canaryd.judging.evidence import acceptance_reference, read_telemetry, read_window
 from canaryd.judging.leader import Leadership, leadership_for
-from canaryd.judging.rate import RATE_HORIZON, pair_rate
+from canaryd.judging.rate import RATE_HORIZON, RATE_REFRESH, pair_rate
 from canaryd.judging.verdict import MAX_REVISIONS
 from canaryd.metrics import CanarydMetrics
 from canaryd.pairs.plan import arm_key
@@ -97,6 +97,7 @@ class SwitchGates:
         self._lock = threading.Lock()  # one evaluation at a time
         self._pruned_at: datetime | None = None
         self._rebudget_logged: tuple[float, datetime] | None = None  # (ratio, when)
+        self._rate: tuple[datetime, float] | None = None  # (measured at, pairs a minute)
         # The largest progress (CUSUM / h) of an enforce detector that has not decided,
         # at the last gate run this daemon led; None while it follows (the pace of pairs).
         self.suspicion: float | None = None
@@ -264,6 +265,13 @@ class SwitchGates:
                 states={d.name: d.state.value for d in decisions},
             )
 
+    def _pair_rate(self, store: Store, arm: str, now: datetime) -> float:
+        """The switch arm's pairs a minute on the database, measured again every
+        `RATE_REFRESH`."""
+        if self._rate is None or not timedelta(0) <= now - self._rate[0] < RATE_REFRESH:
+            self._rate = (now, pair_rate(store, arm, now))
+        return self._rate[1]
+
     def _report_rate(self, rate: float, ratio: float, now: datetime) -> None:
         """Export the pair rate's ratio to the design rate; log a re-budget when it starts,
         moves by a tenth or more, ends, and hourly while it lasts."""
@@ -321,7 +329,7 @@ class SwitchGates:
         telemetry = read_telemetry(store, self.settings, arm, now)
         # Pinned from healthy telemetry only, as the drift references are.
         pin = may_pin(state)
-        rate = pair_rate(store, arm, now)
+        rate = self._pair_rate(store, arm, now)
         judged = judge(
             records,
             references,

@@ -14,7 +14,8 @@ horizon, not by the time since the first pair, keeps a daemon started minutes ag
 test) from being read as a sustained rate: the budget counts pairs per 30 days, and a
 day's pairs are what a day spends of it. The daemon's gate job, the verdict and `canaryd
 judge` pass the rate to `gates.cycle.judge`, which judges with a copy of the gates config
-re-budgeted for it when it is faster than the design rate.
+re-budgeted for it when it is faster than the design rate (the gate job measures every
+`RATE_REFRESH`, the verdict at each gate run it judges).
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from datetime import datetime, timedelta
 
 from canaryd.store import HistoryStore
 
-__all__ = ["RATE_HORIZON", "pair_rate"]
+__all__ = ["RATE_HORIZON", "RATE_REFRESH", "pair_rate"]
 
 RATE_HORIZON = timedelta(hours=24)
+# How often the gate job measures again: reading a day of pairs costs about a second at
+# the design rate, and five minutes move a day's count by a third of a percent at most.
+RATE_REFRESH = timedelta(minutes=5)
 
 
 def pair_rate(store: HistoryStore, arm: str, at: datetime) -> float:

@@ -457,7 +457,7 @@ class VerdictService:
             current=window.current,
             records=records,
             judgement=judged,
-            config=rebudget(settings.gates, rate),
+            config=rebudget(gates, rate),
         )
         with self._lock:
             self._cache[key] = answered

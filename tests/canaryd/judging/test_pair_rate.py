@@ -14,7 +14,7 @@ import pytest
 
 from canaryd.config import Settings
 from canaryd.judging.gatejob import SwitchGates
-from canaryd.judging.rate import RATE_HORIZON, pair_rate
+from canaryd.judging.rate import RATE_HORIZON, RATE_REFRESH, pair_rate
 from canaryd.judging.verdict import VerdictQuery, VerdictService
 from canaryd.metrics import CanarydMetrics
 from canaryd.pairs.runner import PairRunner
@@ -131,8 +131,8 @@ class TestRebudget:
         hook = SwitchGates(config, metrics=metrics, store=store)
         hook.evaluate(now)
         single = thresholds(store)
-        measure(store, "follower", now, offset_s=300)
-        hook.evaluate(now + timedelta(seconds=1))
+        measure(store, "follower", now, offset_s=301)
+        hook.evaluate(now + RATE_REFRESH)  # measured again
         ratio = metrics.registry.get_sample_value("canaryd_pair_rate_ratio")
         assert ratio == pytest.approx(2.0, abs=0.02)
         double = thresholds(store)
@@ -144,4 +144,8 @@ class TestRebudget:
         assert config.gates.budget.design_pair_interval_s == DESIGN_INTERVAL_S
         store.start_revision("speculative", "r1", now - RATE_HORIZON, keep=10)
         verdict = VerdictService(lambda: config, store=store).judge(VerdictQuery("r1"))
-        assert "re-budgeted for 0.2 pairs a minute, 2x the design rate" in verdict.reason
+        assert verdict.judgement is not None
+        assert verdict.judgement.rate_ratio == pytest.approx(2.0, abs=0.02)
+        assert "judged re-budgeted for 0.199 pairs a minute, 1.99x the design rate" in (
+            verdict.reason
+        )
