@@ -2,8 +2,9 @@
 switch half (`switching_sql`), its telemetry part (`telemetry_sql`: the arms' scrape
 intervals), its calibrated tie margins (`calibration_sql`) and the database plumbing all
 share (`sql_base`), database URLs and engines (`database`), schema migrations
-(`migrations`), the mapping between records and rows (`columns`, `mapping`,
-`switching_mapping`), the switch's records (`switching`), the per-hour roll-ups that
+(`migrations`), the ORM models (`models`; the switch's tables in `switching_models`, the
+base and column types in `model_types`), the mapping between records and rows (`columns`,
+`mapping`, `switching_mapping`), the switch's records (`switching`), the per-hour roll-ups that
 retention keeps after raw pairs are deleted (`rollup`), and the bounded read of recent
 generations' ITL and fallback counts (`serving`).
 The names below are imported on first use (PEP 562): a command that needs the database
