@@ -23,41 +23,9 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from canaryd.config.switching import (
-    CONFIG_ENV,
-    DATABASE_URL_ENV,
-    REVISION_PATTERN,
-    AlertmanagerConfig,
-    CommandHookConfig,
-    LoggingConfig,
-    StorageConfig,
-    SwitchConfig,
-    WebhookConfig,
-)
 from canaryd.config.switching import Section as _Section
 from engine.config import EngineConfig, SpeculativeConfig, TransformersEngineConfig
 from gates.records import BASELINE_ARM, DEFAULT_ARM
-
-__all__ = [
-    "ARM_NAME_PATTERN",
-    "CONFIG_ENV",
-    "DATABASE_URL_ENV",
-    "REVISION_PATTERN",
-    "SECRETS_REQUIRED",
-    "AlertmanagerConfig",
-    "ArmsConfig",
-    "CommandHookConfig",
-    "LoggingConfig",
-    "PromptsConfig",
-    "RetentionConfig",
-    "RolloutConfig",
-    "ScheduleConfig",
-    "ServerConfig",
-    "StorageConfig",
-    "SwitchConfig",
-    "TrafficConfig",
-    "WebhookConfig",
-]
 
 # False while `load_settings(require_secrets=False)` validates: a command that uses no
 # secret (the switch, status, gates) must run in a shell without the service's

@@ -20,16 +20,14 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from canaryd.config.environment import EnvironmentSettings
 from canaryd.config.sections import (
     ArmsConfig,
-    LoggingConfig,
     PromptsConfig,
     RetentionConfig,
     RolloutConfig,
     ScheduleConfig,
     ServerConfig,
-    StorageConfig,
-    SwitchConfig,
     TrafficConfig,
 )
+from canaryd.config.switching import LoggingConfig, StorageConfig, SwitchConfig
 from canaryd.redact import redact_value
 from canaryd.store.database import mask_url
 from canaryd.telemetry.config import TelemetryConfig

@@ -2,9 +2,9 @@
 (configured if it logs) — and the base every section shares (`Section`).
 
 Light at import (pydantic and the standard library): the kill switch validates these
-sections alone (`canaryd.config.loading.load_switch_settings`) without building the whole
+sections alone (`canaryd.config.load_switch_settings`) without building the whole
 `Settings`, whose other sections import the engines' configuration. `Settings` holds these
-very classes, re-exported by `canaryd.config.sections`, so both read them alike.
+very classes, so both read them alike.
 """
 
 from __future__ import annotations
