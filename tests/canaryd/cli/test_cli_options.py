@@ -18,7 +18,7 @@ SHARED = {
 }
 EXPECTED = {
     "config": {
-        "run", "once", "bench", "judge", "probe", "report", "status", "gates", "audit",
+        "run", "once", "bench", "judge", "probe", "calibrate", "report", "status", "gates", "audit",
         "switch status", "switch rollback", "switch restore", "switch auto",
         "switch nginx-map", "db upgrade", "db current", "db repin",
     },
