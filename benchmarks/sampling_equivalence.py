@@ -61,9 +61,14 @@ from engine.types import GenerationRequest, GenerationResult, Message, SamplingP
 from gates import GateState, quality_gate
 from gates.budget import DEFAULT_ARL0
 from gates.config import QualityGateConfig
-from gates.distribution import ONE_SIDED_CUSUMS, sign_flip_increments
+from gates.distribution import (
+    ONE_SIDED_CUSUMS,
+    joint_scores,
+    shiryaev_roberts,
+    sign_flip_increments,
+)
 from gates.records import PairRecord, Prompt
-from gates.sequential import llr_cusum, lorden_threshold
+from gates.sequential import lorden_threshold
 
 TEMPERATURE = 0.8
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -124,6 +129,8 @@ class Arm:
     fails: list[int] = field(default_factory=list)  # pairs to each FAIL, per episode
     argmax_deltas: list[float] = field(default_factory=list)
     nll_deltas: list[float] = field(default_factory=list)
+    # (argmax delta, NLL delta) of the pairs with an argmax delta: what quality.argmax bets on
+    scored: list[tuple[float, float | None]] = field(default_factory=list)
 
     def add(self, record: PairRecord, config: QualityGateConfig) -> bool:
         """Add a pair, evaluate the gate; True when it FAILs (the episode restarts)."""
@@ -133,6 +140,7 @@ class Arm:
         if record.scores is not None:
             if record.scores.argmax_delta is not None:
                 self.argmax_deltas.append(record.scores.argmax_delta)
+                self.scored.append((record.scores.argmax_delta, record.scores.nll_delta))
             if record.scores.nll_delta is not None:
                 self.nll_deltas.append(record.scores.nll_delta)
         decision = quality_gate(self.records, config, now=T0 + timedelta(seconds=10 * (n + 1)))
@@ -167,7 +175,7 @@ def speculative_engine(fault: str | None, rate: float = 0.5) -> TransformersEngi
         method="prompt_lookup",
         num_draft_tokens=8,
         max_ngram_size=1,
-        fault=fault,  # type: ignore[arg-type]  # checked by the model
+        fault=fault,  # checked by the model
         fault_rate=rate,
     )
     return TransformersEngine(
@@ -234,24 +242,26 @@ def run_prompt(
     }
 
 
-def calibration_replay(deltas: list[float], arl0: float) -> dict[str, Any]:
-    """The healthy arm's own argmax deltas through quality.argmax's four sign-flip
-    CUSUMs at a test-sized budget (ARL0 `arl0` each), restarting after each alarm:
-    observed alarms against the most Lorden's bound allows."""
+def calibration_replay(pairs: list[tuple[float, float | None]], arl0: float) -> dict[str, Any]:
+    """The healthy arm's own (argmax delta, NLL delta) pairs through quality.argmax's four
+    sign-flip detectors (Shiryaev-Roberts, on `joint_scores`) at a test-sized budget (ARL0
+    `arl0` each), restarting after each alarm: observed alarms against the most Lorden's
+    bound allows."""
     h = lorden_threshold(arl0)
     alarms, start = 0, 0
-    for end in range(1, len(deltas) + 1):
-        window = deltas[start:end]
+    for end in range(1, len(pairs) + 1):
+        window = pairs[start:end]
+        scores = joint_scores([a for a, _ in window], [n for _, n in window])
         if any(
-            llr_cusum(sign_flip_increments(window, bet), h).statistic >= h
+            shiryaev_roberts(sign_flip_increments(scores, bet), h).statistic >= h
             for bet in (0.5, 0.9, -0.5, -0.9)
         ):
             alarms, start = alarms + 1, end
     return {
         "h": round(h, 2),
-        "pairs": len(deltas),
+        "pairs": len(pairs),
         "alarms": alarms,
-        "lorden_bound": round(len(deltas) * 4 / arl0, 1),
+        "lorden_bound": round(len(pairs) * 4 / arl0, 1),
     }
 
 
@@ -276,7 +286,7 @@ def summary(arm: Arm, lossy: bool, full: bool) -> dict[str, Any]:
         out["false_alarms"] = len(arm.fails)
         if full:
             out["false_alarms_per_pair_bound"] = f"Lorden: ≤ 1/{DEFAULT_ARL0:.3g} per detector"
-            out["calibration_replay"] = calibration_replay(arm.argmax_deltas, TEST_SIZED_ARL0)
+            out["calibration_replay"] = calibration_replay(arm.scored, TEST_SIZED_ARL0)
     return out
 
 

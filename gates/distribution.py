@@ -13,23 +13,34 @@ baseline model scored as teacher:
   the delta with a plug-in sd), and it sees every way of being less or more likely.
 - argmax (`quality.argmax`, `argmax_delta`): which arm's output has the larger excess
   of the teacher's argmax tokens, and by how much — a paired sign-flip test,
-  distribution-free: with the pair's outputs exchangeable the delta is symmetric about
-  zero, so given the deltas' sizes their signs are fair coins whatever the prompts, the
-  model or the texts. Each untied pair (ties say nothing) bets a fraction λ of the
-  running wealth on its sign, staked by its size: the increment is log(1 + λ·s·w), s
-  the sign, w = min(|delta| / c, 1) with c the median size of the untied pairs before
-  it (a function of sizes only, fixed before the pair's sign is seen). Under
-  exchangeable arms every increment has e^increment of mean exactly 1, so the CUSUM of
-  them keeps Lorden's bound with no model of the data. Staking by size is what makes
-  it strong: a greedy-leaning arm wins its bets by large margins and loses them by
-  small ones, which a plain sign test (w = 1) would count as full losses. Per direction
-  a bank of two, λ = 0.5 and 0.9. It targets greedy-leaning bugs (argmax verification
-  while sampling), which shift the argmax excess more reliably than the mean NLL. PASS
-  when the t bounds of the net share (pairs where the speculative output has the larger
-  excess, minus the smaller, over all pairs: identical outputs count as evidence of
-  equivalence) lie within ±1/4.
-The distribution detector's budget share is split equally between its six one-sided
-CUSUMs (ARL0 × 6 each). Either check with no scored pair is left out, with a note.
+  distribution-free: exchanging a pair's two outputs flips the sign of every paired
+  delta at once, so with the outputs exchangeable, given the past and the sizes, the
+  signs are fair coins whatever the prompts, the model or the texts. The test bets on
+  a score z = a/c_a − 0.2·n/c_n (`joint_scores`): a the argmax delta and n the NLL
+  delta, each in units of the median size of its earlier deltas, so it flips with the
+  pair and greedy-leaning arms (argmax-heavier and likelier at once) push it up. Each
+  untied pair (ties say nothing) bets a fraction λ of the running wealth on the sign
+  of z, staked by its size: the increment is log(1 + λ·s·w), s the sign, w = min(|z| /
+  c, 1) with c the median |z| of the untied pairs before it (a function of sizes only,
+  fixed before the pair's sign is seen). Under exchangeable arms every increment has
+  e^increment of mean exactly 1 whatever came before, so the wealth from any start is
+  a test martingale. The detector is the Shiryaev-Roberts statistic of these e-values,
+  R_n = (1 + R_(n-1))·e^increment, the sum over every start of the wealth since it
+  (the e-SR detector of Shin, Ramdas and Rinaldo, "E-detectors: a nonparametric
+  framework for sequential change detection", 2024): R_n − n is a martingale under
+  exchangeable arms, so the alarm at log R ≥ h keeps the in-control run length of at
+  least e^h that a CUSUM at h has (Pollak 1985), with no model of the data, and it
+  alarms no later than that CUSUM (the CUSUM is the largest term of the sum; a
+  greedy-leaning arm lifts many starts at once). Staking by size is what makes it
+  strong: a greedy-leaning arm wins its bets by large margins and loses them by small
+  ones, which a plain sign test (w = 1) would count as full losses. Per direction a
+  bank of two, λ = 0.5 and 0.9, each on its own share. It targets greedy-leaning bugs
+  (argmax verification while sampling), which shift the argmax excess more reliably
+  than the mean NLL. PASS when the t bounds of the net share of the argmax delta's
+  signs (pairs where the speculative output has the larger excess, minus the smaller,
+  over all pairs: identical outputs count as evidence of equivalence) lie within ±1/4.
+The distribution detector's budget share is split equally between its seven one-sided
+detectors (ARL0 × 7 each). Either check with no scored pair is left out, with a note.
 """
 
 from __future__ import annotations
@@ -58,7 +69,6 @@ from gates.sequential import (
     cusum_bank,
     gaussian_llr,
     gross_charts,
-    llr_cusum,
     lorden_threshold,
     sd_upper_bound,
     shift_ladder,
@@ -66,7 +76,13 @@ from gates.sequential import (
 from gates.stats import clopper_pearson, mean_t_bounds
 from gates.window import Window, decision
 
-__all__ = ["ONE_SIDED_CUSUMS", "distribution_checks", "sign_flip_increments"]
+__all__ = [
+    "ONE_SIDED_CUSUMS",
+    "distribution_checks",
+    "joint_scores",
+    "shiryaev_roberts",
+    "sign_flip_increments",
+]
 
 # Likelihood up and down; argmax up and down, each with both bets; implausible tokens.
 ONE_SIDED_CUSUMS = 7
@@ -79,6 +95,11 @@ _BETS = (0.5, 0.9)
 # 1/2 ± this.
 _SIGN_TOLERANCE = 0.125
 _TIE = 1e-9  # closer than this is equal (identical outputs give exactly 0)
+# The NLL delta's weight in the score the sign-flip test bets on (`joint_scores`), both
+# deltas in units of their median size: greedy-leaning arms are argmax-heavier and
+# likelier at once, and a fifth of the likelihood's noisier evidence sharpens the sign
+# (measured on the embedded model's lossy pairs: 0.1 … 0.3 all help, 0.2 in the middle).
+_NLL_WEIGHT = 0.2
 # The gross charts' shifts: margin × 4, × 16, … up to this many nats of mean token NLL.
 _LARGEST_NLL_SHIFT = 8.0
 _RATE_FLOOR = 1e-4
@@ -104,7 +125,7 @@ def distribution_checks(
         components.append(_likelihood(f"{prefix}.distribution", config, window, now, nll, h))
     else:
         notes.append("distribution: no sampled pair has a teacher-scored likelihood")
-    argmax = [d for s in sampled if (d := s.argmax_delta) is not None]
+    argmax = [s for s in sampled if s.argmax_delta is not None]
     if argmax:
         components.append(_argmax(f"{prefix}.argmax", config, window, now, argmax, h))
     else:
@@ -223,14 +244,16 @@ def _argmax(
     config: QualityGateConfig,
     window: Window,
     now: datetime,
-    deltas: list[float],
+    pairs: list[PairScores],
     h: float,
 ) -> GateDecision:
+    deltas = [s.argmax_delta or 0.0 for s in pairs]
+    joint = joint_scores(deltas, [s.nll_delta for s in pairs])
     signs = [0 if abs(d) <= _TIE else (1 if d > 0 else -1) for d in deltas]
     more = [s > 0 for s in signs if s != 0]  # the untied pairs: speculative has more
     hits, untied = sum(more), len(more)
-    up = _strongest(llr_cusum(sign_flip_increments(deltas, bet), h) for bet in _BETS)
-    down = _strongest(llr_cusum(sign_flip_increments(deltas, -bet), h) for bet in _BETS)
+    up = _strongest(shiryaev_roberts(sign_flip_increments(joint, bet), h) for bet in _BETS)
+    down = _strongest(shiryaev_roberts(sign_flip_increments(joint, -bet), h) for bet in _BETS)
     # PASS on all pairs, ties included: identical outputs are evidence of equivalence.
     n = len(signs)
     net, lower, upper = mean_t_bounds([float(s) for s in signs], config.confidence)
@@ -260,9 +283,9 @@ def _argmax(
         detail=f"larger argmax excess on the speculative arm in {hits}/{untied} untied pairs "
         f"({n - untied} ties), net {net:+.3f} [{lower:+.3f}, {upper:+.3f}] vs ±{edge:g}, "
         f"mean argmax-excess delta {statistics.fmean(deltas):+.4f}; "
-        f"more argmax: {cusum_note(up, h)}; fewer argmax: {cusum_note(down, h)} "
-        f"(sign-flip bets λ {' and '.join(f'{b:g}' for b in _BETS)} on untied pairs, "
-        "the stronger shown)",
+        f"more argmax: {_sr_note(up, h)}; fewer argmax: {_sr_note(down, h)} "
+        f"(sign-flip bets λ {' and '.join(f'{b:g}' for b in _BETS)} on the argmax delta "
+        f"− {_NLL_WEIGHT:g} × the NLL delta, each in median sizes; the stronger shown)",
         detector=closest((up, h), (down, h)),
     )
 
@@ -271,6 +294,31 @@ def _bank_note(bank: tuple[LlrCusum, int, float], margin: float) -> str:
     cusum, chart, h = bank
     shift = margin * GROSS_LADDER**chart
     return f"{cusum_note(cusum, h)} for a shift of {shift:.3g} nats (chart {chart + 1})"
+
+
+def joint_scores(argmax: Sequence[float], nll: Sequence[float | None]) -> list[float]:
+    """The score the sign-flip test bets on, per pair: a / c_a − `_NLL_WEIGHT` · n / c_n,
+    a the argmax-excess delta and n the mean token-NLL delta (0 when unscored), each in
+    units of the median size of its nonzero deltas before it (its own size for the
+    first). Exchanging a pair's two outputs flips a and n together and leaves the scales
+    (sizes of earlier pairs) alone, so the score flips sign: under exchangeable arms it
+    is symmetric about zero given the past, as each delta is."""
+    a_sizes: list[float] = []
+    n_sizes: list[float] = []
+    out = []
+    for a, n in zip(argmax, nll, strict=True):
+        n = n or 0.0
+        out.append(_in_units(a, a_sizes) - _NLL_WEIGHT * _in_units(n, n_sizes))
+        for value, sizes in ((a, a_sizes), (n, n_sizes)):
+            if abs(value) > _TIE:
+                bisect.insort(sizes, abs(value))
+    return out
+
+
+def _in_units(value: float, sizes: list[float]) -> float:
+    if abs(value) <= _TIE:
+        return 0.0
+    return value / (sizes[len(sizes) // 2] if sizes else abs(value))
 
 
 def sign_flip_increments(deltas: Sequence[float], bet: float) -> list[float]:
@@ -291,6 +339,40 @@ def sign_flip_increments(deltas: Sequence[float], bet: float) -> list[float]:
         increments.append(math.log1p(bet * stake * (1.0 if delta > 0 else -1.0)))
         bisect.insort(sizes, size)
     return increments
+
+
+def shiryaev_roberts(increments: Sequence[float], h: float) -> LlrCusum:
+    """The Shiryaev-Roberts detector of log e-value `increments`: log R_n with R_n =
+    (1 + R_(n-1)) · e^increment, R_0 = 0 — the sum over every start of the wealth since
+    it. Shown as `statistic` (floored at 0, like a CUSUM's), with its `peak`, the first
+    observation at which it reached `h`, and `change_index`, the start whose wealth was
+    the largest term at the peak (the CUSUM's excursion start). When every e^increment
+    has conditional mean at most 1, R_n − n is a supermartingale, so the in-control run
+    length to log R ≥ h is at least e^h, as for a CUSUM at h (Pollak 1985; for e-values,
+    Shin, Ramdas and Rinaldo 2024); it never alarms later than that CUSUM."""
+    log_r = -math.inf  # log R_n
+    cusum = 0.0  # log of the largest term of the sum, floored at 0
+    start: int | None = None
+    statistic = peak = 0.0
+    peak_start: int | None = None
+    alarm: int | None = None
+    for index, increment in enumerate(increments):
+        # log(1 + R) without overflow: R can pass e^700 under a gross fault.
+        grown = log_r + math.log1p(math.exp(-log_r)) if log_r > 0.0 else math.log1p(math.exp(log_r))
+        log_r = grown + increment
+        if cusum == 0.0:
+            start = index
+        cusum = max(0.0, cusum + increment)
+        statistic = max(log_r, 0.0)
+        if statistic > peak:
+            peak, peak_start = statistic, start
+        if alarm is None and statistic >= h:
+            alarm = index
+    return LlrCusum(statistic, peak, alarm, peak_start, len(increments))
+
+
+def _sr_note(detector: LlrCusum, h: float) -> str:
+    return "Shiryaev-Roberts" + cusum_note(detector, h).removeprefix("CUSUM")
 
 
 def _two_sided(

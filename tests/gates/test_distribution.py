@@ -14,8 +14,14 @@ from gates import GateState, quality_gate
 from gates.budget import DEFAULT_ARL0
 from gates.config import QualityGateConfig
 from gates.core import GateDecision
-from gates.distribution import ONE_SIDED_CUSUMS, sign_flip_increments
+from gates.distribution import (
+    ONE_SIDED_CUSUMS,
+    joint_scores,
+    shiryaev_roberts,
+    sign_flip_increments,
+)
 from gates.records import PairRecord
+from gates.sequential import llr_cusum
 from gates.testing import at, record, scores
 
 NAME = "quality.argmax"
@@ -84,7 +90,7 @@ class TestArgmaxSignFlipTest:
         within about fifty pairs."""
         pairs = first_fail(signs(120, 0.95))
         assert pairs is not None and pairs <= 60
-        assert "more argmax: CUSUM" in evaluate(sampled(signs(120, 0.95))).detail
+        assert "more argmax: Shiryaev-Roberts" in evaluate(sampled(signs(120, 0.95))).detail
 
     def test_a_subtle_bias_fails_later(self) -> None:
         """Larger in 75 % of pairs: still caught, later."""
@@ -165,6 +171,120 @@ class TestSignFlipIncrements:
     def test_a_full_bet_is_refused(self) -> None:
         with pytest.raises(ValueError, match=r"need \|bet\| < 1, got 1.0"):
             sign_flip_increments([0.1], 1.0)
+
+
+def joint(pairs: Sequence[tuple[float, float | None]]) -> list[PairRecord]:
+    return [
+        record(
+            i,
+            pair_scores=replace(scores(delta=None), argmax_delta=a, nll_delta=n),
+            temperature=0.8,
+        )
+        for i, (a, n) in enumerate(pairs)
+    ]
+
+
+def first_fail_of(records: list[PairRecord]) -> int | None:
+    for n in range(1, len(records) + 1):
+        decision = component(evaluate(records[:n]))
+        if decision is not None and decision.state is GateState.FAIL:
+            return n
+    return None
+
+
+class TestJointScores:
+    def test_exchanging_the_outputs_flips_the_score(self) -> None:
+        """Flipping a pair's argmax and NLL deltas together flips its score and leaves
+        the later scores' units alone: symmetric under exchangeable arms."""
+        argmax = [0.2, -0.1, 0.0, 0.3, -0.05]
+        nll = [-0.5, 0.4, 0.0, None, 1.0]
+        base = joint_scores(argmax, nll)
+        for i in range(len(argmax)):
+            a, n = list(argmax), list(nll)
+            a[i] = -a[i]
+            n[i] = None if n[i] is None else -n[i]  # type: ignore[operator]
+            flipped = joint_scores(a, n)
+            assert flipped[i] == pytest.approx(-base[i])
+            assert flipped[:i] + flipped[i + 1 :] == pytest.approx(base[:i] + base[i + 1 :])
+
+    def test_units_of_the_median_size_before(self) -> None:
+        """Each delta over the median size of its nonzero deltas before it (its own size
+        first); an unscored NLL counts 0; a fifth of the NLL delta, likelier counting up."""
+        score = joint_scores([0.2, 0.1, 0.0], [-0.5, None, 1.0])
+        assert score == pytest.approx([1.0 + 0.2, 0.1 / 0.2, -0.2 * 1.0 / 0.5])
+
+    def test_an_argmax_heavy_arm_that_is_also_likelier_fails_sooner(self) -> None:
+        """Greedy-leaning arms are argmax-heavier and likelier at once: the same argmax
+        deltas decide sooner when the NLL delta agrees than with no NLL scored."""
+        argmax = [d or 0.0 for d in signs(300, 0.75, seed=2)]
+        rng = random.Random(4)
+        agreeing = [
+            (a, -abs(rng.gauss(0.3, 0.5)) if a > 0 else rng.gauss(0.0, 0.5)) for a in argmax
+        ]
+        alone, helped = (
+            first_fail_of(joint([(a, None) for a in argmax])),
+            first_fail_of(joint(agreeing)),
+        )
+        assert alone is not None and helped is not None and helped < alone
+
+    def test_a_fair_coin_on_both_deltas_keeps_its_budget(self) -> None:
+        """Correlated argmax and NLL deltas whose pairs flip together at random: at a
+        test-sized budget (h = log 50 per one-sided detector) 600 pairs raise at most
+        600 × 4 / 50 alarms."""
+        rng = random.Random(13)
+        pairs = []
+        for _ in range(600):
+            a = rng.uniform(0.01, 0.3)
+            n = -2.0 * a + rng.gauss(0.0, 0.3)
+            flip = 1.0 if rng.random() < 0.5 else -1.0
+            pairs.append((flip * a, flip * n))
+        arl0 = 50.0 / ONE_SIDED_CUSUMS
+        alarms, current = 0, []
+        for pair in pairs:
+            current.append(pair)
+            decision = component(
+                quality_gate(joint(current), QualityGateConfig(), now=at(len(current)), arl0=arl0)
+            )
+            if decision is not None and decision.state is GateState.FAIL:
+                alarms, current = alarms + 1, []
+        assert alarms <= 600 * 4 / 50
+
+
+class TestShiryaevRoberts:
+    def test_the_recursion(self) -> None:
+        """R_n = (1 + R_(n-1)) e^increment from R_0 = 0, shown as log R floored at 0."""
+        increments = [math.log(2.0), math.log(0.5), math.log(3.0)]
+        r1 = 2.0
+        r2 = (1 + r1) * 0.5
+        r3 = (1 + r2) * 3.0
+        detector = shiryaev_roberts(increments, h=math.log(r3) - 0.01)
+        assert detector.statistic == pytest.approx(math.log(r3))
+        assert detector.peak == pytest.approx(math.log(r3))
+        assert (detector.alarm_index, detector.observations) == (2, 3)
+
+    def test_never_behind_the_cusum(self) -> None:
+        """The CUSUM is the largest term of the Shiryaev-Roberts sum: on any increments
+        the statistic is at least the CUSUM's, and it alarms no later at the same h."""
+        rng = random.Random(7)
+        for _ in range(50):
+            increments = [rng.gauss(0.1, 1.0) for _ in range(60)]
+            sr, cusum = shiryaev_roberts(increments, 8.0), llr_cusum(increments, 8.0)
+            assert sr.statistic >= cusum.statistic - 1e-12 and sr.peak >= cusum.peak - 1e-12
+            if cusum.alarm_index is not None:
+                assert sr.alarm_index is not None and sr.alarm_index <= cusum.alarm_index
+
+    def test_a_long_run_of_gains_does_not_overflow(self) -> None:
+        """Wealth 1.9 per step: R_n = 1.9 + … + 1.9^n = 1.9 (1.9^n − 1) / 0.9, past e^700
+        long before the end; it alarms a step before the CUSUM (31 steps to h = 20)."""
+        detector = shiryaev_roberts([math.log(1.9)] * 2000, h=20.0)
+        assert detector.statistic == pytest.approx(2000 * math.log(1.9) + math.log(1.9 / 0.9))
+        assert detector.alarm_index == 29  # the 30th step
+        assert llr_cusum([math.log(1.9)] * 2000, h=20.0).alarm_index == 31
+        assert detector.change_index == 0
+
+    def test_a_falling_run_floors_at_zero(self) -> None:
+        detector = shiryaev_roberts([math.log(0.1)] * 10, h=5.0)
+        assert (detector.statistic, detector.peak, detector.alarm_index) == (0.0, 0.0, None)
 
 
 class TestBudget:
