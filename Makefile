@@ -51,8 +51,11 @@ model: venv
 	$(BIN)/canaryd models pull
 
 # One pair per prompt category now (the table), then the daemon in the foreground:
-# a pair every 10 s, /metrics on 127.0.0.1:9466, Ctrl-C to stop.
+# a pair every 10 s, /metrics on 127.0.0.1:9466, Ctrl-C to stop. The default database is
+# created, or migrated when an earlier canaryd's demo left it (commands refuse an older
+# schema rather than migrate a production database behind the operator's back).
 demo: model
+	$(BIN)/canaryd db upgrade
 	$(BIN)/canaryd once --pairs 9
 	CANARYD_SCHEDULE__PAIR_INTERVAL_S=10 $(BIN)/canaryd run
 
