@@ -372,6 +372,32 @@ class SqlHistoryStore(SqlDatabase):
                 rollup_from_row(row) for row in session.scalars(self._rollups_query(since, until))
             ]
 
+    def pair_count(self, arm: str, since: datetime, until: datetime) -> int:
+        """How many pairs of `arm` started in [since, until): raw pairs plus those rolled up
+        in hours starting in it, counted in the database in one snapshot (as `history`)."""
+        raw = (
+            select(func.count())
+            .select_from(PairRow)
+            .where(PairRow.arm == arm)
+            .where(PairRow.started_at >= aware(since, "since"))
+            .where(PairRow.started_at < aware(until, "until"))
+        )
+        rolled = (
+            select(func.coalesce(func.sum(PairRollupRow.pairs), 0))
+            .where(PairRollupRow.arm == arm)
+            .where(PairRollupRow.hour_start >= aware(since, "since"))
+            .where(PairRollupRow.hour_start < aware(until, "until"))
+        )
+        with self._translating("counting pairs"), Session(self._snapshot_bind()) as session:
+            return int(session.scalar(raw) or 0) + int(session.scalar(rolled) or 0)
+
+    def _snapshot_bind(self) -> Any:
+        """The engine, reading in one snapshot per transaction (SQLite's explicit BEGIN
+        already gives one; PostgreSQL needs REPEATABLE READ)."""
+        if self._engine.dialect.name == "postgresql":
+            return self._engine.execution_options(isolation_level="REPEATABLE READ")
+        return self._engine
+
     def history(self, since: datetime, until: datetime) -> History:
         """Raw pairs started in [since, until) and roll-ups of hours starting in it, read in
         one snapshot so that a retention batch committing meanwhile is not counted twice."""
@@ -381,11 +407,7 @@ class SqlHistoryStore(SqlDatabase):
             .where(PairRow.started_at < aware(until, "until"))
             .order_by(PairRow.started_at, PairRow.pair_id)
         )
-        bind = self._engine
-        if bind.dialect.name == "postgresql":
-            # SQLite's explicit BEGIN already gives one snapshot per transaction.
-            bind = bind.execution_options(isolation_level="REPEATABLE READ")
-        with self._translating("reading history"), Session(bind) as session:
+        with self._translating("reading history"), Session(self._snapshot_bind()) as session:
             pairs = [facts_from_columns(row) for row in session.execute(pairs_query)]
             rollups = [
                 rollup_from_row(row) for row in session.scalars(self._rollups_query(since, until))
