@@ -11,14 +11,20 @@ The servers are test_vllm_server's (the same session fixture; plain, and n-gram 
 k = 5), or, with `CANARYD_VLLM_URLS=<plain>,<n-gram>`, a pair already running. Sample sizes
 are lowered to what 2 shared CPU cores serve in a few minutes (about 25 requests of 48
 tokens per arm, 180 drafts): the gates' logic is what is tested, not production's sample
-sizes. `telemetry.latency` judges the median inter-token latency only: at 15-20 s a
-request, vLLM's end-to-end buckets (15, 20] hold both arms' medians, and a P99 of 25
-requests cannot PASS; under this load the n-gram arm's median TTFT was 1.8x the plain
-arm's (3.75 s against 2.06 s), too few requests to decide.
+sizes. For the same reason `telemetry.acceptance` tolerates a 30 % drop (15 % by default)
+against a reference pinned from 300 drafts (20,000 by default): with acceptance's per-draft
+spread (sd ≈ 4) a pin that small is uncertain by ± 0.3 tokens, and PASS needs the window
+to hold above the tolerance by both errors together.
+
+`telemetry.latency` judges the median inter-token latency only: at 15-20 s a request, vLLM's
+end-to-end buckets (15, 20] hold both arms' medians, and a P99 of 25 requests cannot PASS;
+under this load the n-gram arm's median TTFT was 1.8x the plain arm's (3.75 s against 2.06
+s), too few requests to decide.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -47,7 +53,7 @@ from tests.integration.vllm_pair import MODEL, Servers
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 SCRAPE_INTERVAL_S = 2.0
-LOAD_S = 150.0  # long enough for the acceptance pin and the gates' lowered sample sizes
+LOAD_S = 90.0  # the acceptance pin (300 drafts) and the gates' lowered sample sizes, at least
 # A slower machine serves fewer requests in LOAD_S: the load then goes on, the gates judged
 # every CHECK_EVERY_S, until both gates the test names are decided (or LOAD_MAX_S).
 LOAD_MAX_S = 540.0
@@ -96,19 +102,28 @@ quantiles = [0.5]
 [gates.telemetry.acceptance]
 min_samples = 120
 min_intervals = 4
-pin_min_drafts = 100
+pin_min_drafts = 300
 pin_min_intervals = 4
+max_relative_drop = 0.3
+alarm_relative_drop = 0.5
 """
 
 
 def _messages() -> list[list[dict[str, str]]]:
-    prompts = [
-        prompt
-        for suite in load_default_suites()
-        for prompt in suite.prompts
-        if prompt.category in CATEGORIES
-    ]
-    return [[{"role": m.role, "content": m.content} for m in p.messages] for p in prompts]
+    """The categories' prompts taken in turn (one of each, then the next of each): the
+    n-gram arm's acceptance differs by category (summarisation copies from its prompt,
+    translation cannot), so every stretch of the load, the pinned reference's too, sees
+    the same mix. The suites list a category's prompts together; in that order the pin
+    saw summaries alone and the window later a drop of 12.9 %."""
+    by_category: dict[str, list[list[dict[str, str]]]] = {c: [] for c in CATEGORIES}
+    for suite in load_default_suites():
+        for prompt in suite.prompts:
+            if prompt.category in by_category:
+                by_category[prompt.category].append(
+                    [{"role": m.role, "content": m.content} for m in prompt.messages]
+                )
+    turns = itertools.zip_longest(*by_category.values())
+    return [messages for turn in turns for messages in turn if messages is not None]
 
 
 def _load(url: str, stop: threading.Event, worker: int, done: list[int]) -> None:
