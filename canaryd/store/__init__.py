@@ -2,11 +2,12 @@
 switch half (`switching_sql`), its telemetry part (`telemetry_sql`: the arms' scrape
 intervals), its calibrated tie margins (`calibration_sql`) and the database plumbing all
 share (`sql_base`), database URLs and engines (`database`), schema migrations
-(`migrations`), the ORM models (`models`; the switch's tables in `switching_models`, the
-base and column types in `model_types`), the mapping between records and rows (`columns`,
-`mapping`, `switching_mapping`), the switch's records (`switching`), the per-hour roll-ups that
-retention keeps after raw pairs are deleted (`rollup`), and the bounded read of recent
-generations' ITL and fallback counts (`serving`).
+(`migrations`), the ORM models (`models`; the switch's tables, in Core, in
+`switching_tables`; the metadata and column types in `model_types`), the mapping between
+records and rows (`columns`, `mapping`, `switching_mapping`), the switch's records
+(`switching`), the per-hour roll-ups that retention keeps after raw pairs are deleted
+(`rollup`), and the bounded read of recent generations' ITL and fallback counts
+(`serving`).
 The names below are imported on first use (PEP 562): a command that needs the database
 URL's helpers or the switch's records does not import the ORM models or Alembic.
 """

@@ -17,12 +17,11 @@ from functools import cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import inspect
-
-from canaryd.store.model_types import Base
+from sqlalchemy import Table, inspect
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
+    from sqlalchemy.orm import DeclarativeBase
 
 __all__ = ["Convert", "aware", "column_value", "from_row", "row_values"]
 
@@ -39,8 +38,21 @@ def aware(value: datetime, what: str) -> datetime:
 
 
 @cache
-def _columns(model: type[Base]) -> frozenset[str]:
+def _model_columns(model: type[DeclarativeBase]) -> frozenset[str]:
     return frozenset(attribute.key for attribute in inspect(model).column_attrs)
+
+
+def _columns(model: Table | type[DeclarativeBase]) -> frozenset[str]:
+    """The columns of a Core table, or the column attributes of an ORM model."""
+    if isinstance(model, Table):
+        return frozenset(model.c.keys())
+    return _model_columns(model)
+
+
+def _row_columns(row: Any) -> frozenset[str]:
+    """The columns of a Core `Row` (its fields) or of an ORM model's instance."""
+    fields_of_row: tuple[str, ...] | None = getattr(row, "_fields", None)
+    return frozenset(fields_of_row) if fields_of_row is not None else _columns(type(row))
 
 
 def column_value(value: Any) -> Any:
@@ -56,14 +68,15 @@ def column_value(value: Any) -> Any:
 
 def row_values(
     record: DataclassInstance,
-    model: type[Base],
+    model: Table | type[DeclarativeBase],
     *,
     renamed: Mapping[str, str] = _NONE,
     convert: Mapping[str, Convert] = _NONE,
 ) -> dict[str, Any]:
-    """The fields of `record` that `model` has a column for (of the same name unless
-    `renamed`), as the column stores them: through `convert`, else enums by value and
-    tuples as lists. Fields without a column (nested records) are left to the caller."""
+    """The fields of `record` that `model` (a Core table or an ORM model) has a column for
+    (of the same name unless `renamed`), as the column stores them: through `convert`,
+    else enums by value and tuples as lists. Fields without a column (nested records) are
+    left to the caller."""
     columns = _columns(model)
     values: dict[str, Any] = {}
     for spec in fields(record):
@@ -78,15 +91,16 @@ def row_values(
 
 def from_row(
     record_type: type[R],
-    row: Base,
+    row: Any,
     *,
     renamed: Mapping[str, str] = _NONE,
     convert: Mapping[str, Convert] = _NONE,
     **nested: Any,
 ) -> R:
-    """A `record_type` read from the columns of `row` named like its fields (or `renamed`),
-    through `convert`; fields without a column are given as `nested`."""
-    columns = _columns(type(row))
+    """A `record_type` read from the columns of `row` (a Core `Row` or an ORM model's
+    instance) named like its fields (or `renamed`), through `convert`; fields without a
+    column are given as `nested`."""
+    columns = _row_columns(row)
     values = dict(nested)
     for spec in fields(record_type):
         column = renamed.get(spec.name, spec.name)

@@ -7,6 +7,8 @@ speculative arm), two `generations` rows (baseline and speculative) and at most 
 `pair_scores` row, so time-window queries by category and arm are plain indexed range
 scans; a prompt sent to several speculative arms is a row per arm, sharing `group_id`
 (and a copy of the baseline generation). A figure an engine did not report is SQL NULL, never 0.
+The switch's five tables are declared in Core (`canaryd.store.switching_tables`, where the
+kill switch queries them without the ORM) and mapped here onto the same `metadata`.
 """
 
 from __future__ import annotations
@@ -26,15 +28,15 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from canaryd.store.model_types import NAMING_CONVENTION, Base, UTCDateTime, json_column_type
-from canaryd.store.switching_models import (
-    DriftReferenceRow,
-    GateDecisionRow,
-    RevisionRow,
-    SwitchAuditRow,
-    SwitchStateRow,
+from canaryd.store.model_types import NAMING_CONVENTION, UTCDateTime, json_column_type, metadata
+from canaryd.store.switching_tables import (
+    drift_references,
+    gate_decisions,
+    revisions,
+    switch_audit,
+    switch_state,
 )
 
 __all__ = [
@@ -57,6 +59,92 @@ __all__ = [
     "UTCDateTime",
     "json_column_type",
 ]
+
+
+class Base(DeclarativeBase):
+    metadata = metadata
+
+
+# The switch's tables are declared in Core (`canaryd.store.switching_tables`), where the
+# kill switch queries them; these classes map them for the history's queries (retention).
+class SwitchStateRow(Base):
+    """The rollback switch's one row (see `switching_tables.switch_state`)."""
+
+    __table__ = switch_state
+
+    id: Mapped[int]
+    mode: Mapped[str]
+    control: Mapped[str]
+    generation: Mapped[int]
+    since: Mapped[datetime | None]
+    actor: Mapped[str]
+    reason: Mapped[str]
+    latched: Mapped[bool]
+    cooldown_until: Mapped[datetime | None]
+    recent_trips: Mapped[list[str]]
+    categories: Mapped[dict[str, Any]]
+    applied_generation: Mapped[int | None]
+    actuator_errors: Mapped[dict[str, str] | None]
+    actuated_at: Mapped[datetime | None]
+    gates_completed_at: Mapped[datetime | None]
+
+
+class SwitchAuditRow(Base):
+    """A switch transition or a refused command (see `switching_tables.switch_audit`)."""
+
+    __table__ = switch_audit
+
+    id: Mapped[int]
+    at: Mapped[datetime]
+    kind: Mapped[str]
+    generation: Mapped[int]
+    previous: Mapped[str]
+    target: Mapped[str]
+    control: Mapped[str]
+    actor: Mapped[str]
+    reason: Mapped[str]
+    evidence: Mapped[list[dict[str, Any]]]
+    category: Mapped[str | None]
+
+
+class GateDecisionRow(Base):
+    """One gate's decision in one evaluation (see `switching_tables.gate_decisions`)."""
+
+    __table__ = gate_decisions
+
+    id: Mapped[int]
+    evaluated_at: Mapped[datetime]
+    gate: Mapped[str]
+    state: Mapped[str]
+    mode: Mapped[str]
+    critical: Mapped[bool]
+    decision: Mapped[dict[str, Any]]
+    comparison_arm: Mapped[str | None]
+
+
+class DriftReferenceRow(Base):
+    """A category's pinned reference (see `switching_tables.drift_references`)."""
+
+    __table__ = drift_references
+
+    arms: Mapped[str]
+    category: Mapped[str]
+    mean: Mapped[float]
+    sd: Mapped[float]
+    n: Mapped[int]
+    log_mean: Mapped[float | None]
+    log_sd: Mapped[float | None]
+    pinned_at: Mapped[datetime]
+
+
+class RevisionRow(Base):
+    """A revision's evidence window start (see `switching_tables.revisions`)."""
+
+    __table__ = revisions
+
+    arm: Mapped[str]
+    revision: Mapped[str]
+    started_at: Mapped[datetime]
 
 
 class SuiteRow(Base):

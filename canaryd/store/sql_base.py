@@ -15,15 +15,13 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cached_property
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-from sqlalchemy import Engine
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.orm import Session, sessionmaker
 
 from canaryd.errors import DatabaseError, RecordRejectedError
 from canaryd.store.database import driver_message, make_engine, mask_url, parse_url, sqlite_path
@@ -35,17 +33,29 @@ from canaryd.store.migrations import (
     upgrade_engine,
 )
 
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
 __all__ = ["SqlDatabase"]
 
 
 class SqlDatabase:
     """One SQLite or PostgreSQL database, schema managed by Alembic: its engine, sessions
-    and error translation. The SQL stores subclass it; one `close` disposes the engine."""
+    and error translation. The SQL stores subclass it; one `close` disposes the engine.
+
+    The history's queries run in ORM sessions; the switch's on Core connections
+    (`_connection`), so that `canaryd switch` never imports the ORM: the session factory
+    and PostgreSQL's dialect are imported on first use."""
 
     def __init__(self, engine: Engine, url: URL) -> None:
         self._engine = engine
         self._url = url
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @cached_property
+    def _sessions(self) -> sessionmaker[Session]:
+        from sqlalchemy.orm import sessionmaker
+
+        return sessionmaker(self._engine, expire_on_commit=False)
 
     @property
     def url(self) -> str:
@@ -121,13 +131,23 @@ class SqlDatabase:
         with self._translating(action), self._sessions.begin() as session:
             yield session
 
+    @contextmanager
+    def _connection(self, action: str) -> Iterator[Connection]:
+        """A Core connection in a transaction, committed when the block ends."""
+        with self._translating(action), self._engine.begin() as connection:
+            yield connection
+
     def _insert_ignoring_duplicates(
-        self, model: type[Any], values: dict[str, Any], unique: list[str]
+        self, model: Table | type[Any], values: dict[str, Any], unique: list[str]
     ) -> Any:
         if self._engine.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+
             return (
                 postgresql_insert(model)
                 .values(values)
                 .on_conflict_do_nothing(index_elements=unique)
             )
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
         return sqlite_insert(model).values(values).on_conflict_do_nothing(index_elements=unique)

@@ -4,9 +4,10 @@ drift references.
 This module owns how `gates.SwitchState` (with its categories as JSON) becomes the one
 `switch_state` row and comes back as a `SwitchRecord`, how transitions and refused
 commands become `switch_audit` rows with their evidence, how an `Evaluation` becomes a
-row per gate decision, and how a pinned `ReferenceStats` is stored. Fields are mapped by
-name through `canaryd.store.columns`; the pairs', runs' and roll-ups' rows are mapped in
-`canaryd.store.mapping`.
+row per gate decision, and how a pinned `ReferenceStats` is stored. Rows are the Core
+tables' (`canaryd.store.switching_tables`): values to insert are dicts, rows read are
+`Row`s. Fields are mapped by name through `canaryd.store.columns`; the pairs', runs' and
+roll-ups' rows are mapped in `canaryd.store.mapping`.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ from typing import Any
 
 from canaryd.store.columns import Convert, from_row, row_values
 from canaryd.store.switching import AuditEntry, SwitchRecord
-from canaryd.store.switching_models import (
-    DriftReferenceRow,
-    GateDecisionRow,
-    SwitchAuditRow,
-    SwitchStateRow,
+from canaryd.store.switching_tables import (
+    drift_references,
+    switch_audit,
+    switch_state,
 )
 from gates import (
     CategorySwitch,
@@ -38,13 +38,13 @@ from gates import (
 __all__ = [
     "audit_entry",
     "drift_reference_values",
-    "gate_decision_rows",
+    "gate_decision_values",
     "initial_switch_values",
     "reference_from_row",
-    "refusal_audit_row",
+    "refusal_audit_values",
     "state_values",
     "switch_record",
-    "transition_audit_row",
+    "transition_audit_values",
 ]
 
 
@@ -109,7 +109,7 @@ _STATE_FROM_COLUMNS: Mapping[str, Convert] = MappingProxyType(
 
 def state_values(state: SwitchState) -> dict[str, Any]:
     """The `switch_state` columns of `state`."""
-    return row_values(state, SwitchStateRow, convert=_TRIPS_TO_JSON)
+    return row_values(state, switch_state, convert=_TRIPS_TO_JSON)
 
 
 def initial_switch_values() -> dict[str, Any]:
@@ -117,8 +117,9 @@ def initial_switch_values() -> dict[str, Any]:
     return {"id": 1, **state_values(SwitchState())}
 
 
-def switch_record(row: SwitchStateRow | None) -> SwitchRecord:
-    """The stored switch; the initial state when the row was never written."""
+def switch_record(row: Any) -> SwitchRecord:
+    """The stored switch (its `switch_state` row: a Core `Row`, or the ORM model's); the
+    initial state when the row was never written (None)."""
     if row is None:
         return SwitchRecord(SwitchState())
     return from_row(
@@ -133,18 +134,20 @@ def _evidence(decisions: Iterable[GateDecision]) -> list[dict[str, Any]]:
     return [d.to_dict() for d in decisions]
 
 
-def transition_audit_row(transition: Transition) -> SwitchAuditRow:
-    return SwitchAuditRow(
-        kind="transition",
-        **row_values(transition, SwitchAuditRow, convert={"evidence": _evidence}),
-    )
+def transition_audit_values(transition: Transition) -> dict[str, Any]:
+    """The `switch_audit` row of a transition."""
+    return {
+        "kind": "transition",
+        **row_values(transition, switch_audit, convert={"evidence": _evidence}),
+    }
 
 
-def refusal_audit_row(
+def refusal_audit_values(
     state: SwitchState, at: datetime, actor: str, reason: str, evidence: Iterable[GateDecision]
-) -> SwitchAuditRow:
-    """A human command refused while the switch was in `state`: the mode stays as it is."""
-    return SwitchAuditRow(
+) -> dict[str, Any]:
+    """The `switch_audit` row of a human command refused while the switch was in `state`:
+    the mode stays as it is."""
+    return dict(
         at=at,
         kind="refused",
         generation=state.generation,
@@ -154,28 +157,30 @@ def refusal_audit_row(
         actor=actor,
         reason=reason,
         evidence=_evidence(evidence),
+        category=None,
     )
 
 
-def audit_entry(row: SwitchAuditRow) -> AuditEntry:
+def audit_entry(row: Any) -> AuditEntry:
     return from_row(AuditEntry, row, convert={"evidence": list})
 
 
-def gate_decision_rows(
+def gate_decision_values(
     evaluation: Evaluation, comparison_arm: str | None = None
-) -> list[GateDecisionRow]:
-    """A row per gate decision, all at `evaluation.at` (the rows sharing it and
-    `comparison_arm` are one evaluation, whatever each decision's own `evaluated_at`)."""
+) -> list[dict[str, Any]]:
+    """A `gate_decisions` row per gate decision, all at `evaluation.at` (the rows sharing
+    it and `comparison_arm` are one evaluation, whatever each decision's own
+    `evaluated_at`)."""
     return [
-        GateDecisionRow(
-            evaluated_at=evaluation.at,
-            comparison_arm=comparison_arm,
-            gate=d.name,
-            state=d.state.value,
-            mode=d.mode.value,
-            critical=d.critical,
-            decision=d.to_dict(),
-        )
+        {
+            "evaluated_at": evaluation.at,
+            "comparison_arm": comparison_arm,
+            "gate": d.name,
+            "state": d.state.value,
+            "mode": d.mode.value,
+            "critical": d.critical,
+            "decision": d.to_dict(),
+        }
         for d in evaluation.decisions
     ]
 
@@ -187,10 +192,10 @@ def drift_reference_values(
     return {
         "arms": arms,
         "category": category,
-        **row_values(stats, DriftReferenceRow),
+        **row_values(stats, drift_references),
         "pinned_at": at,
     }
 
 
-def reference_from_row(row: DriftReferenceRow) -> ReferenceStats:
+def reference_from_row(row: Any) -> ReferenceStats:
     return from_row(ReferenceStats, row)

@@ -20,8 +20,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Row, delete, func, insert, select, update
 
 from canaryd.store.columns import aware
 from canaryd.store.database import SQLITE_DURABLE, SQLITE_IMMEDIATE
@@ -35,20 +34,20 @@ from canaryd.store.switching import (
 from canaryd.store.switching_mapping import (
     audit_entry,
     drift_reference_values,
-    gate_decision_rows,
+    gate_decision_values,
     initial_switch_values,
     reference_from_row,
-    refusal_audit_row,
+    refusal_audit_values,
     state_values,
     switch_record,
-    transition_audit_row,
+    transition_audit_values,
 )
-from canaryd.store.switching_models import (
-    DriftReferenceRow,
-    GateDecisionRow,
-    RevisionRow,
-    SwitchAuditRow,
-    SwitchStateRow,
+from canaryd.store.switching_tables import (
+    drift_references,
+    gate_decisions,
+    revisions,
+    switch_audit,
+    switch_state,
 )
 from gates import Evaluation, ReferenceStats, SwitchOutcome, SwitchState
 
@@ -56,33 +55,32 @@ __all__ = ["SqlSwitchStore"]
 
 
 class SqlSwitchStore(SqlDatabase):
-    """`SwitchStore` on SQLAlchemy: the switch, its audit trail, gate decisions, drift
-    references and revision windows."""
+    """`SwitchStore` on SQLAlchemy Core: the switch, its audit trail, gate decisions, drift
+    references and revision windows. Core rather than ORM sessions: `canaryd switch`
+    starts in an incident, and the ORM is most of SQLAlchemy's import time."""
 
     def switch(self) -> SwitchRecord:
         """The stored switch; the initial state (auto, generation 0) if never changed."""
-        with self._translating("reading the switch"), self._sessions() as session:
-            row = session.get(SwitchStateRow, 1)
-            return switch_record(row)
+        query = select(switch_state).where(switch_state.c.id == 1)
+        with self._connection("reading the switch") as connection:
+            return switch_record(connection.execute(query).one_or_none())
 
     @contextmanager
-    def _switch_locked(self, action: str) -> Iterator[tuple[Session, SwitchStateRow]]:
+    def _switch_locked(self, action: str) -> Iterator[tuple[Connection, Row[Any]]]:
         """A transaction holding the switch row's lock (created if missing): SQLite
         `BEGIN IMMEDIATE`, PostgreSQL `SELECT … FOR UPDATE`. CLI and daemon serialise here.
         On SQLite its commit is synced (`synchronous=FULL`): a switch transition survives
         a power loss, which the pairs' faster NORMAL level does not promise under WAL."""
         with self._translating(action), self._engine.connect() as connection:
             connection.execution_options(**{SQLITE_IMMEDIATE: True, SQLITE_DURABLE: True})
-            with Session(bind=connection) as session, session.begin():
-                session.execute(
-                    self._insert_ignoring_duplicates(
-                        SwitchStateRow, initial_switch_values(), ["id"]
-                    )
+            with connection.begin():
+                connection.execute(
+                    self._insert_ignoring_duplicates(switch_state, initial_switch_values(), ["id"])
                 )
-                row = session.scalars(
-                    select(SwitchStateRow).where(SwitchStateRow.id == 1).with_for_update()
+                row = connection.execute(
+                    select(switch_state).where(switch_state.c.id == 1).with_for_update()
                 ).one()
-                yield session, row
+                yield connection, row
 
     def change_switch(
         self,
@@ -101,9 +99,9 @@ class SqlSwitchStore(SqlDatabase):
         latest evaluation as evidence). A generation below the stored one is refused.
         """
         aware(now, "switch change time")
-        with self._switch_locked("changing the switch") as (session, row):
+        with self._switch_locked("changing the switch") as (connection, row):
             current = switch_record(row).state
-            evaluations = self._evaluations(session, history, until=now)
+            evaluations = self._evaluations(connection, history, until=now)
             outcome = decide(current, evaluations)
             new = outcome.state
             if new.generation < current.generation:
@@ -111,73 +109,66 @@ class SqlSwitchStore(SqlDatabase):
                     f"switch generation would go back from {current.generation} to {new.generation}"
                 )
             if new != current:
-                session.execute(
-                    update(SwitchStateRow)
-                    .where(SwitchStateRow.id == 1)
-                    .values(state_values(new))
-                    .execution_options(synchronize_session=False)
+                connection.execute(
+                    update(switch_state).where(switch_state.c.id == 1).values(state_values(new))
                 )
-            session.add_all(transition_audit_row(t) for t in outcome.transitions)
             latest = evaluations[-1].decisions if evaluations else ()
-            session.add_all(
-                refusal_audit_row(new, now, actor, refusal, latest) for refusal in outcome.refused
-            )
+            audit_rows = [transition_audit_values(t) for t in outcome.transitions] + [
+                refusal_audit_values(new, now, actor, refusal, latest)
+                for refusal in outcome.refused
+            ]
+            for values in audit_rows:  # one by one: in order, and rows may differ in keys
+                connection.execute(insert(switch_audit).values(values))
             return outcome
 
     def record_actuation(self, generation: int, errors: Mapping[str, str], at: datetime) -> bool:
         """Remember how applying `generation` went (no errors: applied). Ignored, and
         False returned, when the switch has moved past `generation` meanwhile."""
         aware(at, "actuation time")
-        with self._switch_locked("recording the switch's actuation") as (session, row):
+        with self._switch_locked("recording the switch's actuation") as (connection, row):
             if row.generation != generation:
                 return False
             values: dict[str, Any] = {"actuator_errors": dict(errors), "actuated_at": at}
             if not errors:
                 values["applied_generation"] = generation
-            session.execute(
-                update(SwitchStateRow)
-                .where(SwitchStateRow.id == 1)
-                .values(values)
-                .execution_options(synchronize_session=False)
-            )
+            connection.execute(update(switch_state).where(switch_state.c.id == 1).values(values))
             return True
 
     def record_gate_run(self, at: datetime) -> None:
         """Remember that the leader's gate run of `at` completed (the switch row is created
         if missing; a time older than the stored one is ignored)."""
         aware(at, "gate run time")
-        with self._switch_locked("recording a completed gate run") as (session, row):
+        with self._switch_locked("recording a completed gate run") as (connection, row):
             if row.gates_completed_at is not None and row.gates_completed_at >= at:
                 return
-            session.execute(
-                update(SwitchStateRow)
-                .where(SwitchStateRow.id == 1)
-                .values(gates_completed_at=at)
-                .execution_options(synchronize_session=False)
+            connection.execute(
+                update(switch_state).where(switch_state.c.id == 1).values(gates_completed_at=at)
             )
 
     def audit(self, *, since: datetime | None = None, limit: int | None = None) -> list[AuditEntry]:
         """Audit rows at or after `since`, oldest first; with `limit`, the most recent."""
-        query = select(SwitchAuditRow)
+        query = select(switch_audit)
         if since is not None:
-            query = query.where(SwitchAuditRow.at >= aware(since, "since"))
-        query = query.order_by(SwitchAuditRow.at.desc(), SwitchAuditRow.id.desc())
+            query = query.where(switch_audit.c.at >= aware(since, "since"))
+        query = query.order_by(switch_audit.c.at.desc(), switch_audit.c.id.desc())
         if limit is not None:
             query = query.limit(limit)
-        with self._translating("reading the audit trail"), self._sessions() as session:
-            return [audit_entry(row) for row in reversed(session.scalars(query).all())]
+        with self._connection("reading the audit trail") as connection:
+            return [audit_entry(row) for row in reversed(connection.execute(query).all())]
 
     def save_evaluation(self, evaluation: Evaluation, *, comparison_arm: str | None = None) -> None:
         """Store one evaluation: a row per gate decision, all at `evaluation.at`; of the
         comparison arm `comparison_arm` (never read by the switch), else of the switch's
         arm."""
         aware(evaluation.at, "evaluation time")
-        with self._transaction("saving gate decisions") as session:
-            session.add_all(gate_decision_rows(evaluation, comparison_arm))
+        rows = gate_decision_values(evaluation, comparison_arm)
+        with self._connection("saving gate decisions") as connection:
+            if rows:
+                connection.execute(insert(gate_decisions), rows)
 
     def _evaluations(
         self,
-        session: Session,
+        connection: Connection,
         limit: int,
         *,
         until: datetime | None = None,
@@ -185,24 +176,25 @@ class SqlSwitchStore(SqlDatabase):
     ) -> list[Evaluation]:
         if limit < 1:
             return []
+        table = gate_decisions
         of_arm = (
-            GateDecisionRow.comparison_arm.is_(None)
+            table.c.comparison_arm.is_(None)
             if comparison_arm is None
-            else GateDecisionRow.comparison_arm == comparison_arm
+            else table.c.comparison_arm == comparison_arm
         )
-        times_query = select(GateDecisionRow.evaluated_at).where(of_arm).distinct()
-        rows_query = select(GateDecisionRow).where(of_arm)
+        times_query = select(table.c.evaluated_at).where(of_arm).distinct()
+        rows_query = select(table.c.evaluated_at, table.c.decision).where(of_arm)
         if until is not None:
-            times_query = times_query.where(GateDecisionRow.evaluated_at <= until)
-            rows_query = rows_query.where(GateDecisionRow.evaluated_at <= until)
+            times_query = times_query.where(table.c.evaluated_at <= until)
+            rows_query = rows_query.where(table.c.evaluated_at <= until)
         times = list(
-            session.scalars(times_query.order_by(GateDecisionRow.evaluated_at.desc()).limit(limit))
+            connection.scalars(times_query.order_by(table.c.evaluated_at.desc()).limit(limit))
         )
         if not times:
             return []
-        rows = session.scalars(
-            rows_query.where(GateDecisionRow.evaluated_at >= min(times)).order_by(
-                GateDecisionRow.evaluated_at, GateDecisionRow.id
+        rows = connection.execute(
+            rows_query.where(table.c.evaluated_at >= min(times)).order_by(
+                table.c.evaluated_at, table.c.id
             )
         )
         grouped: dict[datetime, list[Any]] = {}
@@ -213,8 +205,8 @@ class SqlSwitchStore(SqlDatabase):
     def evaluations(self, limit: int, *, comparison_arm: str | None = None) -> list[Evaluation]:
         """The last `limit` evaluations of the switch's arm (or of `comparison_arm`),
         oldest first."""
-        with self._translating("reading gate decisions"), self._sessions() as session:
-            return self._evaluations(session, limit, comparison_arm=comparison_arm)
+        with self._connection("reading gate decisions") as connection:
+            return self._evaluations(connection, limit, comparison_arm=comparison_arm)
 
     def latest_evaluation(self, *, comparison_arm: str | None = None) -> Evaluation | None:
         found = self.evaluations(1, comparison_arm=comparison_arm)
@@ -222,20 +214,18 @@ class SqlSwitchStore(SqlDatabase):
 
     def prune_gate_decisions(self, before: datetime) -> int:
         """Delete gate decisions evaluated before `before`; returns how many."""
-        with self._transaction("pruning gate decisions") as session:
-            result = session.execute(
-                delete(GateDecisionRow).where(
-                    GateDecisionRow.evaluated_at < aware(before, "before")
-                )
-            )
-            return int(getattr(result, "rowcount", 0))
+        query = delete(gate_decisions).where(
+            gate_decisions.c.evaluated_at < aware(before, "before")
+        )
+        with self._connection("pruning gate decisions") as connection:
+            return int(getattr(connection.execute(query), "rowcount", 0))
 
     def drift_references(self, arms: str) -> dict[str, ReferenceStats]:
         """The pinned acceptance-length reference of each category under the arms
         configuration keyed `arms` (another draft length or drafter has its own)."""
-        query = select(DriftReferenceRow).where(DriftReferenceRow.arms == arms)
-        with self._translating("reading drift references"), self._sessions() as session:
-            return {row.category: reference_from_row(row) for row in session.scalars(query)}
+        query = select(drift_references).where(drift_references.c.arms == arms)
+        with self._connection("reading drift references") as connection:
+            return {row.category: reference_from_row(row) for row in connection.execute(query)}
 
     def pin_drift_references(
         self,
@@ -249,48 +239,49 @@ class SqlSwitchStore(SqlDatabase):
         kept, unless `replace` (a pin grown from more pairs) — and even then only by one
         measured from more pairs, so two daemons growing the same pin cannot shrink it."""
         aware(at, "pin time")
-        with self._transaction("pinning drift references") as session:
+        table = drift_references
+        with self._connection("pinning drift references") as connection:
             for category, stats in sorted(references.items()):
                 if replace:
-                    session.execute(
-                        delete(DriftReferenceRow).where(
-                            DriftReferenceRow.arms == arms,
-                            DriftReferenceRow.category == category,
-                            DriftReferenceRow.n < stats.n,
+                    connection.execute(
+                        delete(table).where(
+                            table.c.arms == arms,
+                            table.c.category == category,
+                            table.c.n < stats.n,
                         )
                     )
                 values = drift_reference_values(category, stats, at, arms)
-                session.execute(
-                    self._insert_ignoring_duplicates(
-                        DriftReferenceRow, values, ["arms", "category"]
-                    )
+                connection.execute(
+                    self._insert_ignoring_duplicates(table, values, ["arms", "category"])
                 )
 
     def unpin_drift_references(self, categories: Collection[str] = ()) -> int:
         """Forget the pinned references of `categories` under every arms configuration
         (all when empty); they are pinned again from healthy pairs."""
-        query = delete(DriftReferenceRow)
+        query = delete(drift_references)
         if categories:
-            query = query.where(DriftReferenceRow.category.in_(list(categories)))
-        with self._transaction("unpinning drift references") as session:
-            return int(getattr(session.execute(query), "rowcount", 0))
+            query = query.where(drift_references.c.category.in_(list(categories)))
+        with self._connection("unpinning drift references") as connection:
+            return int(getattr(connection.execute(query), "rowcount", 0))
 
     def revision_window(self, arm: str, revision: str) -> RevisionWindow | None:
         """The evidence window of `revision` of `arm`; None when no request named it yet."""
-        with self._translating("reading a revision window"), self._sessions() as session:
-            return self._revision_window(session, arm, revision)
+        with self._connection("reading a revision window") as connection:
+            return self._revision_window(connection, arm, revision)
 
-    def _revision_window(self, session: Session, arm: str, revision: str) -> RevisionWindow | None:
-        started = session.scalars(
-            select(RevisionRow.started_at).where(
-                RevisionRow.arm == arm, RevisionRow.revision == revision
+    def _revision_window(
+        self, connection: Connection, arm: str, revision: str
+    ) -> RevisionWindow | None:
+        started = connection.scalars(
+            select(revisions.c.started_at).where(
+                revisions.c.arm == arm, revisions.c.revision == revision
             )
         ).one_or_none()
         if started is None:
             return None
-        ended = session.scalars(
-            select(func.min(RevisionRow.started_at)).where(
-                RevisionRow.arm == arm, RevisionRow.started_at > started
+        ended = connection.scalars(
+            select(func.min(revisions.c.started_at)).where(
+                revisions.c.arm == arm, revisions.c.started_at > started
             )
         ).one_or_none()
         return RevisionWindow(arm, revision, started, ended)
@@ -303,26 +294,26 @@ class SqlSwitchStore(SqlDatabase):
         With `keep`, only the arm's `keep` newest windows stay; older ones are forgotten
         (a window ends where the next starts, so the newer ones do not change)."""
         values = {"arm": arm, "revision": revision, "started_at": aware(at, "revision start")}
-        with self._transaction(f"starting revision {revision!r}") as session:
-            session.execute(
-                self._insert_ignoring_duplicates(RevisionRow, values, ["arm", "revision"])
+        with self._connection(f"starting revision {revision!r}") as connection:
+            connection.execute(
+                self._insert_ignoring_duplicates(revisions, values, ["arm", "revision"])
             )
             if keep is not None:
-                oldest_kept = session.scalars(
-                    select(RevisionRow.started_at)
-                    .where(RevisionRow.arm == arm)
-                    .order_by(RevisionRow.started_at.desc())
+                oldest_kept = connection.scalars(
+                    select(revisions.c.started_at)
+                    .where(revisions.c.arm == arm)
+                    .order_by(revisions.c.started_at.desc())
                     .offset(keep - 1)
                     .limit(1)
                 ).one_or_none()
                 if oldest_kept is not None:
-                    session.execute(
-                        delete(RevisionRow).where(
-                            RevisionRow.arm == arm,
-                            RevisionRow.started_at < oldest_kept,
-                            RevisionRow.revision != revision,
+                    connection.execute(
+                        delete(revisions).where(
+                            revisions.c.arm == arm,
+                            revisions.c.started_at < oldest_kept,
+                            revisions.c.revision != revision,
                         )
                     )
-            window = self._revision_window(session, arm, revision)
+            window = self._revision_window(connection, arm, revision)
         assert window is not None  # inserted above or before
         return window

@@ -7,7 +7,8 @@ statistics (scipy, numpy), engines (torch, transformers), plotting (matplotlib),
 import what they do not use (`SWITCH_UNUSED`): the whole `Settings` and its other sections
 (the engines' configuration), every gate's configuration (`gates.config`: the switch
 policy's is its own), pydantic-settings (no `CANARYD_<SECTION>` variable is set
-in the operator's shell) and the history's ORM models; and `switch status`, which logs
+in the operator's shell), the history's ORM models, SQLAlchemy's ORM (the switch's
+tables are queried in Core) and, on SQLite, PostgreSQL's dialect; and `switch status`, which logs
 nothing, imports no logging library (`LOGGING`: structlog is configured, with rich, only
 when something logs, as a transition or a refusal does). A correctness test of the
 imports, not a timing test; benchmarks/cli_startup.py times them. The revisions the schema
@@ -33,6 +34,10 @@ SWITCH_UNUSED = (
     "gates.config",
     "canaryd.store.models",
     "pydantic_settings",  # no CANARYD_<SECTION> variable set: the file alone is read
+    # The switch's tables are queried in SQLAlchemy Core, their JSON columns compiled for
+    # SQLite: neither the ORM nor PostgreSQL's dialect is needed on SQLite.
+    "sqlalchemy.orm",
+    "sqlalchemy.dialects.postgresql",
 )
 LOGGING = ("structlog", "rich")
 # Runs canaryd's entry point with the arguments given, then prints which of the modules

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import inspect
-
-from canaryd.store.models import SwitchAuditRow, SwitchStateRow
+from canaryd.store.models import SwitchStateRow
 from canaryd.store.switching import decision_from_dict
 from canaryd.store.switching_mapping import (
     initial_switch_values,
+    refusal_audit_values,
     state_values,
     switch_record,
-    transition_audit_row,
+    transition_audit_values,
 )
+from canaryd.store.switching_tables import switch_audit, switch_state
 from gates import (
     CategorySwitch,
     Control,
@@ -29,14 +29,13 @@ from gates import (
     SwitchState,
     Transition,
 )
-from tests.canaryd.store.conftest import unset_columns
 
 AT = datetime(2025, 11, 29, 12, tzinfo=UTC)
 
 
 def test_the_switch_row_and_audit_rows_are_complete() -> None:
     values = initial_switch_values()
-    assert set(values) == {attribute.key for attribute in inspect(SwitchStateRow).column_attrs} - {
+    assert set(values) == set(switch_state.c.keys()) - {
         "applied_generation",
         "actuator_errors",
         "actuated_at",
@@ -47,11 +46,12 @@ def test_the_switch_row_and_audit_rows_are_complete() -> None:
     transition = Transition(
         AT, 1, SwitchMode.AUTO, SwitchMode.ROLLED_BACK, Control.GATES, "gate:x", "why", (decision,)
     )
-    row = transition_audit_row(transition)
-    assert isinstance(row, SwitchAuditRow)
-    assert unset_columns(row) == {"id"}
-    assert (row.previous, row.target, row.control) == ("auto", "rolled_back", "gates")
-    assert row.evidence == [decision.to_dict()]
+    row = transition_audit_values(transition)
+    assert set(switch_audit.c.keys()) - set(row) == {"id"}
+    assert (row["previous"], row["target"], row["control"]) == ("auto", "rolled_back", "gates")
+    assert row["evidence"] == [decision.to_dict()]
+    refusal = refusal_audit_values(SwitchState(), AT, "user:ops", "gates failing", (decision,))
+    assert set(switch_audit.c.keys()) - set(refusal) == {"id"}
 
 
 def test_a_categorys_latch_cooldown_and_trips_come_back_unchanged() -> None:
