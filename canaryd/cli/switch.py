@@ -163,7 +163,9 @@ def _sources(
     if state_file:
         typer.echo(f"state file: {settings.switch.resolved_state_file()}", err=err)
     defaults = []
-    if url == paths.default_database_url():
+    # Named by the config (or the environment), it is the service's even where it equals
+    # the default path, as in the image (CANARYD_DATA_DIR=/var/lib/canaryd).
+    if settings.storage.url is None and url == paths.default_database_url():
         defaults.append("database")
     if settings.switch.state_file is None:
         defaults.append("state file")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -89,6 +90,14 @@ class Running:
         if RUN_MODE == "buildah-chroot":
             made = runtime("from", "--name", self.name, IMAGE, tool="buildah")
             assert made.returncode == 0, made.stderr
+            # `buildah run` mounts the image's VOLUME as a fresh anonymous volume over the
+            # bind below, a different one each run: the daemon's database then lives where
+            # the kill switch (a second run) cannot see it. Without the declaration the bind
+            # is what each run sees, as under `podman run --volume`.
+            unvolumed = runtime(
+                "config", "--volume", "/var/lib/canaryd-", self.name, tool="buildah"
+            )
+            assert unvolumed.returncode == 0, unvolumed.stderr
             buildah = shutil.which("buildah")
             assert buildah
             (tmp_path / "data").mkdir()
@@ -100,7 +109,7 @@ class Running:
             ]  # fmt: skip
             self.process = subprocess.Popen(
                 [buildah, "run", *self.chroot_args, self.name, "--", *self.entrypoint()],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
             return
         started = runtime(
@@ -131,11 +140,12 @@ class Running:
 
     def stop(self) -> None:
         if self.process is not None:
-            self.process.terminate()
+            # The whole group: SIGTERM to `buildah run` alone leaves canaryd running.
+            os.killpg(self.process.pid, signal.SIGTERM)
             try:
                 out, _ = self.process.communicate(timeout=30)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                os.killpg(self.process.pid, signal.SIGKILL)
                 out, _ = self.process.communicate()
             print(out.decode(errors="replace")[-4000:])
             runtime("rm", self.name, tool="buildah")

@@ -370,6 +370,26 @@ class TestSameSettingsAsTheService:
         assert "the database was NOT updated" in result.output
         assert f"state file: {tmp_path / 'data' / 'switch.json'}" in result.output
 
+    def test_a_config_naming_the_default_paths_gets_no_default_warning(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The image's layout: the config names the database and state file under the data
+        directory, the very paths the defaults would give. They are the service's (the
+        config says so), so no warning that they might not be."""
+        data = tmp_path / "data"
+        _no_canaryd_env(monkeypatch, data)
+        config = _write_toml(
+            tmp_path / "etc" / "canaryd.toml",
+            f'[storage]\nurl = "sqlite:///{data / "canaryd.db"}"\n'
+            f'[switch]\nstate_file = "{data / "switch.json"}"\n',
+        )
+        result = CliRunner().invoke(
+            app, ["switch", "rollback", "--config", str(config), "--reason", "INC-3"]
+        )
+        assert result.exit_code == 0, result.output
+        assert f"database: sqlite:///{data / 'canaryd.db'}" in result.output
+        assert "built-in default" not in result.output
+
     def test_the_database_and_state_file_are_printed_masked(self, cli: Cli) -> None:
         """Every path through the database prints the URL (password masked) and the file."""
         runner, url, env, state_file = cli
