@@ -20,7 +20,7 @@ from canaryd import paths
 from canaryd.cli.common import handle_errors, progress_bar
 from canaryd.cli.options import ConfigOption
 from canaryd.config import Settings, load_settings
-from canaryd.judging.calibration import Calibration, calibrate
+from canaryd.judging.calibration import Calibration, aa_arm, calibrate
 from canaryd.logs import configure_logging
 from canaryd.pairs.plan import prompt_sampler, resolve_prompts
 from canaryd.scoring.calibrate import TAIL_CONFIDENCE, TAIL_COVERAGE, TAIL_METHOD
@@ -54,7 +54,7 @@ def distinct_prompts(settings: Settings, count: int) -> list[Prompt]:
 def _load(settings: Settings, arm: str, console: Console) -> dict[str, Engine]:
     engines = {
         name: build_engine(settings.arms.arm(name), models_dir=paths.models_dir())
-        for name in (BASELINE_ARM, arm)
+        for name in dict.fromkeys((BASELINE_ARM, aa_arm(settings), arm))
     }
     with console.status("loading and warming up engines…", spinner="dots"):
         for engine in engines.values():
@@ -67,6 +67,7 @@ def calibration_json(result: Calibration, stored: bool, configured: float) -> di
     return {
         "arm": result.arm,
         "arms": result.arms,
+        "aa_arm": result.aa_arm,
         "prompts": result.prompts,
         "pairs": result.pairs,
         "failures": result.failures,
@@ -100,8 +101,12 @@ def _table(body: dict[str, Any]) -> Table:
         table.add_column(column, justify="right")
     table.add_column("", justify="left")
     divergences, maxima = body["divergences"], body["max_margin"]
+    again = "twice" if body["aa_arm"] == BASELINE_ARM else f"and control arm {body['aa_arm']}"
     table.add_row(
-        str(body["prompts"]), str(divergences["aa"]), _number(maxima["aa"]), "A/A (baseline twice)"
+        str(body["prompts"]),
+        str(divergences["aa"]),
+        _number(maxima["aa"]),
+        f"A/A (baseline {again})",
     )
     table.add_row(
         str(body["prompts"]), str(divergences["ab"]), _number(maxima["ab"]), "A/B (speculative)"

@@ -1,7 +1,10 @@
 """The tie margin calibrated on the deployment: measuring it, and judging with it.
 
 `calibrate` runs prompts greedy at their full `max_tokens` on the baseline twice (A/A:
-the deployment's own numeric noise) and on the baseline and one speculative arm (A/B),
+the deployment's own numeric noise; the second run on the A/A control arm,
+`gates.quality.control_arm`, when one is configured: a replica on other hardware shows the
+noise between servers that one server run twice cannot) and on the baseline and one
+speculative arm (A/B),
 judges every divergent token with the baseline as teacher (canaryd.scoring.calibrate),
 and bounds the margins' tail (`tail_bound`). `tie_margin_for` is how every judging path
 (the gate job, the verdict, `canaryd judge`) picks the quality gate's tie margin: the one
@@ -38,6 +41,7 @@ from gates.records import BASELINE_ARM, Prompt
 __all__ = [
     "Calibration",
     "MarginSource",
+    "aa_arm",
     "calibrate",
     "note_tie_margin",
     "tie_margin_for",
@@ -54,6 +58,7 @@ class Calibration:
 
     arm: str
     arms: str
+    aa_arm: str
     aa_margins: tuple[float, ...]
     ab_margins: tuple[float, ...]
     unmeasured: int
@@ -117,10 +122,13 @@ def calibrate(
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     progress: Callable[[], None] | None = None,
 ) -> Calibration:
-    """Run every prompt greedy at its full `max_tokens` on the baseline twice and on `arm`,
-    judge every divergent token against the first baseline output, and bound the margins
-    (engines: by arm name, `baseline` among them, loaded)."""
+    """Run every prompt greedy at its full `max_tokens` on the baseline, again on the A/A
+    arm (`aa_arm`: the control arm when configured, else the baseline) and on `arm`, judge
+    every divergent token against the first baseline output, and bound the margins
+    (engines: by arm name, `baseline`, `arm` and the control arm among them, loaded)."""
     baseline = engines[BASELINE_ARM]
+    replica_arm = aa_arm(settings)
+    replica = engines[replica_arm]
     speculative = engines[arm]
     aa: list[float] = []
     ab: list[float] = []
@@ -128,7 +136,7 @@ def calibrate(
     for index, prompt in enumerate(prompts):
         request = _greedy(prompt, index, settings.prompts.timeout_s)
         first = _generate(baseline, request)
-        again = _generate(baseline, request)
+        again = _generate(replica, request)
         other = _generate(speculative, request)
         if first is None:
             failures += 1 + (again is None) + (other is None)
@@ -146,6 +154,7 @@ def calibrate(
     return Calibration(
         arm=arm,
         arms=arm_key(settings, arm),
+        aa_arm=replica_arm,
         aa_margins=tuple(aa),
         ab_margins=tuple(ab),
         unmeasured=unmeasured,
@@ -155,6 +164,11 @@ def calibrate(
         bound=tail_bound([*aa, *ab]),
         at=now(),
     )
+
+
+def aa_arm(settings: Settings) -> str:
+    """The arm the A/A run repeats the baseline on: the A/A control arm when configured."""
+    return settings.gates.quality.control_arm or BASELINE_ARM
 
 
 @dataclass(frozen=True, slots=True)

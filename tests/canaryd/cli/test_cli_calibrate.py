@@ -53,6 +53,7 @@ class TestCalibrate:
         )
         assert result.exit_code == 3, result.output
         data = json.loads(result.stdout)
+        assert data["aa_arm"] == "baseline"
         assert data["prompts"] == 6 and data["pairs"] == 12 and data["failures"] == 0
         assert data["divergences"] == {"aa": 0, "ab": 0, "unmeasured": 6, "needed": 119}
         assert data["bound"] is None and data["stored"] is False
@@ -73,6 +74,28 @@ class TestCalibrate:
         assert "A/A (baseline twice)" in result.stdout
         assert "A/B (speculative)" in result.stdout
         assert "not stored: 0 divergences measured, 119 needed" in result.stdout
+
+    def test_the_aa_run_repeats_the_baseline_on_the_control_arm(self, env: Path) -> None:
+        """With an A/A control arm configured, the baseline's second run goes to it (a
+        replica on other hardware): here a control that corrupts every output gives 4
+        A/A divergences (unmeasured: the fake engine lists no log-probs), the healthy
+        speculative arm none, and both the JSON and the table name the control arm."""
+        path = env / "canaryd.toml"
+        path.write_text(
+            arms(0.0)
+            + '[arms.control]\nkind = "fake"\nspeculative = true\nseed = 1\n'
+            + "corrupt_rate = 1.0\n"
+            + '[switch]\narm = "speculative"\n[gates.quality]\ncontrol_arm = "control"\n'
+        )
+        result = CliRunner().invoke(
+            app, ["calibrate", "--config", str(path), "--prompts", "4", "--json"]
+        )
+        assert result.exit_code == 3, result.output
+        data = json.loads(result.stdout)
+        assert data["aa_arm"] == "control" and data["pairs"] == 8
+        assert data["divergences"] == {"aa": 0, "ab": 0, "unmeasured": 4, "needed": 119}
+        table = CliRunner().invoke(app, ["calibrate", "--config", str(path), "--prompts", "4"])
+        assert "A/A (baseline and control arm control)" in table.stdout, table.output
 
     def test_a_bad_config_is_an_error(self, env: Path) -> None:
         path = env / "bad.toml"
