@@ -10,11 +10,15 @@ same two figures per installed distribution (its RECORD, bytecode pip wrote incl
 largest first, with pip's and setuptools' share named. With `--check`, the slim venv's own
 `canaryd` (run from outside the checkout, so only the installed wheel is on its path)
 judges two loopback OpenAI-compatible arms (`judge`, PASS expected) and runs the daemon
-on them (`run`: `/readyz` 200, then SIGTERM, exit 0 expected); none of the `local`,
-`postgres` and `report` extras' packages may be importable there.
+on them (`run`: `/readyz` 200, then SIGTERM, exit 0 expected) and times `canaryd switch
+status` cold (the median of 5 fresh interpreters, PYTHONDONTWRITEBYTECODE=1: nothing is
+cached between them, as on a read-only install); none of the `local`, `postgres` and
+`report` extras' packages may be importable there. `--no-compile` installs both with
+`pip install --no-compile` (no bytecode: smaller, and every start compiles what it
+imports where it cannot write its caches).
 
-Usage: .venv/bin/python benchmarks/slim_install.py [--check] [--python python3]
-       [--keep DIR] [--out slim.json] [--max-mib 300]
+Usage: .venv/bin/python benchmarks/slim_install.py [--check] [--no-compile]
+       [--python python3] [--keep DIR] [--out slim.json] [--max-mib 300]
 """
 
 from __future__ import annotations
@@ -102,8 +106,9 @@ def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def build(work: Path, python: str) -> tuple[Path, float]:
-    """The slim venv under `work`, and the empty venv's size in MiB."""
+def build(work: Path, python: str, bytecode: bool = True) -> tuple[Path, float]:
+    """The slim venv under `work`, and the empty venv's size in MiB (`bytecode`: pip's
+    default; False adds --no-compile)."""
     dist = work / "dist"
     run([sys.executable, *PIP, "wheel", "--quiet", "--no-deps", "--wheel-dir", str(dist), "."],
         cwd=REPO)  # fmt: skip
@@ -112,9 +117,10 @@ def build(work: Path, python: str) -> tuple[Path, float]:
     empty = disk_mib(venv)
     vpy = str(venv / "bin" / "python")
     lock = REPO / "requirements-runtime.lock"
-    run([vpy, *PIP, "install", "--quiet", "--require-hashes", "-r", str(lock)])
+    flags = [] if bytecode else ["--no-compile"]
+    run([vpy, *PIP, "install", "--quiet", *flags, "--require-hashes", "-r", str(lock)])
     (wheel,) = dist.glob("canaryd-*.whl")
-    run([vpy, *PIP, "install", "--quiet", "--no-deps", str(wheel)])
+    run([vpy, *PIP, "install", "--quiet", *flags, "--no-deps", str(wheel)])
     return venv, empty
 
 
@@ -207,6 +213,30 @@ def check_run(venv: Path, work: Path) -> str:
     return f"/readyz 200 after {ready_s:.1f} s, {pairs} candidate requests, SIGTERM: exit 0"
 
 
+def check_switch(venv: Path, work: Path, rounds: int = 5) -> tuple[str, float]:
+    """`canaryd switch status` on a migrated SQLite database, `rounds` fresh interpreters
+    that write no bytecode: the median wall time."""
+    config = work / "switch.toml"
+    config.write_text(
+        f'[storage]\nurl = "sqlite:///{work / "switch.db"}"\n'
+        f'[switch]\nstate_file = "{work / "switch.json"}"\n',
+        encoding="utf-8",
+    )
+    canaryd = str(venv / "bin" / "canaryd")
+    env = {**env_for(work), "PYTHONDONTWRITEBYTECODE": "1"}
+    run([canaryd, "db", "upgrade", "--config", str(config)], cwd=work, env=env)
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        run([canaryd, "switch", "status", "--config", str(config)], cwd=work, env=env)
+        times.append(time.perf_counter() - started)
+    median = sorted(times)[len(times) // 2]
+    return (
+        f"median {median:.2f} s of {rounds} (max {max(times):.2f} s), no bytecode written",
+        median,
+    )
+
+
 def absent(venv: Path) -> list[str]:
     """The NOT_IN_SLIM packages the venv could import (none expected)."""
     probe = (
@@ -224,6 +254,9 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, default=None, help="build here and keep it")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
     parser.add_argument("--max-mib", type=float, default=None, help="exit 1 above this")
+    parser.add_argument(
+        "--no-compile", action="store_true", help="pip install --no-compile (no bytecode)"
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -231,7 +264,7 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         if (work / "venv").exists():
             sys.exit(f"{work / 'venv'} exists: --keep wants a new directory")
-        venv, empty = build(work, args.python)
+        venv, empty = build(work, args.python, bytecode=not args.no_compile)
         total = disk_mib(venv)
         rows = breakdown(venv)
         version = run([str(venv / "bin" / "python"), "-V"]).stdout.strip()
@@ -247,6 +280,7 @@ def main() -> None:
         )
         result: dict[str, Any] = {
             "python": version,
+            "bytecode": not args.no_compile,
             "empty_venv_mib": round(empty, 1),
             "total_mib": round(total, 1),
             "added_mib": round(total - empty, 1),
@@ -261,6 +295,8 @@ def main() -> None:
             print(f"canaryd judge: {result['judge']}")
             result["run"] = check_run(venv, work)
             print(f"canaryd run: {result['run']}")
+            result["switch_status"], result["switch_status_s"] = check_switch(venv, work)
+            print(f"canaryd switch status: {result['switch_status']}")
         if args.out is not None:
             args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     if args.max_mib is not None and total > args.max_mib:
