@@ -31,19 +31,14 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from canaryd.store.model_types import NAMING_CONVENTION, UTCDateTime, json_column_type, metadata
-from canaryd.store.switching_tables import (
-    drift_references,
-    gate_decisions,
-    revisions,
-    switch_audit,
-    switch_state,
-)
+
+# Importing the module declares all five switch tables on `metadata` (Alembic sees them);
+# the two the switch alone queries (gate_decisions, drift_references) need no ORM class.
+from canaryd.store.switching_tables import revisions, switch_audit, switch_state
 
 __all__ = [
     "NAMING_CONVENTION",
     "Base",
-    "DriftReferenceRow",
-    "GateDecisionRow",
     "GenerationRow",
     "PairRollupRow",
     "PairRow",
@@ -66,7 +61,8 @@ class Base(DeclarativeBase):
 
 
 # The switch's tables are declared in Core (`canaryd.store.switching_tables`), where the
-# kill switch queries them; these classes map them for the history's queries (retention).
+# kill switch queries them; these classes map three of them for the history's queries
+# (retention) and the tests.
 class SwitchStateRow(Base):
     """The rollback switch's one row (see `switching_tables.switch_state`)."""
 
@@ -105,36 +101,6 @@ class SwitchAuditRow(Base):
     reason: Mapped[str]
     evidence: Mapped[list[dict[str, Any]]]
     category: Mapped[str | None]
-
-
-class GateDecisionRow(Base):
-    """One gate's decision in one evaluation (see `switching_tables.gate_decisions`)."""
-
-    __table__ = gate_decisions
-
-    id: Mapped[int]
-    evaluated_at: Mapped[datetime]
-    gate: Mapped[str]
-    state: Mapped[str]
-    mode: Mapped[str]
-    critical: Mapped[bool]
-    decision: Mapped[dict[str, Any]]
-    comparison_arm: Mapped[str | None]
-
-
-class DriftReferenceRow(Base):
-    """A category's pinned reference (see `switching_tables.drift_references`)."""
-
-    __table__ = drift_references
-
-    arms: Mapped[str]
-    category: Mapped[str]
-    mean: Mapped[float]
-    sd: Mapped[float]
-    n: Mapped[int]
-    log_mean: Mapped[float | None]
-    log_sd: Mapped[float | None]
-    pinned_at: Mapped[datetime]
 
 
 class RevisionRow(Base):
