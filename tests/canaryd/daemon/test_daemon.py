@@ -280,7 +280,9 @@ class TestShutdown:
         slow = FAKE_ARMS.replace('kind = "fake"', 'kind = "fake"\nrealtime = true\nttft_s = 1.5')
         daemon = make_daemon(fast_schedule(shutdown_timeout_s=0.3), arms=slow)
         url = daemon.settings.storage.resolved_url()
-        time.sleep(0.3)  # the first cycle starts at once and is now generating
+        # the first cycle starts at once; once it runs, its pair generates for 1.5 s
+        wait_for(lambda: not daemon._idle.is_set(), what="the first cycle to start")
+        time.sleep(0.1)
         started = time.monotonic()
         daemon.stop()
         assert time.monotonic() - started < 2.0
