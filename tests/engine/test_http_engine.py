@@ -285,7 +285,9 @@ class TestHostileStreams:
         for engine in _engine(server.url):
             result = engine.generate(request)
             assert result.error is ErrorKind.TIMEOUT
-            assert 0.9 < result.e2e_s < 1.5
+            # Not the arm's own total (5 s): the upper bound sits between the two, with
+            # room for a loaded CI machine to wake the timer late.
+            assert 0.9 < result.e2e_s < 3.0
 
 
 class TestRetries:

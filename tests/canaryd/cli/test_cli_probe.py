@@ -33,6 +33,9 @@ NAMES = (
     "seed_reproducible", "json_schema", "long_context", "over_limit_4xx", "odd_input",
     "burst_16", "cancel_mid_stream",
 )  # fmt: skip
+# How far past its deadline (and one drip) a cut run may end: a loaded 2-core CI machine's
+# scheduling noise. A run the deadline did not cut would go on for minutes.
+SLACK_S = 2.0
 # What the speculative arm's reason says when it breaks each capability.
 FAILS_WITH = {
     "streaming_equals_plain": "greedy streamed and plain answers differ at character",
@@ -183,16 +186,20 @@ class TestProbeAgainstHostileServers:
         assert code == 1, output
         assert wall_s < 4 + 8, wall_s  # the deadline, one drip, and the command's start
         body, rows = json.loads(output), table(output)
-        assert body["elapsed_s"] < 4 + 1.0
+        assert body["elapsed_s"] < 4 + 0.5 + SLACK_S  # the deadline and one drip
         assert body["regressions"] == ["streaming_equals_plain"]
         assert body["not_run"] == list(NAMES[1:])
         assert body["read_caps"] == {"probe_deadline": 1}
         reason = rows["streaming_equals_plain"]["speculative"]["reason"]
-        assert re.fullmatch(
-            r"no whole answer within 3\.\d+ s \(the probe's deadline; \d+ bytes read\): "
-            "connection closed",
+        # The answer's budget is what the run's deadline had left when it was asked
+        # (about 3.9 s; less on a loaded machine), shown to 3 significant digits ("3").
+        budget = re.fullmatch(
+            r"no whole answer within (\d+(?:\.\d+)?) s \(the probe's deadline; \d+ bytes "
+            r"read\): connection closed",
             reason,
-        ), reason
+        )
+        assert budget is not None, reason
+        assert 0 < float(budget.group(1)) < 4, reason
         assert rows["stop"]["baseline"]["reason"] == "not run: the probe's 4 s deadline had passed"
 
     def test_a_run_cut_before_any_capability_shows_no_parity(self, database: Path) -> None:
@@ -207,7 +214,7 @@ class TestProbeAgainstHostileServers:
         assert f"INCOMPLETE: the deadline passed before {', '.join(NAMES)} ran;" in flat
         assert "answers cut short by a read cap: probe_deadline 1" in flat
         elapsed = float(re.findall(r" ran; ([\d.]+) s; `canaryd report", flat)[0])
-        assert elapsed < 3 + 1.0
+        assert elapsed < 3 + SLACK_S
 
     @pytest.mark.timeout(120)
     def test_an_endless_candidate_is_cut_at_the_byte_cap(self, database: Path) -> None:

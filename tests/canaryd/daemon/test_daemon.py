@@ -637,6 +637,12 @@ class TestWedgedCycle:
         # so an age of 1.0004 s reads 1.0.
         assert health.json()["last_progress_age_s"] >= 1.0
         assert health.json()["max_stall_s"] == 1.0
+        # A heartbeat that found the soak progressing just before the stall may still be
+        # calling the hooks. Heartbeats never overlap (max_instances = 1), so once the
+        # next one has begun, the earlier one is done and every later one starts after
+        # the stall was seen.
+        beat = daemon.last_heartbeat
+        wait_for(lambda: daemon.last_heartbeat != beat, what="a heartbeat after the stall")
         fed_at_stall, beats_at_stall = len(fed), daemon.last_heartbeat
         time.sleep(0.6)
         assert len(fed) == fed_at_stall, "the watchdog was fed while the cycle was stuck"

@@ -4,7 +4,11 @@ stall it reports against the limit of the moment."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
+import pytest
+
+from canaryd.daemon import progress as progress_module
 from canaryd.daemon.progress import Progress
 
 
@@ -29,14 +33,20 @@ class TestProgress:
         assert finished <= time.monotonic()
         assert progress.last_cycle_age_s() <= time.monotonic() - finished_at
 
-    def test_stalled_past_the_limit_and_progressing_again_after_a_mark(self) -> None:
+    def test_stalled_past_the_limit_and_progressing_again_after_a_mark(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """Past the limit the soak is not progressing; the limit is read at each call,
         so a reload's new limit applies at once."""
+        # The module's clock, moved by hand: with real time, a pause of the loaded test
+        # machine between the mark and the check below could outlast a short limit.
+        clock = [1000.0]
+        monkeypatch.setattr(progress_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
         limit = [60.0]
         progress = Progress(lambda: limit[0])
         assert progress.progressing()
         limit[0] = 0.2
-        time.sleep(0.25)
+        clock[0] += 0.25
         assert not progress.progressing()
         assert not progress.progressing()  # stays stalled (logged once)
         progress.mark()

@@ -236,8 +236,13 @@ class TestDaemonScrapes:
             baseline.finish(10)
             speculative.finish(10)
             wait_for(lambda: daemon.store.telemetry("speculative"))
+            # Only the run below may scrape from here: a scheduled scrape in flight when
+            # `before` was read would count too (before + 2). The job is paused, and one
+            # it had started has finished once the job's lock is free.
+            daemon.scheduler.pause_job(TELEMETRY_JOB)
             with daemon._cycle_lock:  # a pair generating for minutes blocks no scrape
-                before = daemon.telemetry.scrapes
+                with daemon.telemetry._lock:
+                    before = daemon.telemetry.scrapes
                 daemon.telemetry.run()
                 assert daemon.telemetry.scrapes == before + 1
             assert daemon.store.telemetry("baseline")
