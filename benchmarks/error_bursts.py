@@ -46,9 +46,9 @@ if __package__ in (None, ""):
 from engine.types import ErrorKind, GenerationResult, Message
 from gates import GateDecision, GatesConfig, GateState, error_gate
 from gates.config import ErrorGateConfig
-from gates.liveness import liveness_gate
+from gates.pairs.liveness import liveness_gate
 from gates.records import PairRecord, Prompt
-from gates.stats import clopper_pearson
+from gates.stats.descriptive import clopper_pearson
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ENGINE_FAILURE = 0.01  # each arm's own error rate in gate_power's realistic model

@@ -59,16 +59,16 @@ from engine.config import SpeculativeConfig, TransformersEngineConfig
 from engine.hf import TransformersEngine
 from engine.types import GenerationRequest, GenerationResult, Message, SamplingParams, TeacherScore
 from gates import GateState, quality_gate
-from gates.budget import DEFAULT_ARL0
 from gates.config import QualityGateConfig
-from gates.distribution import (
+from gates.pairs.distribution import (
     ONE_SIDED_CUSUMS,
     joint_scores,
     shiryaev_roberts,
     sign_flip_increments,
 )
 from gates.records import PairRecord, Prompt
-from gates.sequential import lorden_threshold
+from gates.stats.budget import DEFAULT_ARL0
+from gates.stats.sequential import lorden_threshold
 
 TEMPERATURE = 0.8
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -3,14 +3,14 @@ pairs, and how often it rolls back a healthy revision.
 
 Production traffic is simulated per deployment (one baseline and one speculative arm) at
 1, 5 and 50 requests per second, scraped every 15 s: each scrape interval comes from
-`gates.telemetry_testing` (Poisson arrivals; log-normal TTFT and inter-token latencies,
+`gates.telemetry.testing` (Poisson arrivals; log-normal TTFT and inter-token latencies,
 the speculative arm's one per verify step of `verify_step_cost` decode steps; the three
 latency histograms binned at vLLM's bucket bounds; requests running and waiting by
 Little's law; drafts, draft tokens and accepted tokens with k = 3 draft tokens and a
 per-request acceptance probability giving an acceptance length of about 2.5), with
 request errors drawn per request (0.5 % on both arms). Beside it the rollout burst runs
 pairs at `--pairs-per-minute` (default `rollout.max_pairs_per_minute`, 30), built
-with `gates.testing`'s record builders: greedy pairs that match exactly (a lossless
+with `gates.pairs.testing`'s record builders: greedy pairs that match exactly (a lossless
 speculative decoder; identical outputs score alike, so task-score deltas are 0; no
 numeric ties, for those see gate_power's `deployment_bf16`), 0.5 % failures per arm,
 the speculative arm about 1.8× faster (pairs run at the burst's low concurrency).
@@ -82,21 +82,21 @@ from typing import Any
 import numpy as np
 
 from canaryd.config.sections import RolloutConfig
-from gates.budget import (
+from gates.config import GatesConfig
+from gates.core import GateState, checks
+from gates.cycle import TELEMETRY_GATES, Judgement, judge
+from gates.pairs.testing import T0, record, result, scores
+from gates.records import PairRecord
+from gates.stats.budget import (
     budget_shares,
     detector_arl0,
     detector_count,
     telemetry_arl0,
     telemetry_detector_count,
 )
-from gates.config import GatesConfig
-from gates.core import GateState, checks
-from gates.cycle import TELEMETRY_GATES, Judgement, judge
-from gates.records import PairRecord
-from gates.telemetry import ArmTelemetry, TelemetryEvidence, TelemetryInterval
-from gates.telemetry_acceptance import AcceptanceReference, pin_acceptance_reference
-from gates.telemetry_testing import ArmTraffic, simulate_interval
-from gates.testing import T0, record, result, scores
+from gates.telemetry.acceptance import AcceptanceReference, pin_acceptance_reference
+from gates.telemetry.intervals import ArmTelemetry, TelemetryEvidence, TelemetryInterval
+from gates.telemetry.testing import ArmTraffic, simulate_interval
 
 RATES = (1, 5, 50)
 FAULTS = ("errors_5pct", "latency_x1.5_under_load", "acceptance_drop_30pct")

@@ -15,13 +15,14 @@ if TYPE_CHECKING:
     from gates.config import GatesConfig
     from gates.core import DetectorReading, GateDecision, GateMode, GateState, ReferenceStats
     from gates.cycle import GATES, Judgement, Verdict, combine, evaluate_all, judge
-    from gates.drift import drift_gate, grow_references, pin_reference
-    from gates.error_rate import error_gate
-    from gates.latency import latency_gate
-    from gates.liveness import liveness_gate
-    from gates.quality import quality_gate
-    from gates.speedup import speedup_gate
-    from gates.switch import (
+    from gates.pairs.drift import drift_gate, grow_references, pin_reference
+    from gates.pairs.error_rate import error_gate
+    from gates.pairs.latency import latency_gate
+    from gates.pairs.liveness import liveness_gate
+    from gates.pairs.quality import quality_gate
+    from gates.pairs.speedup import speedup_gate
+    from gates.switch.config import SwitchPolicyConfig
+    from gates.switch.policy import (
         CategorySwitch,
         Control,
         Evaluation,
@@ -32,21 +33,20 @@ if TYPE_CHECKING:
         Transition,
         step,
     )
-    from gates.switch_config import SwitchPolicyConfig
 
 # Each public name and the module that defines it.
 _MODULES = {
     "gates.config": ("GatesConfig",),
-    "gates.switch_config": ("SwitchPolicyConfig",),
+    "gates.switch.config": ("SwitchPolicyConfig",),
     "gates.core": ("DetectorReading", "GateDecision", "GateMode", "GateState", "ReferenceStats"),
     "gates.cycle": ("GATES", "Judgement", "Verdict", "combine", "evaluate_all", "judge"),
-    "gates.drift": ("drift_gate", "grow_references", "pin_reference"),
-    "gates.error_rate": ("error_gate",),
-    "gates.latency": ("latency_gate",),
-    "gates.liveness": ("liveness_gate",),
-    "gates.quality": ("quality_gate",),
-    "gates.speedup": ("speedup_gate",),
-    "gates.switch": (
+    "gates.pairs.drift": ("drift_gate", "grow_references", "pin_reference"),
+    "gates.pairs.error_rate": ("error_gate",),
+    "gates.pairs.latency": ("latency_gate",),
+    "gates.pairs.liveness": ("liveness_gate",),
+    "gates.pairs.quality": ("quality_gate",),
+    "gates.pairs.speedup": ("speedup_gate",),
+    "gates.switch.policy": (
         "CategorySwitch",
         "Control",
         "Evaluation",

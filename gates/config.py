@@ -13,8 +13,8 @@ from pydantic import Field, field_validator, model_validator
 
 from gates.config_base import GateConfigBase, Strict, check_quantiles_and_metrics
 from gates.core import GateMode
-from gates.switch_config import SwitchPolicyConfig
-from gates.telemetry import (
+from gates.switch.config import SwitchPolicyConfig
+from gates.telemetry.intervals import (
     TelemetryAcceptanceGateConfig,
     TelemetryErrorGateConfig,
     TelemetryLatencyGateConfig,
@@ -50,7 +50,7 @@ class BudgetConfig(Strict):
     It is sized for the fastest schedule the daemon is expected to run
     (`design_pair_interval_s`): at a slower schedule false alarms are rarer still. The
     budget is split equally between the enforce gates' sequential detectors
-    (gates/budget.py); each detector's threshold is log(ARL0) of its share.
+    (gates/stats/budget.py); each detector's threshold is log(ARL0) of its share.
     """
 
     false_rollbacks_per_30_days: float = Field(default=0.1, gt=0)

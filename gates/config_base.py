@@ -2,7 +2,7 @@
 `GateConfigBase` (mode, evidence size, window, confidence).
 
 Kept apart from `gates.config` so that a gate module may declare its own section
-(`gates.telemetry`) and `GatesConfig` may hold it without an import cycle:
+(`gates.telemetry.intervals`) and `GatesConfig` may hold it without an import cycle:
 `gates.config` imports this module first, then the sections declared elsewhere.
 """
 

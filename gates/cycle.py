@@ -20,23 +20,23 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from gates.budget import detector_arl0, detector_budget, rate_ratio, rebudget, telemetry_arl0
 from gates.config import GatesConfig
 from gates.config_base import GateConfigBase
 from gates.core import GateDecision, GateMode, GateState, ReferenceStats, checks, combine_states
-from gates.drift import drift_gate, grow_references
-from gates.error_rate import error_gate
-from gates.latency import latency_gate
-from gates.liveness import liveness_gate
+from gates.pairs.drift import drift_gate, grow_references
+from gates.pairs.error_rate import error_gate
+from gates.pairs.latency import latency_gate
+from gates.pairs.liveness import liveness_gate
+from gates.pairs.quality import quality_gate
+from gates.pairs.speedup import speedup_gate
 from gates.parity import UNSCHEDULED_INTERVAL_S, ProbeEvidence, parity_gate
-from gates.quality import quality_gate
 from gates.records import PairRecord
-from gates.speedup import speedup_gate
-from gates.switch import SwitchMode, SwitchState
-from gates.telemetry import TelemetryEvidence
-from gates.telemetry_acceptance import AcceptanceReference, telemetry_acceptance_gate
-from gates.telemetry_errors import telemetry_errors_gate
-from gates.telemetry_latency import telemetry_latency_gate
+from gates.stats.budget import detector_arl0, detector_budget, rate_ratio, rebudget, telemetry_arl0
+from gates.switch.policy import SwitchMode, SwitchState
+from gates.telemetry.acceptance import AcceptanceReference, telemetry_acceptance_gate
+from gates.telemetry.errors import telemetry_errors_gate
+from gates.telemetry.intervals import TelemetryEvidence
+from gates.telemetry.latency import telemetry_latency_gate
 
 __all__ = [
     "GATES",
@@ -360,7 +360,7 @@ def judge(
 
     `telemetry`: both arms' production telemetry, scraped every `scrape_interval_s`
     seconds (required with it), and `acceptance_reference`, the speculative arm's healthy
-    acceptance pinned from it (`gates.telemetry_acceptance.pin_acceptance_reference`;
+    acceptance pinned from it (`gates.telemetry.acceptance.pin_acceptance_reference`;
     None: not pinned yet, `telemetry.acceptance` NODATA unless a reference is
     configured). Pass the telemetry, empty if nothing was scraped yet, whenever
     telemetry is configured: the telemetry gates then run (after the pair gates), every
@@ -369,7 +369,7 @@ def judge(
     Without it the telemetry gates are absent and nothing else changes.
     `min_pairs` and `subject` go to `combine`. `pair_rate`: the pairs a minute measured
     on the database (every daemon's); faster than the budget's design rate, the gates
-    judge with a copy of `config` re-budgeted for it (`gates.budget.rebudget`)."""
+    judge with a copy of `config` re-budgeted for it (`gates.stats.budget.rebudget`)."""
     ratio = rate_ratio(config, pair_rate)
     config = rebudget(config, pair_rate)
     start = since if since is not None else (state.since if state is not None else None)

@@ -33,8 +33,8 @@ from benchmarks.gate_power.schedule import default_schedule
 from benchmarks.gate_power.streams import PairStream
 from benchmarks.gate_power.stress import STRESS_BUDGETS
 from gates import GatesConfig
-from gates.budget import SECONDS_PER_30_DAYS, budget_shares, detector_arl0, detector_count
-from gates.sequential import lorden_threshold
+from gates.stats.budget import SECONDS_PER_30_DAYS, budget_shares, detector_arl0, detector_count
+from gates.stats.sequential import lorden_threshold
 
 # The daemon's own cadence (every gate every 60 s) over the first pairs of each healthy
 # run: a full evaluation of a 5,000-pair window costs about 0.5 s on 2 cores.

@@ -24,7 +24,7 @@ from benchmarks.gate_power.sample import HealthySample, latency_by_metric
 from benchmarks.gate_power.streams import FaultStream
 from gates import GatesConfig
 from gates.records import PairRecord
-from gates.sequential import bernoulli_llr, llr_cusum
+from gates.stats.sequential import bernoulli_llr, llr_cusum
 
 KAYENTA_WINDOWS = (50, 100, 200, 500, 1000)
 

@@ -39,9 +39,9 @@ from benchmarks.gate_power.noise import deployment_bf16, realistic
 from benchmarks.gate_power.sample import HealthySample
 from benchmarks.gate_power.streams import FaultStream, PairStream
 from gates import GatesConfig, ReferenceStats, pin_reference
-from gates.budget import detector_arl0
 from gates.records import PairRecord
-from gates.sequential import lorden_threshold
+from gates.stats.budget import detector_arl0
+from gates.stats.sequential import lorden_threshold
 
 
 def censored_median(values: Sequence[int | float | None]) -> float | None:

@@ -29,9 +29,9 @@ from gates import (
     liveness_gate,
     step,
 )
-from gates.budget import detector_arl0
 from gates.cycle import evaluate_all, latest_window, suspicion, window_bounds
 from gates.records import PairRecord
+from gates.stats.budget import detector_arl0
 
 PREFIX_PAIRS = 1_500
 

@@ -17,9 +17,9 @@ from benchmarks.gate_power.streams import PairStream, default_prompts
 from benchmarks.gate_power.stress import stress_result, with_budget
 from benchmarks.gate_power.trips import TripCounter
 from gates import GateDecision, GatesConfig, liveness_gate
-from gates.budget import detector_arl0
 from gates.cycle import window_bounds
 from gates.records import PairRecord
+from gates.stats.budget import detector_arl0
 
 
 def alive(records: Sequence[PairRecord], config: GatesConfig) -> GateDecision:

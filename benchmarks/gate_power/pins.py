@@ -1,7 +1,7 @@
 """The false drift FAILs that the pins themselves cause: `drift_pins` draws many pins of
 healthy acceptance lengths per category, grows each from `pin_min_samples` to
 `pin_target_samples` pairs and follows it for the category's 30 days of pairs with the
-drift gate's own charts (`gates.drift.chart_parameters`), vectorised over pins (closed-form
+drift gate's own charts (`gates.pairs.drift.chart_parameters`), vectorised over pins (closed-form
 CUSUMs, `_lindley`), against the category's share of the budget; and the same draws judged
 the old way, a pin of `pin_min_samples` pairs taken as exact."""
 
@@ -16,9 +16,9 @@ import numpy as np
 from benchmarks.gate_power.sample import HealthySample
 from benchmarks.gate_power.trips import poisson_upper95
 from gates import GatesConfig
-from gates.budget import SECONDS_PER_30_DAYS, detector_arl0, detector_budget
-from gates.drift import chart_parameters, pin_alpha
-from gates.sequential import lorden_threshold
+from gates.pairs.drift import chart_parameters, pin_alpha
+from gates.stats.budget import SECONDS_PER_30_DAYS, detector_arl0, detector_budget
+from gates.stats.sequential import lorden_threshold
 
 
 def _lindley(increments: np.ndarray) -> np.ndarray:
@@ -65,7 +65,7 @@ def _growing_stats(
 def _bank_increments(
     values: np.ndarray, logs: np.ndarray, params: tuple[tuple[np.ndarray, ...], ...]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The two charts' Gaussian log-LR increments (gates.sequential.gaussian_llr), per row."""
+    """The two charts' Gaussian log-LR increments (gates.stats.sequential.gaussian_llr), per row."""
     out = []
     for data, (m0, m1, sigma) in zip((values, logs), params, strict=True):
         m0, m1, sigma = (np.asarray(x)[:, None] for x in (m0, m1, sigma))
@@ -92,7 +92,7 @@ def drift_pins(
     is recomputed from the first pair against the current pin, as the gate does; once it
     is frozen, one CUSUM runs over the whole 30 days from the first pair (never fewer
     alarms than the gate's 2,000-pair window: a later start can only lower a CUSUM), and
-    restarts after each alarm. The charts are the gate's own (`gates.drift.chart_parameters`:
+    restarts after each alarm. The charts are the gate's own (`gates.pairs.drift.chart_parameters`:
     the bank's threshold and the pin margin for the category's share of the budget).
     `before` is the same draw judged as before the margin: a pin frozen at
     `pin_min_samples` pairs whose mean is taken as exact."""

@@ -21,7 +21,7 @@ from gates import (
 )
 from gates.cycle import evaluate_all, latest_window, pins
 from gates.records import PairRecord
-from gates.switch import all_enforced_pass
+from gates.switch.policy import all_enforced_pass
 
 
 def default_schedule(

@@ -13,8 +13,8 @@ from typing import Any
 from benchmarks.gate_power.sample import HealthySample
 from benchmarks.gate_power.trips import TripCounter, poisson_upper95
 from gates import GatesConfig
-from gates.budget import SECONDS_PER_30_DAYS, detector_arl0
-from gates.sequential import lorden_threshold
+from gates.stats.budget import SECONDS_PER_30_DAYS, detector_arl0
+from gates.stats.sequential import lorden_threshold
 
 STRESS_BUDGETS = (100_000.0, 10_000.0, 1_000.0, 100.0, 10.0)  # false rollbacks per 30 days
 # Above this share of evaluations with a trip, two alarms between evaluations are likely

@@ -24,10 +24,10 @@ from gates import (
     SwitchState,
     step,
 )
-from gates.budget import SECONDS_PER_30_DAYS
 from gates.core import checks
 from gates.cycle import evaluate_all, latest_window, pins
 from gates.records import PairRecord
+from gates.stats.budget import SECONDS_PER_30_DAYS
 
 
 def detector_readings(decisions: Sequence[GateDecision]) -> list[tuple[str, DetectorReading]]:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from canaryd.config.switching import StorageConfig, SwitchConfig
 from canaryd.errors import ConfigError
-from gates.switch_config import SwitchPolicyConfig
+from gates.switch.config import SwitchPolicyConfig
 
 __all__ = [
     "SECTION_NAMES",

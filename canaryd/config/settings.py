@@ -32,8 +32,8 @@ from canaryd.redact import redact_value
 from canaryd.store.database import mask_url
 from canaryd.telemetry.config import TelemetryConfig
 from gates import GateMode, GatesConfig
-from gates.budget import design_pairs_per_minute
 from gates.records import BASELINE_ARM
+from gates.stats.budget import design_pairs_per_minute
 
 
 class Settings(EnvironmentSettings):

@@ -27,8 +27,8 @@ import structlog
 
 from canaryd.config import Settings
 from canaryd.judging.verdict import RevisionVerdict, VerdictQuery
-from gates.budget import SECONDS_PER_30_DAYS
 from gates.records import BASELINE_ARM, PairRecord
+from gates.stats.budget import SECONDS_PER_30_DAYS
 
 __all__ = ["BurstCost", "RolloutBurst", "burst_allowance"]
 

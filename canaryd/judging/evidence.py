@@ -9,7 +9,7 @@ telemetry: the scrape intervals of the baseline and the arm in the longest telem
 window (`telemetry_seconds`), cut to a revision's window, stored under the arms key of
 each as configured now (a new draft model, or a new baseline, starts from nothing).
 `acceptance_reference` pins the speculative arm's acceptance reference from that evidence
-when none is configured: its earliest intervals (`gates.telemetry_acceptance.
+when none is configured: its earliest intervals (`gates.telemetry.acceptance.
 pin_acceptance_reference`), recomputed at every judgement from what is stored, so a
 restart pins the same; the reference thus slides with the window once the evidence is
 older than it, and `telemetry.acceptance` catches a drop that happens within the window.
@@ -32,8 +32,8 @@ from canaryd.store import HistoryStore, TelemetryStore
 from gates.config import GatesConfig
 from gates.cycle import TELEMETRY_GATES, section, window_bounds
 from gates.records import BASELINE_ARM, PairRecord
-from gates.telemetry import ArmTelemetry, TelemetryEvidence, TelemetryInterval
-from gates.telemetry_acceptance import AcceptanceReference, pin_acceptance_reference
+from gates.telemetry.acceptance import AcceptanceReference, pin_acceptance_reference
+from gates.telemetry.intervals import ArmTelemetry, TelemetryEvidence, TelemetryInterval
 
 __all__ = [
     "acceptance_reference",

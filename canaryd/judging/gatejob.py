@@ -49,11 +49,11 @@ from canaryd.probe.stored import latest_probe
 from canaryd.store import SqlStore, Store
 from canaryd.switch import SwitchService
 from gates import Evaluation, ReferenceStats, SwitchState
-from gates.budget import design_pairs_per_minute
 from gates.core import checks
 from gates.cycle import advisory, judge, may_pin, pins
 from gates.parity import ProbeEvidence
 from gates.records import PairRecord
+from gates.stats.budget import design_pairs_per_minute
 
 __all__ = ["PRUNE_EVERY", "SwitchGates"]
 

@@ -1,7 +1,7 @@
 """The pair rate measured on the database, which the false-alarm budget is re-budgeted for.
 
 The gates' thresholds are sized for one pair every `gates.budget.design_pair_interval_s`
-(gates/budget.py); every daemon writing pairs to one database (a leader and the followers
+(gates/stats/budget.py); every daemon writing pairs to one database (a leader and the followers
 that measure beside it, several pairs per cycle, the adaptive pace, a command's runs) adds
 pairs the detectors judge. `pair_rate` counts the stored pairs of one arm started in the
 trailing `RATE_HORIZON` (raw pairs and the hourly roll-ups retention moved them to),

@@ -49,11 +49,11 @@ from canaryd.pairs.plan import arm_key
 from canaryd.redact import redact_value
 from canaryd.store import RevisionWindow, SqlStore, Store
 from gates import GateDecision
-from gates.budget import rebudget
 from gates.config import GatesConfig
 from gates.cycle import Judgement, Verdict, judge
 from gates.estimate import estimate as estimate_need
 from gates.records import BASELINE_ARM, PairRecord
+from gates.stats.budget import rebudget
 
 __all__ = [
     "COMPACT_MAX_BYTES",

@@ -26,7 +26,7 @@ from canaryd.report.summary import ALL, summarise_group
 from canaryd.report.tables import ReportTable, fmt, ladder_table, pct, positions, speedup_table
 from gates import Evaluation
 from gates.records import PairRecord
-from gates.stats import quantile, rate
+from gates.stats.descriptive import quantile, rate
 
 __all__ = [
     "ArmFigures",

@@ -4,7 +4,7 @@ against a reference band of mean ± 2 sd.
 The reference is the drift gate's pinned one when the store has it, else the first 20 %
 of the category's pairs in the window, so a history without a pinned reference still
 shows whether acceptance moved. Pure functions of pair records; the drift gate's own
-statistics are `gates.drift`'s.
+statistics are `gates.pairs.drift`'s.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from datetime import datetime
 
 from gates.core import ReferenceStats
 from gates.records import PairRecord
-from gates.stats import mean
+from gates.stats.descriptive import mean
 
 REFERENCE_FRACTION = 0.2  # the first 20 % of a category's window is its drift reference
 BAND_SDS = 2.0

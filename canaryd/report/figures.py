@@ -17,7 +17,7 @@ from canaryd.report.summary import ALL
 from canaryd.store import StoredRun
 from engine.types import GenerationResult
 from gates.records import ARMS, BASELINE_ARM, DEFAULT_ARM, Arm, PairRecord
-from gates.stats import mean, quantile, rate
+from gates.stats.descriptive import mean, quantile, rate
 
 LATENCY_QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 LATENCY_METRICS: tuple[tuple[str, str], ...] = (
@@ -45,7 +45,8 @@ class Percentiles:
 
 
 def percentiles(values: Iterable[float | None]) -> Percentiles:
-    """P50/P95/P99 (type-7 quantiles, `gates.stats.quantile`) of the values that are set."""
+    """P50/P95/P99 (type-7 quantiles, `gates.stats.descriptive.quantile`) of the values
+    that are set."""
     present = [v for v in values if v is not None]
     p50, p95, p99 = (quantile(present, q) for _, q in LATENCY_QUANTILES)
     return Percentiles(p50=p50, p95=p95, p99=p99)

@@ -37,7 +37,7 @@ from canaryd.store.rollup import (
 )
 from canaryd.store.serving import ServingFacts
 from gates.records import ARMS, DEFAULT_ARM, Arm
-from gates.stats import quantile, rate
+from gates.stats.descriptive import quantile, rate
 
 STATUS_SCHEMA = "canaryd.status/1"
 WINDOWS: tuple[tuple[str, timedelta], ...] = (

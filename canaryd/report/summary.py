@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gates.records import PairRecord
-from gates.stats import mean, quantile, rate
+from gates.stats.descriptive import mean, quantile, rate
 
 ALL = "all"
 

@@ -25,7 +25,7 @@ from canaryd.report.figures import Percentiles, latency_value, percentiles
 from canaryd.report.tables import ReportTable, fmt, pct
 from engine.types import GenerationResult
 from gates.records import ARMS, Arm, PairRecord
-from gates.stats import mean, quantile, rate
+from gates.stats.descriptive import mean, quantile, rate
 
 __all__ = [
     "COLD_PAIRS",

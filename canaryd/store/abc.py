@@ -22,7 +22,7 @@ from canaryd.store.serving import SERVING_ROW_LIMIT, ServingFacts
 from canaryd.store.switching import AuditEntry, RevisionWindow, SwitchRecord
 from gates import Evaluation, ReferenceStats, SwitchOutcome, SwitchState
 from gates.records import DEFAULT_ARM, PairRecord, RunInfo
-from gates.telemetry import TelemetryInterval
+from gates.telemetry.intervals import TelemetryInterval
 
 __all__ = [
     "RETENTION_BATCH_PAIRS",

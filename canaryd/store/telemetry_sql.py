@@ -23,8 +23,8 @@ from canaryd.store.abc import StoredInterval
 from canaryd.store.columns import aware
 from canaryd.store.models import TelemetryIntervalRow
 from canaryd.store.sql_base import SqlDatabase
-from gates.histogram import BucketCounts
-from gates.telemetry import TelemetryInterval
+from gates.stats.histogram import BucketCounts
+from gates.telemetry.intervals import TelemetryInterval
 
 __all__ = ["SqlTelemetryStore", "buckets_from_json", "buckets_json"]
 

@@ -18,7 +18,7 @@ and `sum` do:
   then see a replica with some of its series and without others: counting the
   returning ones from zero counted everything before them again;
 - histogram quantiles come from the bucket increases by linear interpolation within the
-  bucket that holds the rank, as Prometheus' `histogram_quantile` does (gates.histogram,
+  bucket that holds the rank, as Prometheus' `histogram_quantile` does (gates.stats.histogram,
   re-exported here);
 - gauges (requests running and waiting) are the mean of the two scrapes, summed over
   replicas; an engine's own acceptance gauges are averaged over its series.
@@ -38,8 +38,8 @@ from canaryd.telemetry.config import (
     Signal,
 )
 from canaryd.telemetry.signals import MEAN_GAUGES, ArmReading, GroupKey, ReplicaReading
-from gates.histogram import BucketCounts, add_buckets, histogram_quantile
-from gates.telemetry import CountInterval, TelemetryInterval
+from gates.stats.histogram import BucketCounts, add_buckets, histogram_quantile
+from gates.telemetry.intervals import CountInterval, TelemetryInterval
 
 __all__ = [
     "BucketCounts",

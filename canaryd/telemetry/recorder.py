@@ -19,7 +19,7 @@ from canaryd.redact import redact_text
 from canaryd.telemetry.config import TelemetryConfig
 from canaryd.telemetry.scraper import TelemetryScraper
 from gates.records import BASELINE_ARM
-from gates.telemetry import ArmTelemetry, TelemetryEvidence, TelemetryInterval
+from gates.telemetry.intervals import ArmTelemetry, TelemetryEvidence, TelemetryInterval
 
 __all__ = ["TelemetryRecorder"]
 

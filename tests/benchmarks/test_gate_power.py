@@ -21,8 +21,8 @@ from scipy.stats import mannwhitneyu
 from benchmarks import gate_power
 from benchmarks.gate_power.faults import faults
 from gates import GatesConfig, SwitchMode, pin_reference
-from gates.liveness import liveness_gate
-from gates.sequential import lorden_threshold
+from gates.pairs.liveness import liveness_gate
+from gates.stats.sequential import lorden_threshold
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from gates import GateMode, GatesConfig, GateState, SwitchMode, SwitchState
-from gates.budget import budget_shares, detector_arl0, detector_count, telemetry_arl0
 from gates.config import TelemetryGatesConfig
 from gates.cycle import (
     GATES,
@@ -26,11 +25,12 @@ from gates.cycle import (
     section,
     window_bounds,
 )
+from gates.pairs.testing import at, record, result
 from gates.records import PairRecord
-from gates.telemetry import ArmTelemetry, TelemetryEvidence
-from gates.telemetry_acceptance import AcceptanceReference, pin_acceptance_reference
-from gates.telemetry_testing import ArmTraffic, simulate_arm
-from gates.testing import at, record, result
+from gates.stats.budget import budget_shares, detector_arl0, detector_count, telemetry_arl0
+from gates.telemetry.acceptance import AcceptanceReference, pin_acceptance_reference
+from gates.telemetry.intervals import ArmTelemetry, TelemetryEvidence
+from gates.telemetry.testing import ArmTraffic, simulate_arm
 
 # Sections of GatesConfig that configure something other than one gate; `telemetry`
 # holds one section per telemetry gate.
@@ -171,7 +171,7 @@ class TestTelemetry:
         count = detector_count(config, telemetry=True)
         # errors 1, latency 3 metrics × 2 quantiles, acceptance 1
         assert count == 16 + 1 + 6 + 1
-        # liveness and quality.ties take 1/16 of a share each (gates.budget.MINOR_SHARE)
+        # liveness and quality.ties take 1/16 of a share each (gates.stats.budget.MINOR_SHARE)
         shares = count - 1 + 2 / 16
         assert budget_shares(config, telemetry=True) == shares
         assert detector_arl0(config, telemetry=True) == pytest.approx(

@@ -9,8 +9,8 @@ import pytest
 from gates.config import GatesConfig
 from gates.cycle import judge
 from gates.estimate import estimate, unit_of
-from gates.telemetry import ArmTelemetry, TelemetryEvidence, TelemetryInterval
-from gates.testing import T0, at, record, result
+from gates.pairs.testing import T0, at, record, result
+from gates.telemetry.intervals import ArmTelemetry, TelemetryEvidence, TelemetryInterval
 
 NO_DRIFT = GatesConfig.model_validate({"drift": {"mode": "warn"}})
 # Of the telemetry gates only telemetry.errors enforced: the evidence below has counts only.

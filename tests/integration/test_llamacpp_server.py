@@ -33,7 +33,7 @@ from engine.provision import require_embedded_model
 from engine.types import AcceptanceSource, ErrorKind, GenerationRequest, SamplingParams
 from gates.config import QualityGateConfig
 from gates.core import GateState
-from gates.quality import quality_gate
+from gates.pairs.quality import quality_gate
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 

@@ -45,7 +45,7 @@ from canaryd.store import SqlStore
 from canaryd.traffic.requests import prompt_hash
 from engine.types import Message
 from gates import Evaluation, GateDecision, GateState
-from gates.drift_fallback import FALLBACK_SUFFIX, fallback_key
+from gates.pairs.drift_fallback import FALLBACK_SUFFIX, fallback_key
 from tests.integration.test_llamacpp_server import (
     GGUF_NAME,
     _gguf,

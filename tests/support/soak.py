@@ -31,8 +31,8 @@ from gates import (
     pin_reference,
     step,
 )
+from gates.pairs.testing import at
 from gates.records import PairRecord, Prompt
-from gates.testing import at
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ from engine.types import (
     SamplingParams,
     SpeculativeStats,
 )
+from gates.pairs.testing import record
 from gates.records import PairRecord, Prompt
-from gates.testing import record
 
 FAKE_ARMS = """
 [arms.baseline]

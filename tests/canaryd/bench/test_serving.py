@@ -200,8 +200,8 @@ class TestReportLatency:
         each one's own P99 gap; requests without one are left out."""
         from canaryd.report.figures import arm_latency
         from canaryd.report.tables import latency_table
-        from gates.testing import record
-        from gates.testing import result as gate_result
+        from gates.pairs.testing import record
+        from gates.pairs.testing import result as gate_result
 
         records = [
             record(i, baseline=gate_result(itl_p99=0.01 * (i + 1)), speculative=gate_result())

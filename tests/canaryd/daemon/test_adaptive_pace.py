@@ -15,7 +15,7 @@ from canaryd.daemon import CYCLE_JOB, Daemon
 from gates import GatesConfig, GateState, evaluate_all
 from gates.core import checks
 from gates.cycle import suspicion
-from gates.testing import at, record, result
+from gates.pairs.testing import at, record, result
 from tests.canaryd.daemon.test_daemon import sample, stored_pairs, wait_for, write_config
 
 

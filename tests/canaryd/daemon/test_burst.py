@@ -18,7 +18,7 @@ from canaryd.daemon import CYCLE_JOB, Daemon
 from canaryd.daemon.burst import RolloutBurst, burst_allowance
 from canaryd.judging.gatejob import SwitchGates
 from canaryd.judging.verdict import RevisionVerdict, VerdictQuery
-from gates.testing import record, result
+from gates.pairs.testing import record, result
 from tests.canaryd.daemon.test_daemon import (  # noqa: F401  (autouse isolation)
     _clean_env,
     sample,

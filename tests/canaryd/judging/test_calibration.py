@@ -28,8 +28,8 @@ from canaryd.store import SqlStore, TieMargin
 from gates import GateDecision
 from gates.core import GateState
 from gates.cycle import judge
+from gates.pairs.testing import record, scores
 from gates.records import DEFAULT_ARM, PairRecord, RunInfo
-from gates.testing import record, scores
 
 T0 = datetime(2026, 3, 2, 10, 30, tzinfo=UTC)
 DRY = {"mode": "dry_run"}

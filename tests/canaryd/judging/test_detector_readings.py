@@ -9,7 +9,7 @@ import pytest
 
 from gates import GatesConfig, evaluate_all, pin_reference
 from gates.core import checks
-from gates.testing import at
+from gates.pairs.testing import at
 from tests.support.soak import _quiet_pair_logs, healthy_records  # noqa: F401
 
 

@@ -1,6 +1,6 @@
 """Telemetry evidence through the judging paths (canaryd.judging: evidence, gatejob, verdict,
 and `canaryd gates --json`), on a real database holding scrape intervals simulated as
-vLLM would count them (gates.telemetry_testing): the window read is the baseline's and
+vLLM would count them (gates.telemetry.testing): the window read is the baseline's and
 the arm's intervals under their configuration of now, cut to a revision's window; the gate
 job and the verdict judge them with the three telemetry gates, whose decisions
 `canaryd gates --json` shows by name (the acceptance estimate is 1 + accepted ÷ drafts);
@@ -25,8 +25,8 @@ from canaryd.judging.verdict import VerdictQuery, VerdictService
 from canaryd.pairs.plan import arm_key
 from canaryd.store import SqlStore, StoredInterval
 from gates import GatesConfig
-from gates.telemetry import ArmTelemetry, TelemetryEvidence
-from gates.telemetry_testing import ArmTraffic, simulate_arm
+from gates.telemetry.intervals import ArmTelemetry, TelemetryEvidence
+from gates.telemetry.testing import ArmTraffic, simulate_arm
 from tests.canaryd.judging.test_gating import Soak
 from tests.canaryd.judging.test_verdict import Clock
 

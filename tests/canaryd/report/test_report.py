@@ -33,12 +33,12 @@ from canaryd.store.rollup import facts_from_record
 from engine.config import FakeEngineConfig
 from engine.fake import FakeEngine
 from engine.types import GenerationResult, Message, SpeculativeStats
-from gates import testing
 from gates.core import GateDecision, GateMode, GateState
-from gates.drift import ReferenceStats
+from gates.pairs import testing
+from gates.pairs.drift import ReferenceStats
 from gates.records import PairRecord, Prompt, RunInfo
-from gates.stats import quantile
-from gates.switch import Control, Evaluation, SwitchMode, SwitchOutcome, Transition
+from gates.stats.descriptive import quantile
+from gates.switch.policy import Control, Evaluation, SwitchMode, SwitchOutcome, Transition
 
 FAKE_ARMS = """
 [arms.baseline]

@@ -24,7 +24,7 @@ from canaryd.store.rollup import (
 )
 from engine.timing import inter_token_latency
 from engine.types import ErrorKind, GenerationResult, Message, SpeculativeStats
-from gates import testing
+from gates.pairs import testing
 from gates.records import PairRecord, Prompt, RunInfo
 
 NOW = datetime(2025, 12, 20, 15, 30, tzinfo=UTC)

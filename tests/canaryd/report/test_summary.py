@@ -11,8 +11,8 @@ import pytest
 from canaryd.report import ALL, summarise
 from engine.timing import inter_token_latency
 from engine.types import AcceptanceSource, GenerationResult, Message, SpeculativeStats
+from gates.pairs.testing import record
 from gates.records import PairRecord, Prompt
-from gates.testing import record
 
 
 def pair(n: int, stats: SpeculativeStats | None) -> PairRecord:

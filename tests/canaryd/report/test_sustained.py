@@ -16,7 +16,7 @@ from canaryd.report.sustained import slice_length, sustained_figures, sustained_
 from canaryd.store import SqlStore
 from engine.timing import inter_token_latency
 from engine.types import SpeculativeStats
-from gates import testing
+from gates.pairs import testing
 from gates.records import PairRecord, RunInfo
 
 SINCE = datetime(2025, 12, 1, tzinfo=UTC)

@@ -19,7 +19,7 @@ from canaryd.scoring.calibrate import (
     min_divergences,
     tail_bound,
 )
-from gates.stats import clopper_pearson
+from gates.stats.descriptive import clopper_pearson
 from tests.canaryd.scoring.test_margins import BASE, EXTRACTION, llamacpp_judge, speculative
 
 

@@ -18,7 +18,7 @@ from engine.testing import tiny_llama
 from engine.types import Message
 from gates.config import QualityGateConfig
 from gates.core import GateState
-from gates.quality import quality_gate
+from gates.pairs.quality import quality_gate
 from gates.records import PairRecord, Prompt
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,8 @@ import pytest
 
 from canaryd.store import SqlStore, StoredInterval
 from canaryd.store.telemetry_sql import buckets_from_json, buckets_json
-from gates.histogram import BucketCounts
-from gates.telemetry import TelemetryInterval
+from gates.stats.histogram import BucketCounts
+from gates.telemetry.intervals import TelemetryInterval
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 STEP = timedelta(seconds=15)

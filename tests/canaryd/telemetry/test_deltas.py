@@ -26,7 +26,7 @@ from canaryd.telemetry.deltas import (
 )
 from canaryd.telemetry.scrape import parse_exposition
 from canaryd.telemetry.signals import VLLM, ArmReading, SignalReader
-from gates.histogram import BucketCounts as GatesBucketCounts
+from gates.stats.histogram import BucketCounts as GatesBucketCounts
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 INF = float("inf")
