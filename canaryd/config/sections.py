@@ -130,6 +130,18 @@ class PromptsConfig(_Section):
         return weights
 
 
+def pairs_per_minute(pairs: int, interval_s: float) -> float:
+    """The pair rate of `pairs` pairs every `interval_s` seconds: the one rule behind the
+    schedule's rate, the daemon's pace, the verdict's estimate and the burst allowance."""
+    return 60.0 * pairs / interval_s
+
+
+def interval_for(pairs: int, per_minute: float) -> float:
+    """The inverse rule: the seconds between cycles of `pairs` pairs that run `per_minute`
+    pairs a minute."""
+    return 60.0 * pairs / per_minute
+
+
 class ScheduleConfig(_Section):
     pair_interval_s: float = Field(default=30.0, gt=0, description="seconds between pair cycles")
     jitter_s: float = Field(default=5.0, ge=0, description="random delay added to each cycle")
@@ -168,7 +180,7 @@ class ScheduleConfig(_Section):
     @property
     def pairs_per_minute(self) -> float:
         """The rate the schedule runs pairs at, jitter and the adaptive pace aside."""
-        return 60.0 * self.pairs_per_cycle / self.pair_interval_s
+        return pairs_per_minute(self.pairs_per_cycle, self.pair_interval_s)
 
 
 class RolloutConfig(_Section):

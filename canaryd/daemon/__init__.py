@@ -2,12 +2,12 @@
 scheduled jobs, with its roles in mixins — the pair cycle and the other jobs (cycle), the
 status server's probes (probes), SIGHUP's reload (reload) — over the state they share
 (state); `GateHook` and `NoGates` (hooks) are its seam to the gates; what a cycle runs with
-is assembled in plan, and the soak's progress clock is kept in progress. `PairWriter` and
-`PendingPairs` (buffer) keep pairs while the database is away, and `Quarantine`
-(quarantine) keeps the ones it refuses; `DatabaseProbe` and the health and readiness
-reports (health) answer /healthz and /readyz; the scheduling module wires the jobs into
-APScheduler; `serve_until_signalled` (signals) is the main-thread loop behind
-`canaryd run`."""
+is assembled in plan, the soak's progress clock is kept in progress, and the pair
+interval in force (`Pace`) in pace. `PairWriter` and `PendingPairs` (buffer) keep pairs
+while the database is away, and `Quarantine` (quarantine) keeps the ones it refuses;
+`DatabaseProbe` and the health and readiness reports (health) answer /healthz and /readyz;
+the scheduling module wires the jobs into APScheduler; `serve_until_signalled` (signals) is
+the main-thread loop behind `canaryd run`."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ import structlog
 from canaryd.config import Settings
 from canaryd.judging.verdict import RevisionVerdict, VerdictQuery
 from gates.records import BASELINE_ARM, PairRecord
-from gates.stats.budget import SECONDS_PER_30_DAYS
+from gates.stats.budget import SECONDS_PER_30_DAYS, design_pairs_per_minute
 
 __all__ = ["BurstCost", "RolloutBurst", "burst_allowance"]
 
@@ -42,10 +42,8 @@ _HOUR_S = 3600.0
 def burst_allowance(settings: Settings) -> float:
     """Burst pairs allowed in any 30 days: the pairs the false-alarm budget is sized for
     (one every `gates.budget.design_pair_interval_s`) less those the schedule runs."""
-    schedule = settings.schedule
-    designed = SECONDS_PER_30_DAYS / settings.gates.budget.design_pair_interval_s
-    scheduled = SECONDS_PER_30_DAYS * schedule.pairs_per_cycle / schedule.pair_interval_s
-    return max(0.0, designed - scheduled)
+    spare = design_pairs_per_minute(settings.gates) - settings.schedule.pairs_per_minute
+    return max(0.0, spare) * SECONDS_PER_30_DAYS / 60.0
 
 
 @dataclass(slots=True)

@@ -1,10 +1,10 @@
 """The daemon's scheduled jobs, as the `CycleJobs` mixin of `Daemon`: the pair cycle
 (retry the buffered pairs, then draw `pairs_per_cycle` prompts — live requests for
 `traffic.live_share` of them while any wait — run them on every arm and store them; during
-a rollout burst `rollout.concurrency` prompts at once), the gate job and the pace it sets
-(adaptive, or a rollout burst's: `canaryd.daemon.burst`), the capability probe between
-cycles, retention, and the heartbeat that feeds the watchdogs while the soak progresses. A
-mixin over `DaemonState` (see there why): these are the bound methods APScheduler calls."""
+a rollout burst `rollout.concurrency` prompts at once), the gate job (after which the pace
+is set again: `canaryd.daemon.pace`), the capability probe between cycles, retention, and
+the heartbeat that feeds the watchdogs while the soak progresses. A mixin over
+`DaemonState` (see there why): these are the bound methods APScheduler calls."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 import structlog
 
 from canaryd.daemon.plan import Plan
-from canaryd.daemon.scheduling import pace_cycles
 from canaryd.daemon.state import DaemonState
 from canaryd.errors import CannotJudgeError, DatabaseError
 from canaryd.pairs.runner import OwnSampling, PairGroup
@@ -28,7 +27,7 @@ log = structlog.get_logger(__name__)
 
 
 class CycleJobs(DaemonState):
-    """The pair cycle, gate, probe, retention and heartbeat jobs, and the pair pace."""
+    """The pair cycle, gate, probe, retention and heartbeat jobs."""
 
     def run_cycle(self) -> None:
         """One pair cycle: retry the buffered pairs, then run and store `pairs_per_cycle`."""
@@ -39,17 +38,17 @@ class CycleJobs(DaemonState):
             try:
                 if self._stopping.is_set() or self._plan is None:
                     return
-                interval = self._pair_interval_s
+                interval = self._pace.interval_s
                 ok = self._cycle(self._plan)
             except Exception:
                 # A bug in one cycle must not stop the soak; it is logged and counted.
                 log.exception("cycle.failed")
-                ok, interval = False, self._pair_interval_s
+                ok, interval = False, self._pace.interval_s
             finally:
                 self._idle.set()
             finished = self._progress.cycle_finished()
             self.cycles += 1
-            self.metrics.cycle_finished(time.time(), ok)
+            self.metrics.liveness.cycle_finished(time.time(), ok)
             took = finished - started
             if took > interval:
                 # APScheduler skips (coalesces) the runs this one overlapped; say so once.
@@ -68,7 +67,7 @@ class CycleJobs(DaemonState):
         share = plan.settings.traffic.live_share
         if live is not None and self._mix.next_is_live(share, live.waiting() > 0):
             request = live.take()
-            self.metrics.traffic_queue.set(len(live))
+            self.metrics.traffic.queue.set(len(live))
             if request is not None:
                 return live_prompt(request), own_sampling(request), "live"
         return plan.sampler.next(), None, "control"
@@ -116,7 +115,7 @@ class CycleJobs(DaemonState):
         store_text = plan.settings.traffic.store_text
         self._progress.mark()
         try:
-            self.metrics.observe_group(group.records)
+            self.metrics.pairs.observe_group(group.records)
         except Exception:
             # Nothing an engine sends may cost the pair: it is stored all the same.
             log.exception("pair.metrics_failed", group_id=group.group_id)
@@ -150,7 +149,7 @@ class CycleJobs(DaemonState):
             self.gates.evaluate(datetime.now(UTC))
         except Exception as exc:
             self.gate_failures += 1
-            self.metrics.gate_run_finished(time.time(), ok=False)
+            self.metrics.liveness.gate_run_finished(time.time(), ok=False)
             log.exception(
                 "gates.failed",
                 consecutive_failures=self.gate_failures,
@@ -158,9 +157,9 @@ class CycleJobs(DaemonState):
             )
         else:
             self.gate_failures = 0
-            self.metrics.gate_run_finished(time.time(), ok=True)
+            self.metrics.liveness.gate_run_finished(time.time(), ok=True)
             self._judge_burst()
-        self._pace()
+        self._pace.repace()
 
     def _judge_burst(self) -> None:
         """While a rollout tool is judging a revision, its verdict after this gate run:
@@ -172,55 +171,6 @@ class CycleJobs(DaemonState):
             self._burst.judged(self._verdicts.judge(query))
         except CannotJudgeError as exc:
             log.warning("rollout.burst_unjudged", revision=query.revision, reason=exc.reason)
-
-    def pairs_per_minute(self) -> float:
-        """The pair rate now: a rollout burst's while one runs, else the pace's."""
-        burst = self._burst.pairs_per_minute()
-        if burst is not None:
-            return burst
-        return 60.0 * self.settings.schedule.pairs_per_cycle / self._pair_interval_s
-
-    def _pace(self) -> None:
-        """The pair rate. Adaptive: while an enforce detector is past `speed_up_at` of its
-        threshold and undecided, pairs run at `max_pairs_per_minute`, so that a suspected
-        fault is decided in minutes, not hours; back to `pair_interval_s` once it decides
-        (the evidence restarts) or fades. A rollout burst: `rollout.concurrency` pairs at
-        once every `60 x concurrency / rollout.max_pairs_per_minute` s while it runs."""
-        with self._pace_lock:
-            settings = self.settings
-            schedule = settings.schedule
-            interval = schedule.pair_interval_s
-            progress = self.gates.suspicion
-            if (
-                schedule.max_pairs_per_minute is not None
-                and progress is not None
-                and progress >= schedule.speed_up_at
-            ):
-                interval = min(interval, 60.0 / schedule.max_pairs_per_minute)
-            bursting = self._burst.active()
-            self.metrics.liveness.burst_active.set(1 if bursting else 0)
-            if bursting:
-                rollout = settings.rollout
-                interval = min(interval, 60.0 * rollout.concurrency / rollout.max_pairs_per_minute)
-            if interval == self._pair_interval_s:
-                return
-            if bursting:
-                reason = "a rollout burst: a revision is being judged and undecided"
-            elif interval < schedule.pair_interval_s:
-                reason = "an enforce detector is past speed_up_at of its threshold"
-            else:
-                reason = "no undecided detector past speed_up_at and no rollout burst"
-            log.info(
-                "schedule.pace",
-                pair_interval_s=interval,
-                was_s=self._pair_interval_s,
-                detector_progress=None if progress is None else round(progress, 3),
-                reason=reason,
-            )
-            self._pair_interval_s = interval
-            self.metrics.pair_interval.set(interval)
-            if self._scheduler is not None:
-                pace_cycles(self._scheduler, schedule, interval)
 
     def run_probe(self) -> None:
         """The probe job (canaryd.daemon.parity): between cycles, so that its burst and
@@ -252,7 +202,7 @@ class CycleJobs(DaemonState):
                 now - timedelta(days=settings.retention.live_text_days)
             )
         except DatabaseError as exc:
-            self.metrics.store_error("retention")
+            self.metrics.store.error("retention")
             log.error("retention.failed", reason=str(exc))
             return
         log.info("retention.done", report=repr(report), live_generations_erased=erased)
@@ -262,7 +212,7 @@ class CycleJobs(DaemonState):
         progress, to the watchdogs (`heartbeat_hooks`)."""
         now = time.time()
         self.last_heartbeat = now
-        self.metrics.heartbeat(now)
+        self.metrics.liveness.heartbeat(now)
         if not self._progress.progressing():
             return
         for hook in self.heartbeat_hooks:

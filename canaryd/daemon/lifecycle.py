@@ -29,6 +29,7 @@ from canaryd.daemon.burst import RolloutBurst
 from canaryd.daemon.cycle import CycleJobs
 from canaryd.daemon.health import DatabaseProbe, max_stall_s
 from canaryd.daemon.hooks import GateHook, NoGates
+from canaryd.daemon.pace import Pace
 from canaryd.daemon.parity import ParityJob
 from canaryd.daemon.plan import new_plan, publish_build_info
 from canaryd.daemon.probes import Probes
@@ -82,17 +83,22 @@ class Daemon(CycleJobs, Probes, Reloading):
         # watchdog is fed from here, so a daemon whose scheduler has died, or whose cycle
         # is wedged in a generation or a check, is restarted.
         self.heartbeat_hooks: list[Callable[[float], None]] = []
-        self._pairs = PairWriter(settings.storage.buffer_pairs, self.metrics)
+        self._pairs = PairWriter(settings.storage.buffer_pairs, self.metrics.store)
 
         self._stack = None
         self._store = None
         self._probe = None
         self._server = None
         self._scheduler = None
-        self._pair_interval_s = settings.schedule.pair_interval_s
-        self._pace_lock = threading.Lock()
         self._burst = RolloutBurst(lambda: self.settings)
-        self._burst.on_change = self._pace
+        self._pace = Pace(
+            lambda: self.settings,
+            self._burst,
+            self.metrics.liveness,
+            suspicion=lambda: self.gates.suspicion,
+            scheduler=lambda: self._scheduler,
+        )
+        self._burst.on_change = self._pace.repace
         self._verdicts = None
         self._plan = None
         self._engines = {}
@@ -105,10 +111,13 @@ class Daemon(CycleJobs, Probes, Reloading):
         self.last_heartbeat = None
         self.cycles = 0
         self.gate_failures = 0
-        self._parity = ParityJob(self.metrics)
+        self._parity = ParityJob(
+            self.metrics.probe, pair_metrics=self.metrics.pairs, store_metrics=self.metrics.store
+        )
         self._telemetry = TelemetryJob(
             lambda: self.settings,
-            self.metrics,
+            self.metrics.telemetry,
+            store_metrics=self.metrics.store,
             store=lambda: self.store,
             leading=lambda: self.gates.role() != "follower",
             source=config_path,
@@ -198,7 +207,7 @@ class Daemon(CycleJobs, Probes, Reloading):
 
             # /v1/verdict and the Flagger webhooks judge from the database on their own
             # connection, with the settings of the moment (a reload's apply).
-            verdicts = VerdictService(lambda: self.settings, pace=self.pairs_per_minute)
+            verdicts = VerdictService(lambda: self.settings, pace=self._pace.pairs_per_minute)
             stack.callback(verdicts.close)
             self._verdicts = verdicts
             self._server = StatusServer(
@@ -222,11 +231,11 @@ class Daemon(CycleJobs, Probes, Reloading):
 
             self._engines = self._load_engines(settings, {})
             stack.callback(self._close_engines)
-            plan = new_plan(settings, sampler, self._engines, self.metrics)
+            plan = new_plan(settings, sampler, self._engines, self.metrics.pairs)
             self._store.create_run(plan.run)
             self._plan = plan
             stack.callback(self._finish)
-            publish_build_info(self.metrics, plan.run)
+            publish_build_info(self.metrics.build, plan.run)
             log.info(
                 "daemon.started",
                 run_id=plan.run.run_id,
@@ -267,7 +276,7 @@ class Daemon(CycleJobs, Probes, Reloading):
         self._traffic = LiveSampler(
             SamplingBounds.of(settings.traffic),
             seed=settings.prompts.seed,
-            observe=self.metrics.traffic_request,
+            observe=self.metrics.traffic.request,
             on_window=self._traffic_mix,
         )
         self._sink = TrafficSink(settings.traffic, self._traffic)
@@ -279,20 +288,19 @@ class Daemon(CycleJobs, Probes, Reloading):
             sink.stop()
 
     def _traffic_mix(self, mix: WindowMix) -> None:
-        self.metrics.traffic_mix(mix.shares, mix.prompt_chars, mix.repetition)
+        self.metrics.traffic.mix(mix.shares, mix.prompt_chars, mix.repetition)
 
     def _close_engines(self) -> None:
         self._engines_loaded = False
         for arm in self._engines:
-            self.metrics.set_engine_ready(arm, False)
+            self.metrics.liveness.set_engine_ready(arm, False)
         if self.abandoned:
             return  # a pair is still generating on them; the process is about to exit
         for engine in self._engines.values():
             engine.close()
 
     def _start_scheduler(self, settings: Settings) -> BackgroundScheduler:
-        self._pair_interval_s = settings.schedule.pair_interval_s
-        self.metrics.pair_interval.set(self._pair_interval_s)
+        self._pace.scheduled(settings.schedule)
         return start_scheduler(
             settings.schedule,
             cycle=self.run_cycle,
@@ -341,5 +349,5 @@ class Daemon(CycleJobs, Probes, Reloading):
             with self._pairs.lock:
                 self.store.finish_run(self._plan.run.run_id, datetime.now(UTC))
         except DatabaseError as exc:
-            self.metrics.store_error("finish_run")
+            self.metrics.store.error("finish_run")
             log.error("run.finish_failed", run_id=self._plan.run.run_id, reason=str(exc))

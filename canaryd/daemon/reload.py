@@ -53,7 +53,7 @@ class Reloading(DaemonState):
         engines: dict[str, Engine] = dict(reuse)
         try:
             engines = self._load_engines(new, reuse)
-            plan = new_plan(new, sampler, engines, self.metrics, previous=old.run)
+            plan = new_plan(new, sampler, engines, self.metrics.pairs, previous=old.run)
             if plan.run is not old.run:
                 with self._pairs.lock:
                     self.store.create_run(plan.run)
@@ -64,9 +64,7 @@ class Reloading(DaemonState):
             for arm, engine in engines.items():
                 if arm not in reuse:
                     engine.close()
-            self.metrics.set_arms(old.engines)
-            for arm in old.engines:
-                self.metrics.set_engine_ready(arm, True)
+            self._arms_ready(old.engines)
             self._engines_loaded = True  # the old engines still are
             log.error(
                 "config.reload_failed",
@@ -87,7 +85,7 @@ class Reloading(DaemonState):
                     self.store.finish_run(old.run.run_id, datetime.now(UTC))
             except DatabaseError as exc:
                 log.error("run.finish_failed", run_id=old.run.run_id, reason=str(exc))
-            publish_build_info(self.metrics, plan.run)
+            publish_build_info(self.metrics.build, plan.run)
         self._pairs.resize(new.storage.buffer_pairs)
         self._reschedule(old.settings, new)
         self._reconfigure_telemetry()
@@ -143,5 +141,4 @@ class Reloading(DaemonState):
         if scheduler is None or old.schedule == new.schedule:
             return
         reschedule(scheduler, new.schedule)
-        self._pair_interval_s = new.schedule.pair_interval_s
-        self.metrics.pair_interval.set(self._pair_interval_s)
+        self._pace.scheduled(new.schedule)

@@ -1,7 +1,8 @@
 """The daemon's APScheduler wiring: the job ids, their interval triggers, starting a
 scheduler that runs the pair cycle, gates, retention, heartbeat and capability probe
 jobs, and moving those jobs onto a reloaded `schedule` section (a probe interval of 0
-pauses the probe job)."""
+pauses the probe job); the pair cycle's interval after start is the pace's
+(`canaryd.daemon.pace`), which moves it with `pace_cycles`."""
 
 from __future__ import annotations
 
@@ -95,10 +96,8 @@ def start_scheduler(
 
 
 def reschedule(scheduler: BackgroundScheduler, schedule: ScheduleConfig) -> None:
-    """Put every job on the intervals and misfire grace of `schedule`."""
-    scheduler.reschedule_job(
-        CYCLE_JOB, trigger=_interval(schedule.pair_interval_s, schedule.jitter_s)
-    )
+    """Put every job on the misfire grace of `schedule`, and every job but the pair cycle
+    on its intervals: the cycle's is the pace's (`canaryd.daemon.pace`)."""
     scheduler.reschedule_job(GATE_JOB, trigger=_interval(schedule.gate_interval_s))
     scheduler.reschedule_job(RETENTION_JOB, trigger=_interval(schedule.retention_interval_s))
     scheduler.reschedule_job(HEARTBEAT_JOB, trigger=_interval(schedule.heartbeat_interval_s))
@@ -116,5 +115,5 @@ def reschedule(scheduler: BackgroundScheduler, schedule: ScheduleConfig) -> None
 def pace_cycles(
     scheduler: BackgroundScheduler, schedule: ScheduleConfig, interval_s: float
 ) -> None:
-    """Run the pair cycle every `interval_s` (the adaptive pace), jitter as configured."""
+    """Run the pair cycle every `interval_s` (the pace), jitter as configured."""
     scheduler.reschedule_job(CYCLE_JOB, trigger=_interval(interval_s, schedule.jitter_s))

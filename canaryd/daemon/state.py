@@ -8,7 +8,7 @@ scheduler and the status server call bound methods of the daemon, callers read
 settings under the same lock the pair cycle holds. Declaring that state here lets each
 role live in its own module and be type-checked alone. State with behaviour of its own is
 a collaborator instead: `PairWriter` (buffer), `Progress` (progress), `ParityJob`
-(parity), the plan (plan)."""
+(parity), `Pace` (pace), the plan (plan)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from canaryd.daemon.buffer import PairWriter, PendingPairs
 from canaryd.daemon.burst import RolloutBurst
 from canaryd.daemon.health import DatabaseProbe
 from canaryd.daemon.hooks import GateHook
+from canaryd.daemon.pace import Pace
 from canaryd.daemon.parity import ParityJob
 from canaryd.daemon.plan import Plan, load_engines
 from canaryd.daemon.progress import Progress
@@ -58,8 +59,7 @@ class DaemonState:
     _probe: DatabaseProbe | None
     _server: StatusServer | None
     _scheduler: BackgroundScheduler | None
-    _pair_interval_s: float  # the pace now
-    _pace_lock: threading.Lock  # the gate job, the cycle and the endpoints re-pace
+    _pace: Pace  # the pair interval in force: the gate job, a burst and a reload set it
     _burst: RolloutBurst  # the revision a rollout tool is judging, and its burst
     _verdicts: VerdictService | None  # judges that revision after each gate run
     _plan: Plan | None
@@ -93,6 +93,13 @@ class DaemonState:
 
     def _load_engines(self, settings: Settings, reuse: dict[str, Engine]) -> dict[str, Engine]:
         """`plan.load_engines`, then the engines count as loaded (for /readyz)."""
-        engines = load_engines(settings, reuse, self.metrics)
+        engines = load_engines(settings, reuse)
+        self._arms_ready(engines)
         self._engines_loaded = True
         return engines
+
+    def _arms_ready(self, engines: dict[str, Engine]) -> None:
+        """The metrics' arms become those of `engines`, each one's engine ready."""
+        self.metrics.set_arms(engines)
+        for arm in engines:
+            self.metrics.liveness.set_engine_ready(arm, True)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from canaryd.config import Settings, load_settings
+from canaryd.config.sections import interval_for, pairs_per_minute
 from canaryd.errors import ConfigError
 
 
@@ -65,3 +66,14 @@ class TestScheduleRate:
         settings = load_settings(example)
         rate = settings.schedule.pairs_per_minute
         assert rate <= 60 / settings.gates.budget.design_pair_interval_s
+
+
+class TestPairRateRule:
+    def test_the_rate_and_the_interval_are_one_rule_both_ways(self) -> None:
+        """3 pairs every 10 s is 18 a minute, and 18 a minute in cycles of 3 is one every
+        10 s; the schedule's rate is that rule on its own keys."""
+        assert pairs_per_minute(3, 10.0) == 18.0
+        assert interval_for(3, 18.0) == 10.0
+        assert interval_for(4, 30.0) == 8.0
+        schedule = Settings(schedule={"pair_interval_s": 30, "pairs_per_cycle": 3}).schedule
+        assert schedule.pairs_per_minute == pairs_per_minute(3, 30.0) == 6.0
