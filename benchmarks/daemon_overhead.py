@@ -3,7 +3,7 @@
 For each engine set (`fake`: the fast fake engine, which only reports timings; `embedded`:
 the in-process embedded model, both arms) a real `Daemon` is started on a temporary
 SQLite database with its scheduler left out, and `run_cycle()` is called directly. The
-engines' `generate`, the store's `save_pair` and the metrics' `observe_group` are timed
+engines' `generate`, the store's `save_pair` and the pair metrics' `observe_group` are timed
 in place, so per pair:
 
 - generation = the two arms' end-to-end time as the engines report it (for the fake
@@ -87,7 +87,8 @@ def overhead(arms: dict[str, Any], pairs: int) -> dict[str, float]:
             for engine in daemon.engines.values():
                 engine.generate = generate.wrap(engine.generate)  # type: ignore[method-assign]
             daemon.store.save_pair = store.wrap(daemon.store.save_pair)  # type: ignore[method-assign]
-            daemon.metrics.observe_group = metrics.wrap(daemon.metrics.observe_group)  # type: ignore[method-assign]
+            pair_metrics = daemon.metrics.pairs
+            pair_metrics.observe_group = metrics.wrap(pair_metrics.observe_group)  # type: ignore[method-assign]
             started = time.perf_counter()
             for _ in range(pairs):
                 daemon.run_cycle()

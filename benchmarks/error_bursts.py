@@ -48,6 +48,7 @@ from gates import GateDecision, GatesConfig, GateState, error_gate
 from gates.config import ErrorGateConfig
 from gates.pairs.liveness import liveness_gate
 from gates.records import PairRecord, Prompt
+from gates.stats.budget import DEFAULT_ARL0
 from gates.stats.descriptive import clopper_pearson
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -132,10 +133,10 @@ def run(
     )
 
     def judge_error(cfg: ErrorGateConfig) -> Judge:
-        return lambda records, now: error_gate(records, cfg, now=now)
+        return lambda records, now: error_gate(records, cfg, now=now, arl0=DEFAULT_ARL0)
 
     def judge_liveness(records: list[PairRecord], now: datetime) -> GateDecision:
-        return liveness_gate(records, config.liveness, now=now)
+        return liveness_gate(records, config.liveness, now=now, arl0=DEFAULT_ARL0)
 
     rng = random.Random(seed)
     counts = {"error": 0, "error_unscreened": 0, "liveness": 0}

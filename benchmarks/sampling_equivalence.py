@@ -143,7 +143,9 @@ class Arm:
                 self.scored.append((record.scores.argmax_delta, record.scores.nll_delta))
             if record.scores.nll_delta is not None:
                 self.nll_deltas.append(record.scores.nll_delta)
-        decision = quality_gate(self.records, config, now=T0 + timedelta(seconds=10 * (n + 1)))
+        decision = quality_gate(
+            self.records, config, now=T0 + timedelta(seconds=10 * (n + 1)), arl0=DEFAULT_ARL0
+        )
         self.state = decision.state
         self.components = {c.name: c.state.value for c in decision.components}
         if decision.state is not GateState.FAIL:

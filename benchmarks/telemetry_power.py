@@ -85,6 +85,7 @@ from canaryd.config.sections import RolloutConfig
 from gates.config import GatesConfig
 from gates.core import GateState, checks
 from gates.cycle import TELEMETRY_GATES, Judgement, judge
+from gates.evidence import Evidence
 from gates.pairs.testing import T0, record, result, scores
 from gates.records import PairRecord
 from gates.stats.budget import (
@@ -315,20 +316,17 @@ def rollout(
         nonlocal calls
         calls += 1
         now = T0 + timedelta(seconds=count * SCRAPE_S)
-        return judge(
+        evidence = Evidence(
             pairs[: int(count * SCRAPE_S / spacing)],
-            None,
-            None,
-            config,
-            now,
             since=T0,
+            subject="the revision",
             telemetry=TelemetryEvidence(
                 ArmTelemetry(tuple(baseline[:count])), ArmTelemetry(tuple(speculative[:count]))
             ),
             scrape_interval_s=SCRAPE_S,
             acceptance_reference=reference,
-            subject="the revision",
         )
+        return judge(evidence, config, now)
 
     screened = 0
     for count in range(1, intervals + 1):
@@ -398,17 +396,13 @@ def soak(rate: int, seed: int, *, hours: float, config: GatesConfig) -> dict[str
             ArmTelemetry(tuple(baseline)), ArmTelemetry(tuple(speculative))
         )
         for track, judged_config in (("budget", config), ("stress", stressed)):
-            judged = judge(
-                [],
-                None,
-                None,
-                judged_config,
-                now,
+            telemetry_only = Evidence(
                 since=since[track],
                 telemetry=evidence,
                 scrape_interval_s=SCRAPE_S,
                 acceptance_reference=reference,
             )
+            judged = judge(telemetry_only, judged_config, now)
             alarms = telemetry_alarms(judged)
             if alarms:
                 (trips if track == "budget" else stress_alarms).append(

@@ -72,6 +72,14 @@ class GenerationRequest:
     category: str = ""  # the prompt's category: for logs, and the fault-injecting fake engine
 
 
+def acceptance_length_of(verify_steps: int | None, accepted_tokens: int | None) -> float | None:
+    """Tokens per verify step, 1 + accepted / steps (vLLM's mean acceptance length: the
+    bonus token counted); None without verify steps or accepted tokens."""
+    if not verify_steps or accepted_tokens is None:
+        return None
+    return 1.0 + accepted_tokens / verify_steps
+
+
 @dataclass(frozen=True, slots=True)
 class SpeculativeStats:
     """Acceptance figures of one speculative request, read from the decoding loop.
@@ -211,9 +219,9 @@ class GenerationResult:
     @property
     def acceptance_length(self) -> float | None:
         """Tokens per verify step, 1 + accepted / steps (vLLM's mean acceptance length)."""
-        if self.speculative is None or self.speculative.verify_steps == 0:
+        if self.speculative is None:
             return None
-        return 1.0 + self.speculative.accepted_tokens / self.speculative.verify_steps
+        return acceptance_length_of(self.speculative.verify_steps, self.speculative.accepted_tokens)
 
     @property
     def tokens_per_s(self) -> float | None:

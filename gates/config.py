@@ -14,11 +14,6 @@ from pydantic import Field, field_validator, model_validator
 from gates.config_base import GateConfigBase, Strict, check_quantiles_and_metrics
 from gates.core import GateMode
 from gates.switch.config import SwitchPolicyConfig
-from gates.telemetry.intervals import (
-    TelemetryAcceptanceGateConfig,
-    TelemetryErrorGateConfig,
-    TelemetryLatencyGateConfig,
-)
 
 __all__ = [
     "BudgetConfig",
@@ -367,9 +362,167 @@ class ParityGateConfig(Strict):
     )
 
 
+class TelemetryErrorGateConfig(GateConfigBase):
+    """`telemetry.errors`: the speculative arm's error rate per production request may
+    exceed the baseline's by at most `max_excess_rate`. The window is counted in scrape
+    intervals (`window_pairs`) and seconds; `min_samples` in requests per arm."""
+
+    min_samples: int = Field(
+        default=500,
+        ge=1,
+        description="requests per arm before a PASS (100 s at 5 requests per second)",
+    )
+    window_pairs: int | None = Field(
+        default=None,
+        ge=1,
+        description="telemetry: the last this many scrape intervals (null: window_seconds alone)",
+    )
+    window_seconds: float | None = Field(default=6 * 3600.0, gt=0)
+    max_excess_rate: float = Field(
+        default=0.01,
+        ge=0,
+        lt=1,
+        description="speculative minus baseline error rate per request tolerated",
+    )
+    alarm_factor: float = Field(
+        default=2.0,
+        gt=1,
+        description="the detector's first alternative, × the tolerated edge (the baseline's "
+        "rate plus max_excess_rate); its bank adds 4× and 16× that",
+    )
+    outage_alpha: float = Field(
+        default=0.001,
+        gt=0,
+        lt=0.5,
+        description="shared outages: a baseline interval with more errors than a calm "
+        "baseline (failing at the window's rate) makes with probability at most this is "
+        "an outage; speculative intervals overlapping it are left out",
+    )
+    outage_margin_intervals: int = Field(
+        default=1,
+        ge=0,
+        description="shared outages: baseline intervals on each side of an outage left "
+        "out with it (an outage starts before the first error it causes is counted)",
+    )
+
+
+TelemetryLatencyMetric = Literal["e2e", "ttft", "itl"]
+
+
+class TelemetryLatencyGateConfig(GateConfigBase):
+    """`telemetry.latency`: the speculative arm's production latency quantiles (e2e, TTFT,
+    ITL) may be at most `max_ratio` × the baseline's, judged from the engines' latency
+    histograms over intervals where both arms carried the same load per replica.
+    `min_samples` counts requests per arm at matched load."""
+
+    min_samples: int = Field(
+        default=500,
+        ge=1,
+        description="requests per arm at matched load before a PASS (100 s at 5 per second)",
+    )
+    window_pairs: int | None = Field(
+        default=None,
+        ge=1,
+        description="telemetry: the last this many scrape intervals (null: window_seconds alone)",
+    )
+    window_seconds: float | None = Field(default=3600.0, gt=0)
+    metrics: tuple[TelemetryLatencyMetric, ...] = ("e2e", "ttft", "itl")
+    quantiles: tuple[float, ...] = (0.5, 0.99)
+    max_ratio: float = Field(
+        default=1.2, gt=1, description="speculative / baseline quantile tolerated"
+    )
+    alarm_factor: float = Field(
+        default=2.0,
+        gt=1,
+        description="the detector's first alternative: the speculative arm's odds of "
+        "exceeding max_ratio × the baseline's quantile, × this (its bank adds 4× and 16× that)",
+    )
+    itl_per_token: bool = Field(
+        default=True,
+        description="divide an arm's inter-token latencies by its acceptance length over the "
+        "window (a speculative step streams that many tokens as one observation)",
+    )
+    max_load_difference: float = Field(
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="matched load: an interval is compared only when the arms' requests "
+        "running + waiting per replica differ by at most this fraction of the larger (and, "
+        "where both count requests, so do their requests per second per replica)",
+    )
+
+    @model_validator(mode="after")
+    def _quantiles_in_range(self) -> TelemetryLatencyGateConfig:
+        check_quantiles_and_metrics(self.quantiles, self.metrics, "e2e, ttft, itl")
+        return self
+
+
+class TelemetryAcceptanceGateConfig(GateConfigBase):
+    """`telemetry.acceptance`: the speculative arm's acceptance length on all production
+    traffic (1 + accepted ÷ drafts, from the engine's counters) may fall at most
+    `max_relative_drop` below its reference: `reference_acceptance_length` when set,
+    else one pinned from the arm's own healthy telemetry. `min_samples` counts drafts
+    (verify steps)."""
+
+    min_samples: int = Field(
+        default=2000,
+        ge=1,
+        description="drafts (verify steps) before a PASS (10 s at 5 requests per second "
+        "of ~100 tokens)",
+    )
+    min_intervals: int = Field(
+        default=4,
+        ge=3,
+        description="scrape intervals with drafts before a PASS (their spread is the noise)",
+    )
+    window_pairs: int | None = Field(
+        default=None,
+        ge=1,
+        description="telemetry: the last this many scrape intervals (null: window_seconds alone)",
+    )
+    window_seconds: float | None = Field(default=6 * 3600.0, gt=0)
+    max_relative_drop: float = Field(
+        default=0.15,
+        gt=0,
+        lt=1,
+        description="drop of acceptance length below the reference tolerated",
+    )
+    alarm_relative_drop: float = Field(
+        default=0.25,
+        gt=0,
+        lt=1,
+        description="the detector's first alternative, a drop this large (its bank adds "
+        "halfway to no acceptance at all, and none at all)",
+    )
+    reference_acceptance_length: float | None = Field(
+        default=None,
+        gt=1,
+        description="a configured reference (taken as exact); null: pinned from telemetry",
+    )
+    pin_min_drafts: int = Field(
+        default=20_000,
+        ge=100,
+        description="drafts the pinned reference is computed from (the first of the evidence)",
+    )
+    pin_min_intervals: int = Field(
+        default=8,
+        ge=3,
+        description="scrape intervals with drafts the pinned reference spans at least",
+    )
+
+    @model_validator(mode="after")
+    def _alarm_beyond_tolerance(self) -> TelemetryAcceptanceGateConfig:
+        if self.alarm_relative_drop <= self.max_relative_drop:
+            raise ValueError(
+                f"alarm_relative_drop={self.alarm_relative_drop!r} must exceed "
+                f"max_relative_drop={self.max_relative_drop!r}"
+            )
+        return self
+
+
 class TelemetryGatesConfig(Strict):
     """`[gates.telemetry.<gate>]`: the gates over the arms' own production telemetry
-    (`telemetry.errors`, `telemetry.latency`, `telemetry.acceptance`: gates/telemetry_*.py).
+    (`telemetry.errors`, `telemetry.latency`, `telemetry.acceptance`: gates/telemetry/).
     They run, and take their share of the false-alarm budget, only where the caller
     judges with telemetry evidence (canaryd's `[telemetry]` configured); their windows
     count scrape intervals and seconds, their `min_samples` production requests (drafts

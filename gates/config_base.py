@@ -1,9 +1,9 @@
 """What every gate's configuration section is built on: the strict model and
 `GateConfigBase` (mode, evidence size, window, confidence).
 
-Kept apart from `gates.config` so that a gate module may declare its own section
-(`gates.telemetry.intervals`) and `GatesConfig` may hold it without an import cycle:
-`gates.config` imports this module first, then the sections declared elsewhere.
+Kept apart from `gates.config` so that what reads only a section's common fields (the
+window rules in `gates.window`, the detectors in `gates.stats.detectors`) and the switch
+policy's own section (`gates.switch.config`, held by `GatesConfig`) sit below it.
 """
 
 from __future__ import annotations

@@ -4,14 +4,16 @@ A decision is an immutable value: the gate's verdict on one window of pair recor
 one instant, with the numbers that justify it (n per arm, estimate, confidence bounds,
 threshold, window). Gates that check several statistics (latency per metric, quality per
 sub-check) keep each check as a component decision and lift the deciding one's evidence
-to the top level, so an operator sees both the verdict and every number behind it.
+to the top level, so an operator sees both the verdict and every number behind it. A
+per-category gate's components each judge one category; the switch policy reads them back
+per category (`per_category`, `judged_state`, `category_decisions`, `category_passed`).
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -164,6 +166,33 @@ def combine_states(states: Sequence[GateState]) -> GateState:
 def deciding(components: Sequence[GateDecision]) -> GateDecision:
     """The component whose state is the combined state's cause: the first most severe."""
     return max(components, key=lambda c: _SEVERITY[c.state])
+
+
+def judged_state(decision: GateDecision, off: Collection[str] = ()) -> GateState:
+    """The gate's state for the top level: a per-category gate leaves out its checks of the
+    categories in `off` (rolled back on their own, so not riding on the top level); with
+    none left it has nothing against the top level (PASS)."""
+    if not off or not per_category(decision):
+        return decision.state
+    kept = [c.state for c in decision.components if c.category not in off]
+    return combine_states(kept) if kept else GateState.PASS
+
+
+def per_category(decision: GateDecision) -> bool:
+    """A gate whose components each judge one category (drift; speedup and quality under
+    `scope = "category"`)."""
+    return bool(decision.components) and all(c.category is not None for c in decision.components)
+
+
+def category_decisions(decisions: Sequence[GateDecision], category: str) -> list[GateDecision]:
+    """The enforce gates' components that judge `category` alone."""
+    return [c for d in decisions if d.enforced for c in d.components if c.category == category]
+
+
+def category_passed(decisions: Sequence[GateDecision], category: str) -> bool:
+    """True when at least one enforce check judged `category` and every one PASSed."""
+    checks = category_decisions(decisions, category)
+    return bool(checks) and all(c.state is GateState.PASS for c in checks)
 
 
 @dataclass(frozen=True, slots=True)

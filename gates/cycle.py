@@ -1,7 +1,8 @@
 """The one judging path: which pairs a judgement reads, every gate over them, one verdict.
 
 The daemon's gate job, `GET /v1/verdict`, `canaryd judge` and the power benchmark all judge
-a window here, so they cannot disagree. `GATES` is the registry: one `GateSpec` per gate,
+a window here, so they cannot disagree: each gathers one `gates.evidence.Evidence` and
+calls `judge(evidence, config, now)`. `GATES` is the registry: one `GateSpec` per gate,
 named as its `GatesConfig` section and its decisions; a new gate is one module plus one
 line there. Pair gates read a window of `PairRecord`s; the probe gate (parity) reads the
 latest capability probe and runs only where the caller has one (the daemon); the
@@ -23,6 +24,7 @@ from typing import Literal
 from gates.config import GatesConfig
 from gates.config_base import GateConfigBase
 from gates.core import GateDecision, GateMode, GateState, ReferenceStats, checks, combine_states
+from gates.evidence import Evidence
 from gates.pairs.drift import drift_gate, grow_references
 from gates.pairs.error_rate import error_gate
 from gates.pairs.latency import latency_gate
@@ -31,7 +33,14 @@ from gates.pairs.quality import quality_gate
 from gates.pairs.speedup import speedup_gate
 from gates.parity import UNSCHEDULED_INTERVAL_S, ProbeEvidence, parity_gate
 from gates.records import PairRecord
-from gates.stats.budget import detector_arl0, detector_budget, rate_ratio, rebudget, telemetry_arl0
+from gates.stats.budget import (
+    DEFAULT_ARL0,
+    DEFAULT_DETECTOR_BUDGET,
+    detector_arl0,
+    detector_budget,
+    rate_ratio,
+    telemetry_arl0,
+)
 from gates.switch.policy import SwitchMode, SwitchState
 from gates.telemetry.acceptance import AcceptanceReference, telemetry_acceptance_gate
 from gates.telemetry.errors import telemetry_errors_gate
@@ -234,45 +243,37 @@ def distinct(records: Sequence[PairRecord]) -> list[PairRecord]:
 
 
 def _context(
-    records: Sequence[PairRecord],
+    evidence: Evidence,
     config: GatesConfig,
     *,
     now: datetime,
-    references: Mapping[str, ReferenceStats] | None,
-    since: datetime | None,
     category_since: Mapping[str, datetime] | None,
-    control: Sequence[PairRecord] | None,
-    probe: ProbeEvidence | None = None,
-    probe_interval_s: float = UNSCHEDULED_INTERVAL_S,
-    telemetry: TelemetryEvidence | None = None,
-    scrape_interval_s: float | None = None,
-    acceptance_reference: AcceptanceReference | None = None,
 ) -> Context:
+    telemetry = evidence.telemetry
     with_telemetry = telemetry is not None
-    if with_telemetry and scrape_interval_s is None:
-        raise ValueError("telemetry evidence needs its scrape_interval_s (the budget's unit)")
     by_category = config.policy.scope == "category"
     cuts = category_since or {}
-    records = distinct(records)
+    records = distinct(evidence.records)
     own = [r for r in records if (cut := cuts.get(r.prompt.category)) is None or r.started_at > cut]
+    scrape_interval_s = evidence.scrape_interval_s
     return Context(
         now=now,
         arl0=detector_arl0(config, telemetry=with_telemetry),
         budget_30d=detector_budget(config, telemetry=with_telemetry),
-        since=since,
+        since=evidence.start,
         by_category=by_category,
         records=records,
         own=own,
         split=own if by_category else records,
-        references=references,
-        control=control,
-        probe=probe,
-        probe_interval_s=probe_interval_s,
+        references=evidence.references,
+        control=evidence.control,
+        probe=evidence.probe,
+        probe_interval_s=evidence.probe_interval_s,
         telemetry=telemetry,
         telemetry_arl0=(
             telemetry_arl0(config, scrape_interval_s) if scrape_interval_s is not None else 0.0
         ),
-        acceptance_reference=acceptance_reference,
+        acceptance_reference=evidence.acceptance_reference,
     )
 
 
@@ -298,15 +299,8 @@ def evaluate_all(
     traffic read every pair. `control`: the pairs of the A/A control arm
     (`quality.control_arm`), if one is configured.
     """
-    context = _context(
-        records,
-        config,
-        now=now,
-        references=references,
-        since=since,
-        category_since=category_since,
-        control=control,
-    )
+    evidence = Evidence(records=records, references=references, since=since, control=control)
+    context = _context(evidence, config, now=now, category_since=category_since)
     return [spec.run(config, context) for spec in GATES if spec.evidence == "pairs"]
 
 
@@ -333,62 +327,27 @@ class Judgement:
 
 
 def judge(
-    records: Sequence[PairRecord],
-    references: Mapping[str, ReferenceStats] | None,
-    state: SwitchState | None,
-    config: GatesConfig,
-    now: datetime,
-    *,
-    since: datetime | None = None,
-    control: Sequence[PairRecord] | None = None,
-    probe: ProbeEvidence | None = None,
-    with_probe: bool = False,
-    probe_interval_s: float = UNSCHEDULED_INTERVAL_S,
-    telemetry: TelemetryEvidence | None = None,
-    scrape_interval_s: float | None = None,
-    acceptance_reference: AcceptanceReference | None = None,
-    min_pairs: int = 0,
-    subject: str = "the window",
-    pair_rate: float | None = None,
+    evidence: Evidence, config: GatesConfig, now: datetime, *, min_pairs: int = 0
 ) -> Judgement:
-    """Judge `records` (the longest window up to `now`, oldest first) with every gate.
+    """Judge `evidence` (its pairs: the longest window up to `now`, oldest first) under
+    `config` with every gate that has evidence.
 
-    `state`: the switch's state when the judgement is the switch's own; its last transition
-    starts the evidence and its categories' own moves start theirs. `since` starts the
-    evidence instead (a revision's window) and ignores the state's. The probe gate runs
-    only `with_probe` (on `probe`, None meaning no probe yet), as the daemon judges it.
-
-    `telemetry`: both arms' production telemetry, scraped every `scrape_interval_s`
-    seconds (required with it), and `acceptance_reference`, the speculative arm's healthy
-    acceptance pinned from it (`gates.telemetry.acceptance.pin_acceptance_reference`;
-    None: not pinned yet, `telemetry.acceptance` NODATA unless a reference is
-    configured). Pass the telemetry, empty if nothing was scraped yet, whenever
-    telemetry is configured: the telemetry gates then run (after the pair gates), every
-    detector's share of the budget makes room for theirs, and the verdict PASSes when
-    the quality checks on pairs and the telemetry gates agree (`combine`, `covered`).
-    Without it the telemetry gates are absent and nothing else changes.
-    `min_pairs` and `subject` go to `combine`. `pair_rate`: the pairs a minute measured
-    on the database (every daemon's); faster than the budget's design rate, the gates
-    judge with a copy of `config` re-budgeted for it (`gates.stats.budget.rebudget`)."""
-    ratio = rate_ratio(config, pair_rate)
-    config = rebudget(config, pair_rate)
-    start = since if since is not None else (state.since if state is not None else None)
-    category_since = state.category_since() if state is not None and since is None else None
-    context = _context(
-        records,
-        config,
-        now=now,
-        references=references,
-        since=start,
-        category_since=category_since,
-        control=control,
-        probe=probe,
-        probe_interval_s=probe_interval_s,
-        telemetry=telemetry,
-        scrape_interval_s=scrape_interval_s,
-        acceptance_reference=acceptance_reference,
-    )
-    runs = {"pairs": True, "probe": with_probe, "telemetry": telemetry is not None}
+    The pair gates always run; the probe gate only `evidence.with_probe` (as the daemon
+    judges it); the telemetry gates, after the pair gates, whenever `evidence.telemetry`
+    is given (empty if nothing was scraped yet): every detector's share of the budget then
+    makes room for theirs, and the verdict PASSes when the quality checks on pairs and the
+    telemetry gates agree (`combine`, `covered`). Without telemetry they are absent and
+    nothing else changes. The gates judge with `evidence.judged_config(config)`: the
+    calibrated tie margin, and re-budgeted (`gates.stats.budget.rebudget`) when the pair
+    rate on the database is faster than the budget's design rate; the quality decision
+    names the tie margin when the evidence carries one. `min_pairs` (what the asker
+    demands of the evidence, not evidence) and `evidence.subject` go to `combine`."""
+    ratio = rate_ratio(config, evidence.pair_rate)
+    config = evidence.judged_config(config)
+    start = evidence.start
+    context = _context(evidence, config, now=now, category_since=evidence.category_since)
+    telemetry = evidence.telemetry
+    runs = {"pairs": True, "probe": evidence.with_probe, "telemetry": telemetry is not None}
     decisions = tuple(spec.run(config, context) for spec in GATES if runs[spec.evidence])
     covered = covered_by_telemetry(decisions)
     pairs = len(context.records)  # distinct measurements
@@ -397,12 +356,14 @@ def judge(
         for i in (telemetry.speculative.intervals if telemetry is not None else ())
         if i.end <= now and (start is None or i.start >= start)
     )
-    verdict, reason = combine(decisions, pairs, min_pairs, subject, covered=covered)
+    verdict, reason = combine(decisions, pairs, min_pairs, evidence.subject, covered=covered)
     if ratio > 1.0:
         reason += (
-            f" (judged re-budgeted for {pair_rate:.3g} pairs a minute, {ratio:.3g}x the "
-            "design rate of gates.budget.design_pair_interval_s)"
+            f" (judged re-budgeted for {evidence.pair_rate:.3g} pairs a minute, {ratio:.3g}x "
+            "the design rate of gates.budget.design_pair_interval_s)"
         )
+    if evidence.tie_margin is not None:  # after `combine`: its reason quotes the bare detail
+        decisions = evidence.tie_margin.note(decisions)
     return Judgement(decisions, verdict, reason, pairs, covered, requests, ratio)
 
 
@@ -494,11 +455,21 @@ def pins(
 ) -> dict[str, ReferenceStats]:
     """The drift references to pin now: categories with pairs in `records` but no
     reference, and pins still short of `pin_target_samples` grown from them
-    (`gates.grow_references`); none when `may_pin(state)` says no."""
+    (`gates.grow_references`); none when `may_pin(state)` says no. A pin is held back
+    while the drift check against it, at the default config's shares of the budget
+    (`DEFAULT_ARL0`, `DEFAULT_DETECTOR_BUDGET`) rather than the configured ones, WARNs
+    or FAILs: every stored pin grew under that rule."""
     if not records or not may_pin(state):
         return {}
     ordered = sorted(records, key=lambda r: r.started_at)
-    return grow_references(ordered, references, config.drift, now=now)
+    return grow_references(
+        ordered,
+        references,
+        config.drift,
+        now=now,
+        arl0=DEFAULT_ARL0,
+        budget_30d=DEFAULT_DETECTOR_BUDGET,
+    )
 
 
 def advisory(config: GatesConfig) -> GatesConfig:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from engine.types import GenerationResult, Message
 
@@ -29,6 +29,25 @@ DEFAULT_ARM = "speculative"
 # Where a pair's prompt came from: a suite (`control`: a fixed set only an engine change
 # can move) or a mirrored production request (`live`: the treatment, canaryd.traffic).
 PairSource = Literal["control", "live"]
+
+
+class TimedArm(Protocol):
+    """What a pair's speedup needs of each arm: whether it answered, and how long it took
+    end to end (a `GenerationResult`, or the lean figures of a stored one)."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def e2e_s(self) -> float: ...
+
+
+def e2e_speedup(baseline: TimedArm, speculative: TimedArm) -> float | None:
+    """Baseline end-to-end time over speculative end-to-end time (>1: faster); None
+    unless both arms answered and the speculative one took time."""
+    if not (baseline.ok and speculative.ok) or speculative.e2e_s <= 0:
+        return None
+    return baseline.e2e_s / speculative.e2e_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +159,7 @@ class PairRecord:
     @property
     def speedup(self) -> float | None:
         """Baseline end-to-end time over speculative end-to-end time (>1: faster)."""
-        if not self.complete or self.speculative.e2e_s <= 0:
-            return None
-        return self.baseline.e2e_s / self.speculative.e2e_s
+        return e2e_speedup(self.baseline, self.speculative)
 
 
 @dataclass(frozen=True, slots=True)

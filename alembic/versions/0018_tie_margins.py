@@ -1,6 +1,6 @@
 """The tie margin calibrated on the deployment: `tie_margins`.
 
-One row per arms key (`canaryd.pairs.plan.arm_key`): the margin `canaryd calibrate`
+One row per arms key (`canaryd.config.arms.arm_key`): the margin `canaryd calibrate`
 measured (a tail bound on healthy divergences' margins), the divergences and pairs it
 rests on, the bound's coverage and confidence, and when. The quality gate uses it in
 place of `gates.quality.tie_margin_nats` while the arms are configured as they were.

@@ -19,6 +19,7 @@ from benchmarks.gate_power.noise import Collateral, NoiseModel
 from benchmarks.gate_power.streams import FaultStream, PairStream, default_prompts
 from benchmarks.gate_power.trips import alarms
 from canaryd.config import ScheduleConfig
+from canaryd.config.sections import interval_for
 from gates import (
     Evaluation,
     GatesConfig,
@@ -204,6 +205,6 @@ def minutes_on_schedule(pairs: int | None, faster: int | None) -> float | None:
     schedule = ScheduleConfig()
     slow = schedule.pair_interval_s
     rate = schedule.max_pairs_per_minute
-    fast = min(60.0 / rate, slow) if rate else slow
+    fast = min(interval_for(1, rate), slow) if rate else slow
     before = pairs if faster is None else min(pairs, faster)
     return round((before * slow + (pairs - before) * fast) / 60.0, 1)

@@ -4,19 +4,18 @@ the enforce gates decide or the budget (`--pairs`, `--max-minutes`; never more t
 `DEFAULT_MAX_MINUTES` unless `--max-minutes` says so) runs out, stops early
 on a decision, stores everything as a run of kind `judge` (`canaryd report --run ID` draws
 it) and exits 0 on PASS, 1 on FAIL, 3 (or `--undecided-exit`) on INCONCLUSIVE or NODATA,
-and 2 on a configuration or infrastructure problem, as every command does. The gates and
-the verdict are the daemon's (`gates.cycle.judge`); drift,
-which watches one arm against its own pinned past, is judged only where this database
-holds references for these arms. With `[telemetry]` in `--config`, both arms' production
-telemetry is scraped from the start of the run (`canaryd.telemetry.recorder`, kept in
-memory, not stored) and the telemetry gates judge it beside the pairs."""
+and 2 on a configuration or infrastructure problem, as every command does. The run itself
+is `canaryd.judging.oneshot.judge_candidate` (the gates and the verdict are the daemon's,
+`gates.cycle.judge`; drift only where this database holds references for these arms;
+with `[telemetry]` in `--config`, both arms' production telemetry beside the pairs); this
+module parses the options, shows the progress and prints the outcome."""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
@@ -33,26 +32,11 @@ from canaryd.cli.options import (
     settings_with_urls,
 )
 from canaryd.config import load_settings
-from canaryd.daemon.quarantine import storable
-from canaryd.judging.calibration import note_tie_margin, tie_margin_for
-from canaryd.judging.evidence import acceptance_reference
+from canaryd.judging.oneshot import Progress, judge_candidate
 from canaryd.judging.verdict import finite
 from canaryd.logs import configure_logging
-from canaryd.pairs.plan import (
-    arm_key,
-    configured_suites,
-    new_run,
-    pair_runner,
-    suite_sampler,
-)
-from canaryd.scoring import load_metrics
-from canaryd.store import SqlStore
-from canaryd.telemetry.recorder import TelemetryRecorder
-from engine.base import Engine
-from gates import GateDecision, GateMode
+from gates import GateDecision
 from gates.cycle import Verdict
-from gates.cycle import judge as judge_window
-from gates.records import PairRecord
 
 __all__ = ["EXIT_CODES", "judge"]
 
@@ -67,7 +51,7 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def _table(decisions: list[GateDecision], run_id: str) -> Table:
+def _table(decisions: Sequence[GateDecision], run_id: str) -> Table:
     table = Table(title=f"canaryd judge — run {run_id}", title_justify="left")
     for column in ("gate", "state", "mode", "statistic", "estimate", "bounds", "threshold", "n"):
         table.add_column(column, justify="left" if column in ("gate", "statistic") else "right")
@@ -83,6 +67,18 @@ def _table(decisions: list[GateDecision], run_id: str) -> Table:
             f"{d.n_baseline}/{d.n_speculative}",
         )
     return table
+
+
+def _progress(console: Console) -> Progress:
+    """A bar of the pairs on `console`, advanced with each pair's verdict."""
+
+    @contextmanager
+    def bar(budget: int | None) -> Iterator[Callable[[Verdict], None]]:
+        with progress_bar(console, 12) as progress:
+            task = progress.add_task("pairs", total=budget)
+            yield lambda verdict: progress.update(task, advance=1, description=verdict)
+
+    return bar
 
 
 @handle_errors
@@ -126,100 +122,44 @@ def judge(
     configure_logging(level="WARNING")
     settings = settings_with_urls(load_settings(config), baseline, candidate, model, server_kind)
     budget = pairs if pairs is not None else (None if max_minutes is not None else DEFAULT_PAIRS)
-    suites = configured_suites(settings)
-    sampler = suite_sampler(settings, None, suites)
-    arm = settings.switch_arm
     err = Console(stderr=True)
-    store = SqlStore.open(settings.storage.resolved_url(), create=True)
-    engines: dict[str, Engine] = {}
-    recorder: TelemetryRecorder | None = None
-    try:
-        references = store.drift_references(arm_key(settings, arm))
-        gates = settings.gates
-        if not references:  # nothing to drift from: drift would stay NODATA for ever
-            gates = gates.model_copy(
-                update={"drift": gates.drift.model_copy(update={"mode": GateMode.DRY_RUN})}
-            )
-        gates, margin = tie_margin_for(store, settings, arm, gates)
-        load_metrics()  # scoring's imports, before the clock of the time to a decision
-        engines = load_arms(settings, err)
-        if settings.telemetry.enabled:
-            recorder = TelemetryRecorder(settings.telemetry, str(config or "[telemetry]"))
-            recorder.start()
-        minutes = DEFAULT_MAX_MINUTES if max_minutes is None else max_minutes
-        budget_config = {"judge": {"pairs": budget, "max_minutes": minutes}}
-        run = new_run(settings, "judge", engines, extra_config=budget_config)
-        store.create_run(run)
-        runner = pair_runner(settings, engines, run.run_id)
-        started = time.monotonic()
-        deadline = started + 60 * minutes
-        records: list[PairRecord] = []
-        decisions: list[GateDecision] = []
-        verdict: Verdict = "NODATA"
-        reason = "no pair was run"
-        decided_after_s: float | None = None
-        with progress_bar(err, 12) as progress:
-            task = progress.add_task("pairs", total=budget)
-            while (budget is None or len(records) < budget) and time.monotonic() < deadline:
-                group = runner.run_group(sampler.next())
-                for record in group.records:
-                    store.save_pair(storable(record)[0])
-                records.append(group.record(arm))
-                now = datetime.now(UTC)
-                telemetry = recorder.evidence(arm) if recorder is not None else None
-                judged = judge_window(
-                    records,
-                    references,
-                    None,
-                    gates,
-                    now,
-                    telemetry=telemetry,
-                    scrape_interval_s=settings.telemetry.scrape_interval_s,
-                    acceptance_reference=acceptance_reference(telemetry, gates, now),
-                    subject=f"judge run {run.run_id}",
-                )
-                decisions = list(note_tie_margin(judged.decisions, margin))
-                verdict, reason = judged.verdict, judged.reason
-                progress.update(task, advance=1, description=verdict)
-                if verdict in ("PASS", "FAIL"):
-                    decided_after_s = time.monotonic() - started
-                    break
-        store.finish_run(run.run_id, datetime.now(UTC))
-    finally:
-        if recorder is not None:
-            recorder.close()
-        for engine in engines.values():
-            engine.close()
-        store.close()
-    elapsed = time.monotonic() - started
+    outcome = judge_candidate(
+        settings,
+        pairs=budget,
+        minutes=DEFAULT_MAX_MINUTES if max_minutes is None else max_minutes,
+        load_engines=lambda loaded: load_arms(loaded, err),
+        telemetry_origin=str(config or "[telemetry]"),
+        progress=_progress(err),
+    )
+    verdict, decided_after_s = outcome.verdict, outcome.decided_after_s
     if as_json:
         body: dict[str, Any] = {
-            "run_id": run.run_id,
+            "run_id": outcome.run_id,
             "verdict": verdict,
-            "reason": reason,
-            "pairs": len(records),
-            "elapsed_s": round(elapsed, 3),
+            "reason": outcome.reason,
+            "pairs": outcome.pairs,
+            "elapsed_s": round(outcome.elapsed_s, 3),
             "decided_after_s": None if decided_after_s is None else round(decided_after_s, 3),
-            "drift_judged": bool(references),
-            "gates": [d.to_dict() for d in decisions],
+            "drift_judged": outcome.drift_judged,
+            "gates": [d.to_dict() for d in outcome.decisions],
         }
         json.dump(finite(body), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
         out = Console() if Console().is_terminal else Console(width=160)
-        out.print(_table(decisions, run.run_id))
-        out.print(f"verdict: {verdict} — {reason}", highlight=False)
+        out.print(_table(outcome.decisions, outcome.run_id))
+        out.print(f"verdict: {verdict} — {outcome.reason}", highlight=False)
         decided = (
             f"decided after {decided_after_s:.1f} s"
             if decided_after_s is not None
             else "not decided within the budget"
         )
         out.print(
-            f"{len(records)} pairs in {elapsed:.1f} s, {decided}; "
-            f"`canaryd report --run {run.run_id}` draws them",
+            f"{outcome.pairs} pairs in {outcome.elapsed_s:.1f} s, {decided}; "
+            f"`canaryd report --run {outcome.run_id}` draws them",
             highlight=False,
         )
-        if not references:
+        if not outcome.drift_judged:
             out.print(
                 "drift not judged: this database holds no acceptance reference for these arms "
                 "(the daemon pins one from healthy traffic)",

@@ -17,7 +17,6 @@ from canaryd.cli.common import handle_errors, load_arms
 from canaryd.cli.once_json import RATIO_FIGURES, once_json
 from canaryd.cli.options import ConfigOption
 from canaryd.config import load_settings
-from canaryd.daemon.quarantine import storable
 from canaryd.logs import configure_logging
 from canaryd.pairs.plan import (
     configured_suites,
@@ -28,6 +27,7 @@ from canaryd.pairs.plan import (
 from canaryd.pairs.runner import PairGroup
 from canaryd.report import ALL, CategorySummary, summarise
 from canaryd.store import SqlStore
+from canaryd.store.text import storable
 
 
 def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:

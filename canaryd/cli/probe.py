@@ -1,5 +1,5 @@
 """`canaryd probe`: capability parity between the baseline and the speculative arm. It runs
-the checklist of `canaryd.probe` on both servers (two OpenAI-compatible URLs, or the arms
+the checklist of `canaryd.parity` on both servers (two OpenAI-compatible URLs, or the arms
 of `--config`), prints capability × arm with pass, fail or unsupported and the reason,
 stores the table as a run of kind `probe` (`canaryd report --run ID` draws it) and exits
 0 when the speculative arm passes everything the baseline passes, 1 when it regresses on
@@ -31,14 +31,9 @@ from canaryd.cli.options import (
 from canaryd.config import load_settings
 from canaryd.logs import configure_logging
 from canaryd.pairs.plan import build_arms, new_run
-from canaryd.probe import (
-    CAPABILITIES,
-    PROBE_TIMEOUT_S,
-    Outcome,
-    ProbeReport,
-    probe_arms,
-    run_probe,
-)
+from canaryd.parity.checks import CAPABILITIES, Outcome
+from canaryd.parity.report import ProbeReport
+from canaryd.parity.run import PROBE_TIMEOUT_S, probe_arms, run_probe
 from canaryd.store import SqlStore
 
 __all__ = ["probe", "probe_table"]

@@ -37,7 +37,7 @@ def run(
     def current_settings() -> Settings:  # follows SIGHUP reloads
         return daemon.settings if daemon is not None else settings
 
-    gates = SwitchGates(current_settings, metrics=metrics)
+    gates = SwitchGates(current_settings, metrics=metrics.switch)
     daemon = Daemon(settings, config_path=path, gates=gates, metrics=metrics, manage_logging=True)
     try:
         daemon.start()

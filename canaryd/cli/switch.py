@@ -59,7 +59,7 @@ from canaryd.switch import (
     state_object,
 )
 from gates import Evaluation, SwitchEvent, SwitchMode, SwitchState
-from gates.pairs.categories import category_decisions
+from gates.core import category_decisions
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -10,9 +10,10 @@ reads, the same way, only the sections the kill switch uses.
 
 The sections live in `sections` (storage's, the switch's and logging's in `switching`),
 the `Settings` model in `settings`, the reading of a file and the environment in
-`loading`, the generated reference in `docs` (`python -m canaryd.config.docs`). The names
-below are imported on first use (PEP 562): the kill switch reads its sections without
-importing the others.
+`loading`, the generated reference in `docs` (`python -m canaryd.config.docs`), the key
+of the arms' configuration that evidence is stored under in `arms`. The names below are
+imported on first use (PEP 562), each from the module its TYPE_CHECKING import names
+(`engine.lazy`): the kill switch reads its sections without importing the others.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from canaryd.config.switching import (
     SwitchConfig,
     WebhookConfig,
 )
-from canaryd.lazy import lazy_exports
+from engine.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from canaryd.config.sections import (
@@ -54,21 +55,7 @@ if TYPE_CHECKING:
     )
     from canaryd.config.settings import Settings
 
-_MODULES = {
-    "canaryd.config.sections": (
-        "ARM_NAME_PATTERN",
-        "SECRETS_REQUIRED",
-        "ArmsConfig",
-        "PromptsConfig",
-        "RetentionConfig",
-        "RolloutConfig",
-        "ScheduleConfig",
-        "ServerConfig",
-        "TrafficConfig",
-    ),
-    "canaryd.config.settings": ("Settings",),
-}
-__getattr__, __dir__ = lazy_exports(__name__, _MODULES, globals())
+__getattr__, __dir__ = lazy_exports(globals())
 
 # The file the systemd unit runs with; read by every command that names no other.
 DEFAULT_CONFIG_PATH = Path("/etc/canaryd/canaryd.toml")

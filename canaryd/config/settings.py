@@ -26,6 +26,7 @@ from canaryd.config.sections import (
     ScheduleConfig,
     ServerConfig,
     TrafficConfig,
+    interval_for,
 )
 from canaryd.config.switching import LoggingConfig, StorageConfig, SwitchConfig
 from canaryd.redact import redact_value
@@ -170,8 +171,9 @@ class Settings(EnvironmentSettings):
             f"(gates.budget.design_pair_interval_s = {budget.design_pair_interval_s:g} s): "
             "slow the schedule (pair_interval_s >= "
             f"{schedule.pairs_per_cycle * budget.design_pair_interval_s:.3g}), or re-budget "
-            f"with gates.budget.design_pair_interval_s = {60.0 / rate:.3g} (every detector "
-            f"threshold rises by log({ratio:.3g}) nats) or gates.budget.over_design_rate = "
+            "with gates.budget.design_pair_interval_s = "
+            f"{interval_for(1, rate):.3g} (every detector threshold rises by "
+            f"log({ratio:.3g}) nats) or gates.budget.over_design_rate = "
             '"rebudget" (the gates re-budget from the measured rate)'
         )
         raise ValidationError.from_exception_data(

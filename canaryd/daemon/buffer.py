@@ -13,10 +13,11 @@ from collections import deque
 
 import structlog
 
-from canaryd.daemon.quarantine import Quarantine, default_quarantine_path, storable
+from canaryd.daemon.quarantine import Quarantine, default_quarantine_path
 from canaryd.errors import DatabaseError, RecordRejectedError
-from canaryd.metrics import CanarydMetrics
+from canaryd.metrics.store import StoreMetrics
 from canaryd.store import HistoryStore
+from canaryd.store.text import storable
 from gates.records import PairRecord
 
 __all__ = ["PairWriter", "PendingPairs"]
@@ -73,7 +74,7 @@ class PairWriter:
     """
 
     def __init__(
-        self, capacity: int, metrics: CanarydMetrics, quarantine: Quarantine | None = None
+        self, capacity: int, metrics: StoreMetrics, quarantine: Quarantine | None = None
     ) -> None:
         self.pending = PendingPairs(capacity)
         self.metrics = metrics
@@ -178,13 +179,13 @@ class PairWriter:
         with self.lock:  # the cycle thread buffers under the same lock
             dropped = self.pending.resize(capacity)
         for record in dropped:
-            self.metrics.store_error("pair_dropped")
+            self.metrics.error("pair_dropped")
             log.error("pair.lost", pair_id=record.pair_id, reason="buffer_pairs reduced")
 
     def _buffer(self, record: PairRecord) -> None:
         dropped = self.pending.add(record)
         if dropped is not None:
-            self.metrics.store_error("pair_dropped")
+            self.metrics.error("pair_dropped")
             log.error(
                 "pair.lost",
                 pair_id=dropped.pair_id,
@@ -233,7 +234,7 @@ class PairWriter:
         try:
             self.quarantine.add(record, reason, detail)
         except OSError as error:
-            self.metrics.store_error("pair_dropped")
+            self.metrics.error("pair_dropped")
             log.error(
                 "pair.lost",
                 pair_id=record.pair_id,
@@ -250,7 +251,7 @@ class PairWriter:
         )
 
     def _failed(self, exc: DatabaseError) -> None:
-        self.metrics.store_error("save_pair")
+        self.metrics.error("save_pair")
         if self.problem is None:
             log.error("database.unreachable", reason=str(exc), pending=len(self.pending))
         self.problem = str(exc)

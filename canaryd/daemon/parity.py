@@ -22,9 +22,13 @@ import structlog
 
 from canaryd.config import Settings
 from canaryd.errors import DatabaseError, ProbeError
-from canaryd.metrics import CanarydMetrics
+from canaryd.metrics.pairs import PairMetrics
+from canaryd.metrics.probe import ProbeMetrics
+from canaryd.metrics.store import StoreMetrics
 from canaryd.pairs.plan import new_run
-from canaryd.probe import PROBE_TIMEOUT_S, Outcome, ProbeReport, probe_arms, run_probe
+from canaryd.parity.checks import Outcome
+from canaryd.parity.report import ProbeReport
+from canaryd.parity.run import PROBE_TIMEOUT_S, probe_arms, run_probe
 from canaryd.store import Store
 from engine.base import Engine
 from gates.records import BASELINE_ARM
@@ -35,10 +39,16 @@ log = structlog.get_logger(__name__)
 
 
 class ParityJob:
-    """Runs the probe and records it; one instance per daemon."""
+    """Runs the probe and records it; one instance per daemon. The probe's outcome goes
+    to `metrics`, the answers a byte cap cut short to `pair_metrics` (which counts the
+    generations a read cap cut short too), a run the store refused to `store_metrics`."""
 
-    def __init__(self, metrics: CanarydMetrics) -> None:
+    def __init__(
+        self, metrics: ProbeMetrics, *, pair_metrics: PairMetrics, store_metrics: StoreMetrics
+    ) -> None:
         self.metrics = metrics
+        self.pair_metrics = pair_metrics
+        self.store_metrics = store_metrics
         self._skipped_for: str | None = None  # the reason last logged for skipping
 
     def run(
@@ -66,14 +76,14 @@ class ParityJob:
         try:
             report = run_probe(settings, arms, on_result=progress, timeout_s=PROBE_TIMEOUT_S)
         except ProbeError as exc:
-            self.metrics.probe_failed()
+            self.metrics.failed()
             log.error("probe.failed", reason=str(exc))
             return None
         if report.not_run and not report.regressions:  # cut short: no parity shown
-            self.metrics.probe_failed()
+            self.metrics.failed()
             log.error("probe.incomplete", not_run=list(report.not_run))
         else:
-            self.metrics.probe_finished(
+            self.metrics.finished(
                 time.time(),
                 [
                     (c.name, arm, outcome.state)
@@ -83,7 +93,7 @@ class ParityJob:
                 report.regressions,
             )
         for what, n in report.read_caps.items():
-            self.metrics.pairs.read_capped(what, n)
+            self.pair_metrics.read_capped(what, n)
         if report.read_caps:
             log.warning("probe.read_capped", read_caps=report.read_caps)
         run = new_run(
@@ -93,7 +103,7 @@ class ParityJob:
             store.create_run(run)
             store.finish_run(run.run_id, datetime.now(UTC))
         except DatabaseError as exc:
-            self.metrics.store_error("probe_run")
+            self.store_metrics.error("probe_run")
             log.error("probe.not_stored", run_id=run.run_id, reason=str(exc))
         if report.regressions:
             log.warning(

@@ -12,7 +12,8 @@ import structlog
 
 from canaryd import paths
 from canaryd.config import Settings
-from canaryd.metrics import CanarydMetrics
+from canaryd.metrics.build import BuildMetrics
+from canaryd.metrics.pairs import PairMetrics
 from canaryd.pairs.plan import arm_names, new_run, pair_runner
 from canaryd.pairs.runner import PairRunner
 from canaryd.pairs.sampler import StratifiedSampler
@@ -36,9 +37,7 @@ class Plan:
     run: RunInfo
 
 
-def load_engines(
-    settings: Settings, reuse: dict[str, Engine], metrics: CanarydMetrics
-) -> dict[str, Engine]:
+def load_engines(settings: Settings, reuse: dict[str, Engine]) -> dict[str, Engine]:
     """Engines for every arm: those in `reuse` as they are, the others built, loaded
     and warmed up; if one fails, those built here are closed again."""
     engines: dict[str, Engine] = {}
@@ -53,9 +52,6 @@ def load_engines(
             engine.load()
             engines[arm] = engine
         fresh.pop_all()
-    metrics.set_arms(engines)
-    for arm in engines:
-        metrics.set_engine_ready(arm, True)
     return engines
 
 
@@ -63,12 +59,13 @@ def new_plan(
     settings: Settings,
     sampler: StratifiedSampler,
     engines: dict[str, Engine],
-    metrics: CanarydMetrics,
+    metrics: PairMetrics,
     *,
     previous: RunInfo | None = None,
 ) -> Plan:
     """A plan under a new run, or under `previous` when the config is unchanged (the
-    runner must then stamp pairs with that run's id: a new one has no run row)."""
+    runner must then stamp pairs with that run's id: a new one has no run row). The pair
+    metrics count ties under the plan's tie margin from now on."""
     if previous is not None and previous.config_hash == settings.config_hash():
         run = previous
     else:
@@ -77,10 +74,10 @@ def new_plan(
     return Plan(settings, sampler, pair_runner(settings, engines, run.run_id), engines, run)
 
 
-def publish_build_info(metrics: CanarydMetrics, run: RunInfo) -> None:
+def publish_build_info(metrics: BuildMetrics, run: RunInfo) -> None:
     """The build-info metric of `run`: software versions and the two engines' identities."""
     software = run.software
-    metrics.set_build_info(
+    metrics.set(
         version=software.get("canaryd", "unknown"),
         python=software.get("python", "unknown"),
         torch=software.get("torch", "absent"),

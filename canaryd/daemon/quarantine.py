@@ -1,11 +1,10 @@
-"""Pairs the database cannot store as they are.
+"""Pairs the database cannot store, kept aside.
 
-`storable` makes a pair's text storable: NUL characters, which PostgreSQL refuses in text
-and JSON alike, become U+FFFD on every backend, so both store the same pair. `Quarantine`
-keeps the pairs the database still refuses (a number out of range from a garbage server,
-a value it cannot hold) in a JSON-lines file under the data directory, one object per
-pair with the reason, readable only by canaryd's user (the pairs hold prompt and output
-text). The file is bounded: past `QUARANTINE_MAX_BYTES` it is rotated to one `.1` file,
+`Quarantine` keeps the pairs the database still refuses once their text is made storable
+(`canaryd.store.text`): a number out of range from a garbage server, a value it cannot
+hold. They go to a JSON-lines file under the data directory, one object per pair with the
+reason, readable only by canaryd's user (the pairs hold prompt and output text). The file
+is bounded: past `QUARANTINE_MAX_BYTES` it is rotated to one `.1` file,
 so at most about twice that is kept.
 """
 
@@ -27,52 +26,15 @@ __all__ = [
     "QUARANTINE_MAX_BYTES",
     "Quarantine",
     "default_quarantine_path",
-    "storable",
 ]
 
 QUARANTINE_FILE = "quarantined-pairs.jsonl"
 QUARANTINE_MAX_BYTES = 16 * 1024 * 1024
-_NUL = "\x00"
-_REPLACEMENT = "\ufffd"
 
 
 def default_quarantine_path() -> Path:
     """`quarantined-pairs.jsonl` in the data directory (`CANARYD_DATA_DIR`)."""
     return paths.data_dir() / QUARANTINE_FILE
-
-
-def _clean(value: Any) -> Any:
-    """`value` with NUL characters replaced in every string inside it; the very same
-    object when there was none, so that callers can tell whether anything changed."""
-    if isinstance(value, str):
-        return value.replace(_NUL, _REPLACEMENT) if _NUL in value else value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {}
-        for spec in dataclasses.fields(value):
-            old = getattr(value, spec.name)
-            new = _clean(old)
-            if new is not old:
-                changes[spec.name] = new
-        return dataclasses.replace(value, **changes) if changes else value
-    if isinstance(value, tuple | list):
-        items = [_clean(item) for item in value]
-        changed = any(new is not old for new, old in zip(items, value, strict=True))
-        return type(value)(items) if changed else value
-    if isinstance(value, dict):
-        pairs = [(_clean(key), _clean(item)) for key, item in value.items()]
-        changed = any(
-            new_key is not old_key or new is not old
-            for (new_key, new), (old_key, old) in zip(pairs, value.items(), strict=True)
-        )
-        return dict(pairs) if changed else value
-    return value
-
-
-def storable(record: PairRecord) -> tuple[PairRecord, bool]:
-    """The pair with every NUL character in its text replaced by U+FFFD, and whether any
-    was (the record itself when none was)."""
-    cleaned = _clean(record)
-    return cleaned, cleaned is not record
 
 
 class Quarantine:

@@ -6,7 +6,7 @@ never the pair cycle's: a slow replica delays the next scrape, not a pair. It ow
 `canaryd.telemetry.TelemetryScraper` (the sources and their last readings, so the first
 scrape after start, or after a reload that changed `[telemetry]`, stores nothing). Each
 interval is stored (`TelemetryStore.save_telemetry`) under the arms key of the arm as
-configured now (`canaryd.pairs.plan.arm_key`), so evidence measured under another
+configured now (`canaryd.config.arms.arm_key`), so evidence measured under another
 configuration of the arm, or of the baseline, is never read as this one's. Only a daemon
 that leads the gates (or gates nothing) stores: followers on the same database scrape to
 keep their readings current, so that a follower that takes over stores from its first
@@ -31,9 +31,10 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from canaryd.config import Settings
+from canaryd.config.arms import arm_key
 from canaryd.errors import CanarydError, DatabaseError
-from canaryd.metrics import CanarydMetrics
-from canaryd.pairs.plan import arm_key
+from canaryd.metrics.store import StoreMetrics
+from canaryd.metrics.telemetry import TelemetryMetrics
 from canaryd.redact import redact_text
 from canaryd.store import StoredInterval, TelemetryStore
 from canaryd.telemetry.config import TelemetryConfig
@@ -69,20 +70,23 @@ class _Throttle:
 
 class TelemetryJob:
     """The scrape job of one daemon. `settings` returns the settings of the moment;
+    `metrics` counts the scrapes, `store_metrics` the intervals the database refused;
     `store` the open store; `leading` whether this daemon stores (leads the gates, or
     gates nothing); `source` names the configuration file in errors."""
 
     def __init__(
         self,
         settings: Callable[[], Settings],
-        metrics: CanarydMetrics,
+        metrics: TelemetryMetrics,
         *,
+        store_metrics: StoreMetrics,
         store: Callable[[], TelemetryStore],
         leading: Callable[[], bool],
         source: Path | str | None = None,
     ) -> None:
         self._settings = settings
         self.metrics = metrics
+        self.store_metrics = store_metrics
         self._store = store
         self._leading = leading
         self._source = str(source) if source is not None else "[telemetry]"
@@ -177,7 +181,7 @@ class TelemetryJob:
             StoredInterval(
                 arm=arm,
                 arms=arm_key(settings, arm),
-                interval=scrape.window.interval(),
+                interval=scrape.window.interval,
                 replicas=scrape.window.replicas,
                 failed_replicas=len(scrape.window.failed),
                 restarted_replicas=len(scrape.window.restarted),
@@ -189,7 +193,7 @@ class TelemetryJob:
             self._store().save_telemetry(intervals)
             self._prune(settings, now)
         except (DatabaseError, CanarydError) as exc:
-            self.metrics.store_error("telemetry")
+            self.store_metrics.error("telemetry")
             held = self._throttle.due("(database)", clock)
             if held is not None:
                 log.error(
@@ -200,11 +204,11 @@ class TelemetryJob:
                 )
             return
         for stored in intervals:
-            self.metrics.telemetry.stored(stored.arm)
+            self.metrics.stored(stored.arm)
 
     def _count(self, arm: str, scrape: ArmScrape, clock: float) -> None:
         reading = scrape.reading
-        self.metrics.telemetry.scraped(
+        self.metrics.scraped(
             arm, ok=len(reading.replicas), failed=len(reading.failures), timestamp=clock
         )
         for failure in reading.failures:

@@ -1,4 +1,4 @@
-"""The tie margin calibrated on the deployment: measuring it, and judging with it.
+"""The tie margin calibrated on the deployment: measuring it.
 
 `calibrate` runs prompts greedy at their full `max_tokens` on the baseline twice (A/A:
 the deployment's own numeric noise; the second run on the A/A control arm,
@@ -6,24 +6,20 @@ the deployment's own numeric noise; the second run on the A/A control arm,
 noise between servers that one server run twice cannot) and on the baseline and one
 speculative arm (A/B),
 judges every divergent token with the baseline as teacher (canaryd.scoring.calibrate),
-and bounds the margins' tail (`tail_bound`). `tie_margin_for` is how every judging path
-(the gate job, the verdict, `canaryd judge`) picks the quality gate's tie margin: the one
-calibrated under the arms' key (canaryd.pairs.plan.arm_key) when the store holds one,
-in a copy of the gates config (`with_tie_margin`), else `gates.quality.tie_margin_nats`;
-a changed arm configuration has another key, so its old calibration is never read.
-`note_tie_margin` writes which margin judged, and where it came from, into the quality
-decision's detail.
+and bounds the margins' tail (`tail_bound`); `Calibration.stored` is the row kept under
+the arms' key. Judging with it is the reader's (`canaryd.judging.reader.tie_margin_for`
+reads the margin, `gates.evidence.MarginSource` says where it came from in the quality
+decision's detail).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
 
 from canaryd.config import Settings
-from canaryd.pairs.plan import arm_key
+from canaryd.config.arms import arm_key
 from canaryd.scoring.calibrate import (
     TAIL_CONFIDENCE,
     TAIL_COVERAGE,
@@ -31,24 +27,12 @@ from canaryd.scoring.calibrate import (
     min_divergences,
     tail_bound,
 )
-from canaryd.store.abc import CalibrationStore, TieMargin
+from canaryd.store.abc import TieMargin
 from engine.base import Engine
 from engine.types import GenerationRequest, GenerationResult, SamplingParams
-from gates import GateDecision
-from gates.config import GatesConfig
 from gates.records import BASELINE_ARM, Prompt
 
-__all__ = [
-    "Calibration",
-    "MarginSource",
-    "aa_arm",
-    "calibrate",
-    "note_tie_margin",
-    "tie_margin_for",
-    "with_tie_margin",
-]
-
-QUALITY = "quality"
+__all__ = ["Calibration", "aa_arm", "calibrate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,53 +153,3 @@ def calibrate(
 def aa_arm(settings: Settings) -> str:
     """The arm the A/A run repeats the baseline on: the A/A control arm when configured."""
     return settings.gates.quality.control_arm or BASELINE_ARM
-
-
-@dataclass(frozen=True, slots=True)
-class MarginSource:
-    """The tie margin a judgement used and where it came from."""
-
-    margin: float
-    origin: Literal["configured", "calibrated"]
-    calibrated_at: datetime | None = None
-    divergences: int = 0
-
-    def describe(self) -> str:
-        if self.origin == "configured" or self.calibrated_at is None:
-            return f"tie margin {self.margin:.4g} nats (configured: gates.quality.tie_margin_nats)"
-        at = self.calibrated_at.astimezone(UTC).isoformat(timespec="seconds")
-        return (
-            f"tie margin {self.margin:.4g} nats (calibrated at {at} from "
-            f"{self.divergences} divergences)"
-        )
-
-
-def tie_margin_for(
-    store: CalibrationStore, settings: Settings, arm: str, config: GatesConfig
-) -> tuple[GatesConfig, MarginSource]:
-    """The gates config to judge `arm` with: `config` itself, or a copy whose tie margin is
-    the one calibrated under `arm`'s current arms key; and where the margin came from."""
-    stored = store.tie_margin(arm_key(settings, arm))
-    if stored is None:
-        return config, MarginSource(config.quality.tie_margin_nats, "configured")
-    source = MarginSource(stored.margin, "calibrated", stored.calibrated_at, stored.divergences)
-    return with_tie_margin(config, stored.margin), source
-
-
-def with_tie_margin(config: GatesConfig, margin: float) -> GatesConfig:
-    """A copy of `config` judging ties within `margin` nats (the operator's object is not
-    touched)."""
-    quality = config.quality.model_copy(update={"tie_margin_nats": margin})
-    return config.model_copy(update={"quality": quality})
-
-
-def note_tie_margin(
-    decisions: Sequence[GateDecision], source: MarginSource
-) -> tuple[GateDecision, ...]:
-    """`decisions` with the quality decision's detail naming the tie margin it used."""
-    return tuple(
-        replace(d, detail=f"{d.detail}; {source.describe()}" if d.detail else source.describe())
-        if d.name == QUALITY
-        else d
-        for d in decisions
-    )

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from canaryd.config import Settings
-from canaryd.pairs.plan import arm_key, arm_pair_config
+from canaryd.config.arms import arm_key, arm_pair_config
 from canaryd.store import HistoryStore, TelemetryStore
 from gates.config import GatesConfig
 from gates.cycle import TELEMETRY_GATES, section, window_bounds

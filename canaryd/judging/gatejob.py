@@ -1,17 +1,17 @@
 """The daemon's gate job: read the window, run the gates, step the switch policy, apply.
 
 `SwitchGates` implements the daemon's `GateHook`. On each `evaluate(now)` it reads from
-the store the pairs of the switch's arm (`switch.arm`) that cover the longest configured
-gate window, and with `[telemetry]` both arms' stored scrape intervals
-(`canaryd.judging.evidence.read_telemetry`), pins drift references for categories that
-have none yet (from the window, only while speculative decoding is on), judges it
+the store the evidence on the switch's arm (`switch.arm`) in one `canaryd.judging.reader.
+gather`: the pairs that cover the longest configured gate window, and with `[telemetry]`
+both arms' stored scrape intervals, pinning drift references for categories that
+have none yet (from the window, only while speculative decoding is on); judges it
 (`gates.cycle.judge`, the telemetry gates with it), stores the decisions
 (one evaluation), exports the gate metrics, and lets `SwitchService` step the policy
 under the switch's row lock and apply the outcome. Every comparison arm is gated the
 same way on its own pairs and references, with every gate in `warn` mode, and its
 evaluation is stored under its name, where the switch never reads it: comparison arms
 are judged and reported, never switch. The parity gate judges the latest stored
-capability probe of the switch's arm (canaryd.probe.stored) beside the pair gates, and
+capability probe of the switch's arm (canaryd.parity.stored) beside the pair gates, and
 that probe's regressions a router can match per request become the state file's
 `route_to_baseline`, on the leader and the followers alike. `start()` (the daemon calls
 it before loading engines) or else the first run re-applies the last stored state, so a
@@ -37,22 +37,19 @@ from typing import Any
 import structlog
 
 from canaryd.config import Settings
-from canaryd.judging.calibration import note_tie_margin, tie_margin_for
-from canaryd.judging.evidence import acceptance_reference, read_telemetry, read_window
 from canaryd.judging.leader import Leadership, leadership_for
 from canaryd.judging.rate import RATE_HORIZON, RATE_REFRESH, pair_rate
+from canaryd.judging.reader import gather
 from canaryd.judging.verdict import MAX_REVISIONS
-from canaryd.metrics import CanarydMetrics
-from canaryd.pairs.plan import arm_key
-from canaryd.probe.routing import route_object
-from canaryd.probe.stored import latest_probe
+from canaryd.metrics.switch import SwitchMetrics
+from canaryd.parity.routing import route_object
+from canaryd.parity.stored import latest_probe
 from canaryd.store import SqlStore, Store
 from canaryd.switch import SwitchService
-from gates import Evaluation, ReferenceStats, SwitchState
+from gates import Evaluation
 from gates.core import checks
-from gates.cycle import advisory, judge, may_pin, pins
+from gates.cycle import advisory, judge
 from gates.parity import ProbeEvidence
-from gates.records import PairRecord
 from gates.stats.budget import design_pairs_per_minute
 
 __all__ = ["PRUNE_EVERY", "SwitchGates"]
@@ -83,7 +80,7 @@ class SwitchGates:
         self,
         settings: Settings | Callable[[], Settings],
         *,
-        metrics: CanarydMetrics | None = None,
+        metrics: SwitchMetrics | None = None,
         store: Store | None = None,
         leadership: Leadership | None = None,
     ) -> None:
@@ -206,62 +203,18 @@ class SwitchGates:
             self.metrics.set_leader(leading)
         return leading
 
-    def _window(self, store: Store, arm: str, now: datetime) -> list[PairRecord]:
-        """The pairs of `arm` covering the longest gate window up to `now`."""
-        return read_window(store, self.settings, arm, now)
-
-    def _references(
-        self,
-        store: Store,
-        records: list[PairRecord],
-        arm: str,
-        now: datetime,
-        state: SwitchState | None,
-    ) -> dict[str, ReferenceStats]:
-        """The drift references of `arm` as configured now; categories without one are
-        first pinned from `records`, and pins still short of `pin_target_samples` pairs
-        grow from them, when the pin rule allows (`gates.cycle.pins`; `state` None: always,
-        as for a comparison arm, whose traffic is its own whatever the switch does)."""
-        arms = arm_key(self.settings, arm)
-        references = store.drift_references(arms)
-        pinned = pins(records, references, state or SwitchState(), self.settings.gates, now)
-        if pinned:
-            store.pin_drift_references(pinned, now, arms, replace=True)
-            log.info(
-                "gates.references_pinned",
-                categories=sorted(pinned),
-                pairs={c: r.n for c, r in sorted(pinned.items())},
-                arms=arms,
-                arm=arm,
-            )
-            references = store.drift_references(arms)
-        return references
-
     def _evaluate_comparison_arms(self, store: Store, now: datetime) -> None:
         """Gate every comparison arm (all gates `warn`) and store its evaluation under its
         name, out of the switch's reach."""
         config = advisory(self.settings.gates)
         for arm in self.settings.comparison_arms:
-            records = self._window(store, arm, now)
-            references = self._references(store, records, arm, now, None)
-            telemetry = read_telemetry(store, self.settings, arm, now)
-            arm_config, margin = tie_margin_for(store, self.settings, arm, config)
-            judged = judge(
-                records,
-                references,
-                None,
-                arm_config,
-                now,
-                telemetry=telemetry,
-                scrape_interval_s=self.settings.telemetry.scrape_interval_s,
-                acceptance_reference=acceptance_reference(telemetry, config, now),
-            )
-            decisions = note_tie_margin(judged.decisions, margin)
+            evidence = gather(store, self.settings, arm, now, config=config, pin=True)
+            decisions = judge(evidence, config, now).decisions
             store.save_evaluation(Evaluation(now, decisions), comparison_arm=arm)
             log.info(
                 "gates.compared",
                 arm=arm,
-                pairs=len(records),
+                pairs=len(evidence.records),
                 states={d.name: d.state.value for d in decisions},
             )
 
@@ -277,7 +230,7 @@ class SwitchGates:
         moves by a tenth or more, ends, and hourly while it lasts."""
         design = design_pairs_per_minute(self.settings.gates)
         if self.metrics is not None:
-            self.metrics.set_pair_rate_ratio(rate / design)
+            self.metrics.pair_rate_ratio.set(rate / design)
         logged = self._rebudget_logged
         if ratio <= 1.0:
             if logged is not None:
@@ -311,45 +264,31 @@ class SwitchGates:
         # Before the drift pins, which read the mode: a pending emergency rollback counts.
         service.adopt_pending()
         arm = self.settings.switch_arm
-        # The tie margin calibrated for these arms (`canaryd calibrate`), in a copy.
-        config, margin = tie_margin_for(store, self.settings, arm, config)
         revision = self.settings.switch.revision
         if revision is not None and store.revision_window(arm, revision) is None:
             # The configured revision is an explicit write: its evidence window opens here.
             store.start_revision(arm, revision, now, keep=MAX_REVISIONS)
             log.info("verdict.revision_started", arm=arm, revision=revision, by="switch.revision")
-        records = self._window(store, arm, now)
-        state = service.record().state
-        references = self._references(store, records, arm, now, state)
         # Evidence restarts at every switch transition: a restore rests only on pairs
         # measured after the trip, and a restored switch is not re-tripped by old ones.
         # A category's own move restarts the evidence of its per-category checks.
-        control = config.quality.control_arm
-        probe = latest_probe(store, self.settings)
-        telemetry = read_telemetry(store, self.settings, arm, now)
-        # Pinned from healthy telemetry only, as the drift references are.
-        pin = may_pin(state)
-        rate = self._pair_rate(store, arm, now)
-        judged = judge(
-            records,
-            references,
-            state,
-            config,
+        evidence = gather(
+            store,
+            self.settings,
+            arm,
             now,
-            control=self._window(store, control, now) if control else None,
-            probe=probe,
-            with_probe=True,
-            probe_interval_s=self.settings.schedule.probe_interval_s,
-            telemetry=telemetry,
-            scrape_interval_s=self.settings.telemetry.scrape_interval_s,
-            acceptance_reference=(
-                acceptance_reference(telemetry, config, now, since=state.since) if pin else None
-            ),
-            pair_rate=rate,
+            config=config,
+            state=service.record().state,
+            pin=True,
+            probe=True,
+            control=True,
+            rate=self._pair_rate,
         )
-        self._report_rate(rate, judged.rate_ratio, now)
-        decisions = note_tie_margin(judged.decisions, margin)
-        service.set_routes(_routes(probe))
+        judged = judge(evidence, config, now)
+        assert evidence.pair_rate is not None  # read by `self._pair_rate`
+        self._report_rate(evidence.pair_rate, judged.rate_ratio, now)
+        decisions = judged.decisions
+        service.set_routes(_routes(evidence.probe))
         store.save_evaluation(Evaluation(now, decisions))
         if self.metrics is not None:
             self.metrics.observe_gates((d.name, d.state.value) for d in decisions)
@@ -361,7 +300,7 @@ class SwitchGates:
         log.info(
             "gates.evaluated",
             arm=arm,
-            pairs=len(records),
+            pairs=len(evidence.records),
             states={d.name: d.state.value for d in decisions},
         )
         self.suspicion = judged.suspicion

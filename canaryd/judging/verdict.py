@@ -37,23 +37,15 @@ import structlog
 
 from canaryd.config import Settings
 from canaryd.errors import BadRequestError, CannotJudgeError, DatabaseError
-from canaryd.judging.calibration import note_tie_margin, tie_margin_for
-from canaryd.judging.evidence import (
-    acceptance_reference,
-    prior_acceptance_reference,
-    read_telemetry,
-    read_window,
-)
 from canaryd.judging.rate import pair_rate
-from canaryd.pairs.plan import arm_key
+from canaryd.judging.reader import gather
 from canaryd.redact import redact_value
 from canaryd.store import RevisionWindow, SqlStore, Store
-from gates import GateDecision
+from gates import GateDecision, SwitchState
 from gates.config import GatesConfig
 from gates.cycle import Judgement, Verdict, judge
 from gates.estimate import estimate as estimate_need
 from gates.records import BASELINE_ARM, PairRecord
-from gates.stats.budget import rebudget
 
 __all__ = [
     "COMPACT_MAX_BYTES",
@@ -207,6 +199,45 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def _fresh_run(completed: datetime | None, bound: float, now: datetime) -> datetime:
+    """When the last gate run completed; `CannotJudgeError` when none has, or longer
+    than `bound` seconds ago (`gates.policy.evidence_max_age_seconds`)."""
+    if completed is None:
+        raise CannotJudgeError(
+            "no gate run has completed yet: is a daemon leading the gates on this "
+            "database (`canaryd status`)?"
+        )
+    if (now - completed).total_seconds() > bound:
+        raise CannotJudgeError(
+            f"the last gate run completed {(now - completed).total_seconds():.0f} s ago, "
+            f"beyond the freshness bound of {bound:g} s "
+            "(gates.policy.evidence_max_age_seconds): no daemon is judging"
+        )
+    return completed
+
+
+def _check_category(store: Store, category: str) -> None:
+    """`BadRequestError` for a category the store has never seen, naming the known ones."""
+    known = store.categories()
+    if category not in known:
+        shown = ", ".join(known[:20]) + (f" (+{len(known) - 20} more)" if len(known) > 20 else "")
+        raise BadRequestError(
+            "category",
+            f"unknown category {category[:ECHO_CHARS]!r}; known: {shown or 'none'}",
+        )
+
+
+def _unopened(served: str | None, revision: str) -> str:
+    """Why `revision` has no evidence window yet, and how one is opened."""
+    opener = (
+        "the gate job opens it at its next run (switch.revision)"
+        if served is not None
+        else "open it with Flagger's pre-rollout or rollout hook or POST "
+        f"/v1/verdict?revision={revision}"
+    )
+    return f"no evidence window is open for revision {revision!r}: {opener}"
+
+
 class VerdictService:
     """Judges revisions of the switch's arm from the store, as the daemon's gates would.
 
@@ -240,8 +271,7 @@ class VerdictService:
         """The pair rate now: the daemon's `pace`, else the schedule's."""
         if self._pace is not None:
             return self._pace()
-        schedule = self.settings.schedule
-        return 60.0 * schedule.pairs_per_cycle / schedule.pair_interval_s
+        return self.settings.schedule.pairs_per_minute
 
     def rated(self, verdict: RevisionVerdict) -> RevisionVerdict:
         """`verdict` with its estimate at the pair rate of this moment."""
@@ -310,29 +340,11 @@ class VerdictService:
         store = self._opened()
         now = self._clock()
         record = store.switch()
-        completed = record.gates_completed_at
-        bound = settings.gates.policy.evidence_max_age_seconds
-        if completed is None:
-            raise CannotJudgeError(
-                "no gate run has completed yet: is a daemon leading the gates on this "
-                "database (`canaryd status`)?"
-            )
-        if (now - completed).total_seconds() > bound:
-            raise CannotJudgeError(
-                f"the last gate run completed {(now - completed).total_seconds():.0f} s ago, "
-                f"beyond the freshness bound of {bound:g} s "
-                "(gates.policy.evidence_max_age_seconds): no daemon is judging"
-            )
+        completed = _fresh_run(
+            record.gates_completed_at, settings.gates.policy.evidence_max_age_seconds, now
+        )
         if query.category is not None:
-            known = store.categories()
-            if query.category not in known:
-                shown = ", ".join(known[:20]) + (
-                    f" (+{len(known) - 20} more)" if len(known) > 20 else ""
-                )
-                raise BadRequestError(
-                    "category",
-                    f"unknown category {query.category[:ECHO_CHARS]!r}; known: {shown or 'none'}",
-                )
+            _check_category(store, query.category)
         arm = settings.switch_arm
         revision = query.revision
         state = record.state
@@ -375,15 +387,7 @@ class VerdictService:
             )
         window = store.revision_window(arm, revision)
         if window is None:
-            opener = (
-                "the gate job opens it at its next run (switch.revision)"
-                if served is not None
-                else "open it with Flagger's pre-rollout or rollout hook or POST "
-                f"/v1/verdict?revision={revision}"
-            )
-            return answer(
-                "NODATA", f"no evidence window is open for revision {revision!r}: {opener}"
-            )
+            return answer("NODATA", _unopened(served, revision))
         if completed < window.started_at:
             return answer(
                 "NODATA",
@@ -392,6 +396,22 @@ class VerdictService:
                 f"since (one runs every {settings.schedule.gate_interval_s:g} s)",
                 current=window.current,
             )
+        return self._judge_window(store, settings, query, window, completed, now, state, answer)
+
+    def _judge_window(
+        self,
+        store: Store,
+        settings: Settings,
+        query: VerdictQuery,
+        window: RevisionWindow,
+        completed: datetime,
+        now: datetime,
+        state: SwitchState,
+        answer: Callable[..., RevisionVerdict],
+    ) -> RevisionVerdict:
+        """The verdict on `window`'s evidence, as of the last completed gate run (or the
+        window's end), from the cache when nothing it rests on has changed."""
+        revision = query.revision
         at = completed if window.ended_at is None else min(completed, window.ended_at)
         key = (query, at, window, settings.config_hash())
         with self._lock:
@@ -403,46 +423,17 @@ class VerdictService:
                 speculative_enabled=state.speculative_enabled,
                 generation=state.generation,
             )
-        records = read_window(
+        evidence = gather(
             store,
             settings,
-            arm,
+            settings.switch_arm,
             at,
-            start=window.started_at,
-            end=window.ended_at,
+            window=window,
             category=query.category,
-        )
-        references = store.drift_references(arm_key(settings, arm))
-        gates, margin = tie_margin_for(store, settings, arm, settings.gates)
-        # Production telemetry has no categories: it judges the revision as a whole.
-        telemetry = (
-            None
-            if query.category is not None
-            else read_telemetry(
-                store, settings, arm, at, start=window.started_at, end=window.ended_at
-            )
-        )
-        rate = pair_rate(store, arm, at)
-        judged = judge(
-            records,
-            references,
-            None,
-            gates,
-            at,
-            since=window.started_at,
-            telemetry=telemetry,
-            scrape_interval_s=settings.telemetry.scrape_interval_s,
-            acceptance_reference=(
-                prior_acceptance_reference(store, settings, arm, window.started_at)
-                or acceptance_reference(telemetry, settings.gates, at, since=window.started_at)
-            )
-            if telemetry is not None
-            else None,
-            min_pairs=query.min_pairs,
+            rate=pair_rate,
             subject=f"revision {revision!r}",
-            pair_rate=rate,
         )
-        judged = replace(judged, decisions=note_tie_margin(judged.decisions, margin))
+        judged = judge(evidence, settings.gates, at, min_pairs=query.min_pairs)
         verdict, reason = judged.verdict, judged.reason
         if window.ended_at is not None:
             reason = (
@@ -455,9 +446,9 @@ class VerdictService:
             at=at,
             fresh=window.current,
             current=window.current,
-            records=records,
+            records=evidence.records,
             judgement=judged,
-            config=rebudget(gates, rate),
+            config=evidence.judged_config(settings.gates),
         )
         with self._lock:
             self._cache[key] = answered

@@ -47,7 +47,7 @@ QUALITY_DELTA_BUCKETS: Final = (
 
 OTHER: Final = "other"
 MAX_POSITION_LABEL: Final = 16  # positions 1 … 15 are labelled alone, the rest "16+"
-# A capability probe's cell states (canaryd.probe.checks.State).
+# A capability probe's cell states (canaryd.parity.checks.State).
 PROBE_STATES = ("pass", "fail", "unsupported")
 LABEL_VALUE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # as suites.CATEGORY_PATTERN
 CHECK_VALUE = re.compile(r"^[a-z][a-z0-9_.]{0,79}$")  # a gate's check: latency.e2e.p99

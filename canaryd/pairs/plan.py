@@ -8,8 +8,6 @@ the three never disagree on which prompts are drawn or how.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import platform
 import uuid
 import zlib
@@ -158,24 +156,3 @@ def new_run(
         arm_identities=identities,
     )
 
-
-def arm_pair_config(arms: object, arm: str) -> object:
-    """Of an `arms` section of a config snapshot, what a pair of `arm` was measured with:
-    the baseline and that arm (None for an arm the section does not have). A comparison
-    arm added or changed leaves the switch arm's evidence and references standing."""
-    if not isinstance(arms, dict) or arm not in arms:
-        return None
-    return {BASELINE_ARM: arms.get(BASELINE_ARM), arm: arms[arm]}
-
-
-def arms_key(arms: object) -> str:
-    """A short, stable key of an arms configuration (the `arms` section of a config
-    snapshot): drift references belong to one."""
-    encoded = json.dumps(arms, sort_keys=True, default=str).encode()
-    return hashlib.sha256(encoded).hexdigest()[:16]
-
-
-def arm_key(settings: Settings, arm: str) -> str:
-    """The `arms_key` of the baseline and `arm` as `settings` configure them now: the key
-    the drift references of `arm` are stored under."""
-    return arms_key(arm_pair_config(settings.snapshot().get("arms"), arm))

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from canaryd.probe.client import Answer, ArmClient
+from canaryd.parity.client import Answer, ArmClient
 from canaryd.scoring.checks import matches_json_schema
 from canaryd.scoring.loops import find_repetition_loop
 from canaryd.scoring.text import word_units

@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from canaryd.probe.checks import CAPABILITIES
+from canaryd.parity.checks import CAPABILITIES
 from gates.parity import ProbeEvidence
 
 __all__ = ["NOT_ROUTABLE", "REQUEST_FIELDS", "Rule", "route_object"]

@@ -10,8 +10,8 @@ draft model or another server, an older probe says nothing about the new arm.
 from __future__ import annotations
 
 from canaryd.config import Settings
-from canaryd.pairs.plan import arm_pair_config
-from canaryd.probe import ProbeReport
+from canaryd.config.arms import arm_pair_config
+from canaryd.parity.report import ProbeReport
 from canaryd.store import HistoryStore, StoredRun
 from gates.parity import CapabilityParity, ProbeEvidence
 

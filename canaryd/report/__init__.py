@@ -9,12 +9,14 @@ report's cold and sustained figures are `sustained`'s; `build` puts a report tog
 `html` renders it as one self-contained page.
 """
 
-# Submodules load on first use (PEP 562): `canaryd status` and the CLI reach the light
-# modules here (status, recommend) without paying for matplotlib.
+# Submodules load on first use (PEP 562), each name from the module its TYPE_CHECKING
+# import names (engine.lazy): `canaryd status` and the CLI reach the light modules here
+# (status, recommend) without paying for matplotlib.
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from engine.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from canaryd.durations import parse_duration
@@ -45,53 +47,7 @@ if TYPE_CHECKING:
     from canaryd.report.summary import ALL, CategorySummary, summarise, summarise_group
     from canaryd.report.tables import ReportTable, category_table, fmt, pct
 
-_HOMES = {
-    "ALL": "canaryd.report.summary",
-    "AcceptanceFigures": "canaryd.report.figures",
-    "ArmLevelFigures": "canaryd.report.figures",
-    "ArmWindow": "canaryd.report.figures",
-    "Audit": "canaryd.report.reads",
-    "CategorySummary": "canaryd.report.summary",
-    "ConsistencyFigures": "canaryd.report.figures",
-    "DriftSeries": "canaryd.report.drift",
-    "Flip": "canaryd.report.reads",
-    "GateMark": "canaryd.report.reads",
-    "LevelFigures": "canaryd.report.figures",
-    "LevelRecord": "canaryd.report.figures",
-    "Percentiles": "canaryd.report.figures",
-    "Plot": "canaryd.report.plots",
-    "Report": "canaryd.report.html",
-    "ReportTable": "canaryd.report.tables",
-    "acceptance_figures": "canaryd.report.figures",
-    "acceptance_lengths": "canaryd.report.figures",
-    "arm_latency": "canaryd.report.figures",
-    "arm_level_figures": "canaryd.report.figures",
-    "bench_markdown": "canaryd.report.build",
-    "bench_section": "canaryd.report.figures",
-    "build_report": "canaryd.report.build",
-    "by_category": "canaryd.report.figures",
-    "category_table": "canaryd.report.tables",
-    "consistency_figures": "canaryd.report.figures",
-    "drift_by_category": "canaryd.report.drift",
-    "drift_series": "canaryd.report.drift",
-    "find_run": "canaryd.report.reads",
-    "fmt": "canaryd.report.tables",
-    "ladder_figures": "canaryd.report.figures",
-    "level_figures": "canaryd.report.figures",
-    "parse_duration": "canaryd.durations",
-    "pct": "canaryd.report.tables",
-    "percentiles": "canaryd.report.figures",
-    "read_audit": "canaryd.report.reads",
-    "summarise": "canaryd.report.summary",
-    "summarise_group": "canaryd.report.summary",
-}
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__getattr__, __dir__ = lazy_exports(globals())
 
 
 __all__ = [

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from canaryd.pairs.plan import arm_pair_config, arms_key
+from canaryd.config.arms import arm_pair_config, arms_key
 from canaryd.report.arms import (
     arm_category_table,
     arm_figures,

@@ -6,17 +6,18 @@ share (`sql_base`), database URLs and engines (`database`), schema migrations
 `switching_tables`; the metadata and column types in `model_types`), the mapping between
 records and rows (`columns`, `mapping`, `switching_mapping`), the switch's records
 (`switching`), the per-hour roll-ups that retention keeps after raw pairs are deleted
-(`rollup`), and the bounded read of recent generations' ITL and fallback counts
-(`serving`).
-The names below are imported on first use (PEP 562): a command that needs the database
-URL's helpers or the switch's records does not import the ORM models or Alembic.
+(`rollup`), the bounded read of recent generations' ITL and fallback counts
+(`serving`), and the text every backend can store (`text`).
+The names below are imported on first use (PEP 562), each from the module its
+TYPE_CHECKING import names (`engine.lazy`): a command that needs the database URL's
+helpers or the switch's records does not import the ORM models or Alembic.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from canaryd.lazy import lazy_exports
+from engine.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from canaryd.store.abc import (
@@ -45,49 +46,7 @@ if TYPE_CHECKING:
     from canaryd.store.switching import AuditEntry, RevisionWindow, SwitchRecord, decision_from_dict
     from canaryd.store.switching_sql import SqlSwitchStore
 
-# Each public name and the module that defines it.
-_MODULES = {
-    "canaryd.store.abc": (
-        "RETENTION_BATCH_PAIRS",
-        "CalibrationStore",
-        "History",
-        "HistoryStore",
-        "RetentionReport",
-        "Store",
-        "StoredInterval",
-        "StoredRun",
-        "SwitchStore",
-        "TelemetryStore",
-        "TieMargin",
-    ),
-    "canaryd.store.database": (
-        "EXPECTED_URL_FORMS",
-        "mask_url",
-    ),
-    "canaryd.store.migrations": (
-        "current_revision",
-        "head_revision",
-        "known_revisions",
-        "schema_problem",
-        "upgrade",
-    ),
-    "canaryd.store.rollup": (
-        "PairFacts",
-        "PairRollup",
-    ),
-    "canaryd.store.sql": (
-        "SqlHistoryStore",
-        "SqlStore",
-    ),
-    "canaryd.store.switching": (
-        "AuditEntry",
-        "RevisionWindow",
-        "SwitchRecord",
-        "decision_from_dict",
-    ),
-    "canaryd.store.switching_sql": ("SqlSwitchStore",),
-}
-__getattr__, __dir__ = lazy_exports(__name__, _MODULES, globals())
+__getattr__, __dir__ = lazy_exports(globals())
 
 
 __all__ = [

@@ -99,7 +99,7 @@ class History:
 @dataclass(frozen=True, slots=True)
 class StoredInterval:
     """One arm's production telemetry over one scrape interval, as stored: the interval,
-    the arm, the arms key it was measured under (`canaryd.pairs.plan.arm_key`), and how
+    the arm, the arms key it was measured under (`canaryd.config.arms.arm_key`), and how
     many replicas were read at both ends, failed at the end, and restarted within it."""
 
     arm: str

@@ -2,7 +2,7 @@
 `SqlStore` (joined by multiple inheritance over `SqlDatabase`, as the switch and
 telemetry halves are).
 
-This module owns the `tie_margins` rows: one per arms key (`canaryd.pairs.plan.arm_key`),
+This module owns the `tie_margins` rows: one per arms key (`canaryd.config.arms.arm_key`),
 a `TieMargin` field for field. Saving replaces the key's row in one transaction (the
 latest calibration is the one that holds); reading is by key only, so a margin measured
 under another arms configuration is never read as this one's.

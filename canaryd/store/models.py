@@ -348,7 +348,7 @@ class TelemetryIntervalRow(Base):
     """One arm's production telemetry over one scrape interval (`start_at`, `end_at`]: a
     `gates.telemetry.intervals.TelemetryInterval` field for field, its latency histograms as JSON
     (`{"le": [upper bounds, the last null for +inf], "count": [cumulative counts]}`).
-    `arms` is the arms key (`canaryd.pairs.plan.arm_key`) the arm was configured under, so
+    `arms` is the arms key (`canaryd.config.arms.arm_key`) the arm was configured under, so
     that evidence measured under another configuration is not read as this one's."""
 
     __tablename__ = "telemetry_intervals"

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 
-from engine.types import ErrorKind, GenerationResult
-from gates.records import DEFAULT_ARM, PairRecord
+from engine.types import ErrorKind, GenerationResult, acceptance_length_of
+from gates.records import DEFAULT_ARM, PairRecord, e2e_speedup
 
 __all__ = [
     "ACCEPTANCE_LENGTH_BOUNDS",
@@ -157,17 +157,13 @@ class PairFacts:
 
     @property
     def speedup(self) -> float | None:
-        """Same definition as `PairRecord.speedup`: baseline e2e over speculative e2e."""
-        if not self.complete or self.speculative.e2e_s <= 0:
-            return None
-        return self.baseline.e2e_s / self.speculative.e2e_s
+        """Baseline e2e over speculative e2e, as `PairRecord.speedup`."""
+        return e2e_speedup(self.baseline, self.speculative)
 
     @property
     def acceptance_length(self) -> float | None:
-        """Same definition as `GenerationResult.acceptance_length`: 1 + accepted / steps."""
-        if self.verify_steps is None or self.verify_steps == 0 or self.accepted_tokens is None:
-            return None
-        return 1.0 + self.accepted_tokens / self.verify_steps
+        """1 + accepted / steps, as `GenerationResult.acceptance_length`."""
+        return acceptance_length_of(self.verify_steps, self.accepted_tokens)
 
 
 def _arm_facts(result: GenerationResult) -> ArmFacts:

@@ -101,8 +101,8 @@ gate_decisions = Table(
 drift_references = Table(
     "drift_references",
     metadata,
-    # The arms configuration the reference was measured under (gating.arms_key); "" for
-    # references pinned before references were keyed.
+    # The arms configuration the reference was measured under
+    # (canaryd.config.arms.arms_key); "" for references pinned before they were keyed.
     Column("arms", String(64), primary_key=True),
     Column("category", String(100), primary_key=True),
     Column("mean", Double, nullable=False),

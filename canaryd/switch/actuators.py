@@ -24,7 +24,7 @@ from canaryd.errors import ActuatorError
 from canaryd.logs import get_logger
 
 if TYPE_CHECKING:
-    from canaryd.metrics import CanarydMetrics
+    from canaryd.metrics.switch import SwitchMetrics
 
 __all__ = [
     "ALERT_NAME",
@@ -301,7 +301,7 @@ def run_actuator(
     actuator: Actuator,
     state: dict[str, Any],
     *,
-    metrics: CanarydMetrics | None,
+    metrics: SwitchMetrics | None,
     sleep: Callable[[float], None],
 ) -> str | None:
     """Apply `state` through one actuator with its retries; the last error, or None."""

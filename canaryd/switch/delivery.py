@@ -24,7 +24,7 @@ from canaryd.switch.actuators import Actuator, run_actuator
 from canaryd.switch.statefile import flock_within, generation_of, open_lock_file
 
 if TYPE_CHECKING:
-    from canaryd.metrics import CanarydMetrics
+    from canaryd.metrics.switch import SwitchMetrics
 
 __all__ = ["LEDGER_WAIT_S", "deliver", "ledger_path", "newest"]
 
@@ -98,7 +98,7 @@ def deliver(
     *,
     state_file: Path,
     latest: Callable[[], dict[str, Any] | None],
-    metrics: CanarydMetrics | None,
+    metrics: SwitchMetrics | None,
     sleep: Callable[[float], None],
     again: bool = False,
     wait_s: float = LEDGER_WAIT_S,

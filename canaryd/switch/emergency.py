@@ -36,7 +36,7 @@ from canaryd.switch.statefile import (
 from gates import Control, SwitchMode, SwitchState, Transition
 
 if TYPE_CHECKING:
-    from canaryd.metrics import CanarydMetrics
+    from canaryd.metrics.switch import SwitchMetrics
 
 __all__ = [
     "EMERGENCY_REASON_PREFIX",
@@ -94,7 +94,7 @@ def emergency_rollback(
     reason: str,
     *,
     now: datetime | None = None,
-    metrics: CanarydMetrics | None = None,
+    metrics: SwitchMetrics | None = None,
     actuators: Sequence[Actuator] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> EmergencyRollback:

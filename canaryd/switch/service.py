@@ -52,7 +52,7 @@ from gates import (
 )
 
 if TYPE_CHECKING:
-    from canaryd.metrics import CanarydMetrics
+    from canaryd.metrics.switch import SwitchMetrics
     from canaryd.store import SwitchStore
 
 __all__ = ["ApplyReport", "SwitchChange", "SwitchService"]
@@ -101,7 +101,7 @@ class SwitchService:
         config: SwitchConfig,
         policy: SwitchPolicyConfig,
         *,
-        metrics: CanarydMetrics | None = None,
+        metrics: SwitchMetrics | None = None,
         actuators: Sequence[Actuator] | None = None,
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], None] = time.sleep,
@@ -226,9 +226,7 @@ class SwitchService:
                 reason=transition.reason,
             )
             if self.metrics is not None:
-                self.metrics.switch_transition(
-                    transition.target.value, _actor_kind(transition.actor)
-                )
+                self.metrics.transition(transition.target.value, _actor_kind(transition.actor))
         for refusal in outcome.refused:
             log.warning("switch.refused", reason=refusal)
 
@@ -283,7 +281,7 @@ class SwitchService:
 
     def export_metrics(self, state: SwitchState) -> None:
         if self.metrics is not None:
-            self.metrics.set_switch(
+            self.metrics.set_state(
                 rolled_back=state.mode is SwitchMode.ROLLED_BACK,
                 generation=state.generation,
                 latched=state.latched,

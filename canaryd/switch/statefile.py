@@ -8,7 +8,7 @@ was down) is only replaced by its adoption or a higher generation. `confirmed_at
 when canaryd last checked the file against the database; refreshing it rewrites the file
 at the same generation, and comparisons of the state leave it out. So do they
 `route_to_baseline`: what the latest capability probe says a router should send to the
-baseline one request at a time (canaryd.probe.routing). It changes with each probe, not
+baseline one request at a time (canaryd.parity.routing). It changes with each probe, not
 with a transition, and a writer that does not know it keeps the file's own.
 """
 

@@ -8,15 +8,16 @@ parser); `deltas` the pure arithmetic between two readings (resets, replicas, hi
 quantiles) into a `TelemetryWindow`; `promql` the same signals as PromQL templates and
 `promql_source` the source that asks them of a Prometheus-compatible API; `sources` the
 `TelemetrySource` protocol and the factory that opens an arm's source.
-The names below are imported on first use (PEP 562): the settings need only `config`, so
-a command that reads them (the kill switch) imports neither httpx nor the parsers.
+The names below are imported on first use (PEP 562), each from the module its
+TYPE_CHECKING import names (`engine.lazy`): the settings need only `config`, so a command
+that reads them (the kill switch) imports neither httpx nor the parsers.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from canaryd.lazy import lazy_exports
+from engine.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from canaryd.telemetry.config import (
@@ -36,26 +37,7 @@ if TYPE_CHECKING:
     from canaryd.telemetry.signals import ArmReading, ReplicaReading, SignalReader, signal_map
     from canaryd.telemetry.sources import TelemetrySource, open_source
 
-# Each public name and the module that defines it.
-_MODULES = {
-    "canaryd.telemetry.config": (
-        "SeriesSpec",
-        "SignalMap",
-        "TelemetryArmConfig",
-        "TelemetryConfig",
-    ),
-    "canaryd.telemetry.deltas": (
-        "BucketCounts",
-        "TelemetryWindow",
-        "histogram_quantile",
-        "telemetry_window",
-    ),
-    "canaryd.telemetry.promql_source": ("PromqlSource",),
-    "canaryd.telemetry.scrape": ("ScrapeSource", "parse_exposition"),
-    "canaryd.telemetry.signals": ("ArmReading", "ReplicaReading", "SignalReader", "signal_map"),
-    "canaryd.telemetry.sources": ("TelemetrySource", "open_source"),
-}
-__getattr__, __dir__ = lazy_exports(__name__, _MODULES, globals())
+__getattr__, __dir__ = lazy_exports(globals())
 
 
 __all__ = [

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import TypeVar
 
 from canaryd.telemetry.config import (
@@ -39,7 +38,7 @@ from canaryd.telemetry.config import (
 )
 from canaryd.telemetry.signals import MEAN_GAUGES, ArmReading, GroupKey, ReplicaReading
 from gates.stats.histogram import BucketCounts, add_buckets, histogram_quantile
-from gates.telemetry.intervals import CountInterval, TelemetryInterval
+from gates.telemetry.intervals import TelemetryInterval
 
 __all__ = [
     "BucketCounts",
@@ -62,9 +61,9 @@ _RESTART_TOLERANCE_S = 1.0  # process_start_time_seconds of one process may wobb
 
 def counter_increase(before: float | None, after: float, restarted: bool) -> float:
     """A counter's increase: the difference, or `after` when it restarted, went down, or
-    was not there before."""
+    was not there before; never below zero (a counter read below zero counted nothing)."""
     if before is None or restarted or after < before:
-        return after
+        return max(after, 0.0)
     return after - before
 
 
@@ -97,80 +96,23 @@ _Pairs = list[tuple[ReplicaReading, ReplicaReading]]
 
 @dataclass(frozen=True, slots=True)
 class TelemetryWindow:
-    """One arm's production telemetry over (`start`, `end`]. A signal the arm's table
-    does not name is None; a counter it names but no series matched counted 0."""
+    """One arm's production telemetry over (`start`, `end`]: the `interval` the telemetry
+    gates read (a signal the arm's table does not name is None; a counter it names but no
+    series matched counted 0), and what the two scrapes saw of the arm's replicas — those
+    that restarted, those new in the later scrape, those that failed — and the signals
+    its table names that no replica exposed."""
 
     arm: str
-    start: datetime
-    end: datetime
-    replicas: int
+    interval: TelemetryInterval
     restarted: tuple[str, ...] = ()
     new_replicas: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()
     missing: tuple[Signal, ...] = ()
-    requests: int | None = None
-    errors: int | None = None
-    e2e: BucketCounts | None = None
-    ttft: BucketCounts | None = None
-    itl: BucketCounts | None = None
-    running: float | None = None
-    waiting: float | None = None
-    drafts: int | None = None
-    draft_tokens: int | None = None
-    accepted_tokens: int | None = None
-    reported_acceptance_length: float | None = None
-    reported_acceptance_rate: float | None = None
 
     @property
-    def seconds(self) -> float:
-        return (self.end - self.start).total_seconds()
-
-    @property
-    def acceptance_length(self) -> float | None:
-        """1 + accepted ÷ drafts (the bonus token counted, as vLLM does), else the length
-        the engine reports; None without drafts."""
-        if self.drafts and self.accepted_tokens is not None:
-            return 1.0 + self.accepted_tokens / self.drafts
-        return self.reported_acceptance_length
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        """accepted ÷ draft tokens, else the rate the engine reports."""
-        if self.draft_tokens and self.accepted_tokens is not None:
-            return self.accepted_tokens / self.draft_tokens
-        return self.reported_acceptance_rate
-
-    def count_interval(self) -> CountInterval | None:
-        """The window as the error gates read it; None without request and error counts.
-        Errors are capped at the requests (two counters read at one instant agree; a
-        reset of one group and not the other could make them disagree)."""
-        if self.requests is None or self.errors is None or self.end <= self.start:
-            return None
-        return CountInterval(self.start, self.end, self.requests, min(self.errors, self.requests))
-
-    def interval(self) -> TelemetryInterval:
-        """The window as the telemetry gates read it: every signal, None where unknown.
-        Errors are capped at the requests, as in `count_interval`."""
-        errors = self.errors
-        if errors is not None and self.requests is not None:
-            errors = min(errors, self.requests)
-        return TelemetryInterval(
-            start=self.start,
-            end=self.end,
-            requests=self.requests,
-            errors=errors,
-            e2e=self.e2e,
-            ttft=self.ttft,
-            itl=self.itl,
-            running=self.running,
-            waiting=self.waiting,
-            drafts=self.drafts,
-            draft_tokens=self.draft_tokens,
-            accepted_tokens=self.accepted_tokens,
-            reported_acceptance_length=self.reported_acceptance_length,
-            reported_acceptance_rate=self.reported_acceptance_rate,
-            replicas=self.replicas,
-        )
+    def replicas(self) -> int:
+        """The replicas read at both scrapes: the ones the interval counts."""
+        return self.interval.replicas or 0
 
 
 def telemetry_window(earlier: ArmReading, later: ArmReading) -> TelemetryWindow:
@@ -192,18 +134,17 @@ def telemetry_window(earlier: ArmReading, later: ArmReading) -> TelemetryWindow:
             return None
         return BucketCounts.of(add_buckets(histograms[signal]))
 
+    requests, errors = count("requests"), count("errors")
+    if requests is not None and errors is not None:
+        # Two counters read at one instant agree; a reset of one group and not the other
+        # could make them disagree, so errors are capped at the requests.
+        errors = min(errors, requests)
     seen = {s for _, new in pairs for s in (*new.counters, *new.histograms, *new.gauges)}
-    return TelemetryWindow(
-        arm=later.arm,
+    interval = TelemetryInterval(
         start=earlier.at,
         end=later.at,
-        replicas=len(pairs),
-        restarted=tuple(new.url for old, new in pairs if restarted(old, new)),
-        new_replicas=tuple(r.url for r in later.replicas if r.url not in before),
-        failed=tuple(f.url for f in later.failures),
-        missing=tuple(s for s in _SIGNALS if s in mapped and s not in seen),
-        requests=count("requests"),
-        errors=count("errors"),
+        requests=requests,
+        errors=errors,
         e2e=bucket_counts("e2e"),
         ttft=bucket_counts("ttft"),
         itl=bucket_counts("itl"),
@@ -214,6 +155,15 @@ def telemetry_window(earlier: ArmReading, later: ArmReading) -> TelemetryWindow:
         accepted_tokens=count("accepted_tokens"),
         reported_acceptance_length=_gauge("acceptance_length", pairs),
         reported_acceptance_rate=_gauge("acceptance_rate", pairs),
+        replicas=len(pairs),
+    )
+    return TelemetryWindow(
+        arm=later.arm,
+        interval=interval,
+        restarted=tuple(new.url for old, new in pairs if restarted(old, new)),
+        new_replicas=tuple(r.url for r in later.replicas if r.url not in before),
+        failed=tuple(f.url for f in later.failures),
+        missing=tuple(s for s in _SIGNALS if s in mapped and s not in seen),
     )
 
 

@@ -75,7 +75,7 @@ class TelemetryRecorder:
                     )
             if scrape.window is not None:
                 with self._lock:
-                    self._intervals[arm].append(scrape.window.interval())
+                    self._intervals[arm].append(scrape.window.interval)
 
     def evidence(self, arm: str) -> TelemetryEvidence:
         """The baseline's and `arm`'s intervals kept so far."""

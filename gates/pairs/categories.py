@@ -1,7 +1,6 @@
 """Per-category checks: a window's pairs grouped by prompt category, each category's share
-of a detector's false-alarm budget, one gate decision from the categories' checks, and
-reading them back (which checks judge a category, what a gate says with some categories
-left out) for the switch policy.
+of a detector's false-alarm budget and one gate decision from the categories' checks
+(reading them back, for the switch policy, is `gates.core`'s: it needs only decisions).
 
 Under `gates.policy.scope = "category"` the speedup and quality gates judge each category
 on its own pairs, as drift always does, so the switch can turn speculation off only where
@@ -14,12 +13,12 @@ one detector's 1 / ARL0: adding categories never raises the gate's false-alarm r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TypeVar
 
 from gates.config_base import GateConfigBase
-from gates.core import GateDecision, GateState, combine_states
+from gates.core import GateDecision, GateState
 from gates.records import PairRecord
 from gates.window import Window, combined
 
@@ -66,30 +65,3 @@ def combine_categories(
         )
         result = combined(name, config, window, now, components, notes, categories=flagged)
     return result
-
-
-def judged_state(decision: GateDecision, off: Collection[str] = ()) -> GateState:
-    """The gate's state for the top level: a per-category gate leaves out its checks of the
-    categories in `off` (rolled back on their own, so not riding on the top level); with
-    none left it has nothing against the top level (PASS)."""
-    if not off or not per_category(decision):
-        return decision.state
-    kept = [c.state for c in decision.components if c.category not in off]
-    return combine_states(kept) if kept else GateState.PASS
-
-
-def per_category(decision: GateDecision) -> bool:
-    """A gate whose components each judge one category (drift; speedup and quality under
-    `scope = "category"`)."""
-    return bool(decision.components) and all(c.category is not None for c in decision.components)
-
-
-def category_decisions(decisions: Sequence[GateDecision], category: str) -> list[GateDecision]:
-    """The enforce gates' components that judge `category` alone."""
-    return [c for d in decisions if d.enforced for c in d.components if c.category == category]
-
-
-def category_passed(decisions: Sequence[GateDecision], category: str) -> bool:
-    """True when at least one enforce check judged `category` and every one PASSed."""
-    checks = category_decisions(decisions, category)
-    return bool(checks) and all(c.state is GateState.PASS for c in checks)

@@ -56,7 +56,6 @@ from gates.core import GateDecision, GateState, ReferenceStats
 from gates.pairs.attribution import attribute_drift
 from gates.pairs.drift_fallback import fallback_key, fallback_rates, fallback_warnings, pin_fallback
 from gates.records import PairRecord
-from gates.stats.budget import DEFAULT_ARL0, DEFAULT_DETECTOR_BUDGET
 from gates.stats.descriptive import mean_t_bounds
 from gates.stats.detectors import CALIBRATION_CONFIDENCE, cusum_note, reading, sequential_state
 from gates.stats.sequential import cusum_bank, gaussian_llr, lorden_threshold
@@ -64,7 +63,6 @@ from gates.window import Window, combined, decision, nodata, select
 
 NAME = "drift"
 DEFAULT_PIN_MIN_SAMPLES = 30
-DEFAULT_PIN_TARGET_SAMPLES = 200
 # The bank's charts, as multiples of the relevant drop: the smallest drop that matters,
 # on the acceptance length itself, and a gross one on log(acceptance length) — where a
 # proportional drop is a plain shift and the spread stays put, so it carries the evidence
@@ -127,12 +125,15 @@ def grow_references(
     config: DriftGateConfig,
     *,
     now: datetime,
+    arl0: float,
+    budget_30d: float,
 ) -> dict[str, ReferenceStats]:
     """The pins to store now: categories in `records` (oldest first, healthy traffic
     under the current arms) without a reference, pinned from `pin_min_samples` pairs,
     and pins with fewer than `pin_target_samples` pairs grown from the category's
-    earliest pairs — but never while the category's own check is WARN or FAIL against
-    the pin it has (a drift that began while the pin grows must not pull it down). Each
+    earliest pairs — but never while the category's own check (`drift_gate` at the
+    shares `arl0` and `budget_30d`) is WARN or FAIL against the pin it has (a drift
+    that began while the pin grows must not pull it down). Each
     category pinned gets its fallback pin (`gates.pairs.drift_fallback.pin_fallback`) from the
     same pairs, replacing the one it had; a pinned category without one (pinned before
     fallback pins, or before its engine reported acceptance per position) gets it from
@@ -156,7 +157,9 @@ def grow_references(
     if not growing and not missing and not unfallen:
         return {}
     if growing or unfallen:
-        current = drift_gate(records, config, now=now, references=references)
+        current = drift_gate(
+            records, config, now=now, references=references, arl0=arl0, budget_30d=budget_30d
+        )
         alarming = {
             d.category
             for d in current.components or (current,)
@@ -327,8 +330,8 @@ def drift_gate(
     *,
     now: datetime,
     references: Mapping[str, ReferenceStats] | None = None,
-    arl0: float = DEFAULT_ARL0,
-    budget_30d: float = DEFAULT_DETECTOR_BUDGET,
+    arl0: float,
+    budget_30d: float,
     since: datetime | None = None,
 ) -> GateDecision:
     """Configured references override pinned ones; the decision names drifted categories.

@@ -60,7 +60,6 @@ from scipy.stats import binom, norm
 from gates.config import ErrorGateConfig
 from gates.core import GateDecision, GateState
 from gates.records import PairRecord
-from gates.stats.budget import DEFAULT_ARL0
 from gates.stats.descriptive import clopper_pearson
 from gates.stats.detectors import CALIBRATION_CONFIDENCE, rate_alternatives, rate_check
 from gates.stats.sequential import lorden_threshold
@@ -75,7 +74,7 @@ def error_gate(
     config: ErrorGateConfig,
     *,
     now: datetime,
-    arl0: float = DEFAULT_ARL0,
+    arl0: float,
     since: datetime | None = None,
 ) -> GateDecision:
     """FAIL when either detector alarms; PASS when both bounds hold on recent pairs."""

@@ -44,7 +44,6 @@ from gates.config import LatencyGateConfig, LatencyMetric
 from gates.core import GateDecision, GateState
 from gates.pairs.drift import pin_alpha, pin_margin
 from gates.records import PairRecord
-from gates.stats.budget import DEFAULT_ARL0, DEFAULT_DETECTOR_BUDGET
 from gates.stats.descriptive import (
     order_statistic_bounds,
     paired_bootstrap_quantile_ratio,
@@ -127,8 +126,8 @@ def latency_gate(
     config: LatencyGateConfig,
     *,
     now: datetime,
-    arl0: float = DEFAULT_ARL0,
-    budget_30d: float = DEFAULT_DETECTOR_BUDGET,
+    arl0: float,
+    budget_30d: float,
     since: datetime | None = None,
 ) -> GateDecision:
     """FAIL when a tail-exceedance detector alarms; PASS when every ratio's and SLO's

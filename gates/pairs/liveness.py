@@ -30,7 +30,7 @@ from datetime import datetime
 from gates.config import LivenessGateConfig
 from gates.core import GateDecision, GateState
 from gates.records import PairRecord
-from gates.stats.budget import DEFAULT_ARL0, MINOR_SHARE
+from gates.stats.budget import MINOR_SHARE
 from gates.stats.sequential import lorden_threshold
 from gates.window import decision, nodata, select
 
@@ -43,7 +43,7 @@ def liveness_gate(
     config: LivenessGateConfig,
     *,
     now: datetime,
-    arl0: float = DEFAULT_ARL0,
+    arl0: float,
 ) -> GateDecision:
     """FAIL when the last k pairs where the baseline succeeded all failed on the
     speculative arm (k from the baseline's failure rate and liveness's budget share)."""

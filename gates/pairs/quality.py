@@ -58,7 +58,7 @@ from gates.core import GateDecision, GateState
 from gates.pairs.categories import category_arl0, combine_categories, group_by_category
 from gates.pairs.distribution import distribution_checks
 from gates.records import PairRecord, PairScores
-from gates.stats.budget import DEFAULT_ARL0, MINOR_SHARE
+from gates.stats.budget import MINOR_SHARE
 from gates.stats.descriptive import clopper_pearson, mean_t_bounds
 from gates.stats.detectors import (
     CALIBRATION_CONFIDENCE,
@@ -96,7 +96,7 @@ def quality_gate(
     config: QualityGateConfig,
     *,
     now: datetime,
-    arl0: float = DEFAULT_ARL0,
+    arl0: float,
     since: datetime | None = None,
     by_category: bool = False,
     control: Sequence[PairRecord] | None = None,

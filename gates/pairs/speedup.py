@@ -22,7 +22,6 @@ from gates.config import SpeedupGateConfig
 from gates.core import GateDecision, GateState
 from gates.pairs.categories import category_arl0, combine_categories, group_by_category
 from gates.records import PairRecord
-from gates.stats.budget import DEFAULT_ARL0
 from gates.stats.descriptive import order_statistic_bounds, quantile
 from gates.stats.detectors import bernoulli_increments, cusum_note, reading, sequential_state
 from gates.stats.sequential import llr_cusum, lorden_threshold
@@ -36,7 +35,7 @@ def speedup_gate(
     config: SpeedupGateConfig,
     *,
     now: datetime,
-    arl0: float = DEFAULT_ARL0,
+    arl0: float,
     since: datetime | None = None,
     by_category: bool = False,
 ) -> GateDecision:

@@ -29,7 +29,8 @@ ARL0 grows by the ratio of the rates and every threshold by its log.
 
 from __future__ import annotations
 
-from gates.config import GateConfigBase, GatesConfig
+from gates.config import GatesConfig
+from gates.config_base import GateConfigBase
 from gates.core import GateMode
 from gates.stats.sequential import lorden_threshold
 
@@ -143,5 +144,8 @@ def detector_budget(config: GatesConfig, *, telemetry: bool = False) -> float:
     return config.budget.false_rollbacks_per_30_days / count
 
 
+# The default config's shares without telemetry. No gate defaults to them: a gate is
+# handed its share by its caller (`gates.cycle`); tests and benchmarks that judge one gate
+# alone pass these, as `gates.cycle.pins` does to the drift check that holds a pin back.
 DEFAULT_ARL0 = detector_arl0(GatesConfig())
 DEFAULT_DETECTOR_BUDGET = detector_budget(GatesConfig())

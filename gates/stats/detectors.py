@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from gates.config import GateConfigBase
+from gates.config_base import GateConfigBase
 from gates.core import DetectorReading, GateDecision, GateState
 from gates.stats.descriptive import clopper_pearson
 from gates.stats.sequential import GROSS_LADDER, LlrCusum, bernoulli_llr, cusum_bank

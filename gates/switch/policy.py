@@ -49,8 +49,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
-from gates.core import GateDecision, GateState
-from gates.pairs.categories import category_decisions, category_passed, judged_state, per_category
+from gates.core import (
+    GateDecision,
+    GateState,
+    category_decisions,
+    category_passed,
+    judged_state,
+    per_category,
+)
 from gates.switch.config import SwitchPolicyConfig
 
 

@@ -45,14 +45,13 @@ from datetime import datetime
 from scipy.stats import chi2, norm
 from scipy.stats import t as t_dist
 
+from gates.config import TelemetryAcceptanceGateConfig
 from gates.core import GateDecision, GateState
-from gates.stats.budget import DEFAULT_ARL0
 from gates.stats.detectors import CALIBRATION_CONFIDENCE, reading, sequential_state
 from gates.stats.sequential import GROSS_SEPARATION, cusum_bank, lorden_threshold
 from gates.telemetry.errors import interval_note
 from gates.telemetry.intervals import (
     ArmTelemetry,
-    TelemetryAcceptanceGateConfig,
     TelemetryEvidence,
     TelemetryInterval,
 )
@@ -192,7 +191,7 @@ def telemetry_acceptance_gate(
     config: TelemetryAcceptanceGateConfig,
     *,
     now: datetime,
-    arl0: float = DEFAULT_ARL0,
+    arl0: float,
     since: datetime | None = None,
     reference: AcceptanceReference | None = None,
 ) -> GateDecision:

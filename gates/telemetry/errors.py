@@ -35,8 +35,8 @@ from datetime import datetime, timedelta
 
 from scipy.stats import binom, norm
 
+from gates.config import TelemetryErrorGateConfig
 from gates.core import GateDecision, GateState
-from gates.stats.budget import DEFAULT_ARL0
 from gates.stats.descriptive import clopper_pearson
 from gates.stats.detectors import (
     CALIBRATION_CONFIDENCE,
@@ -45,7 +45,7 @@ from gates.stats.detectors import (
     sequential_state,
 )
 from gates.stats.sequential import LlrCusum, bernoulli_llr, cusum_bank, lorden_threshold
-from gates.telemetry.intervals import CountInterval, TelemetryCounts, TelemetryErrorGateConfig
+from gates.telemetry.intervals import CountInterval, TelemetryCounts
 from gates.window import Window, decision
 
 NAME = "telemetry.errors"
@@ -59,7 +59,7 @@ def telemetry_errors_gate(
     config: TelemetryErrorGateConfig,
     *,
     now: datetime,
-    arl0: float = DEFAULT_ARL0,
+    arl0: float,
     since: datetime | None = None,
 ) -> GateDecision:
     """FAIL when the CUSUM alarms, PASS when the excess's upper bound holds; NODATA below

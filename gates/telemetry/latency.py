@@ -68,8 +68,8 @@ from datetime import datetime, timedelta
 from scipy.stats import beta as beta_dist
 from scipy.stats import norm
 
+from gates.config import TelemetryLatencyGateConfig, TelemetryLatencyMetric
 from gates.core import GateDecision, GateState
-from gates.stats.budget import DEFAULT_ARL0
 from gates.stats.detectors import CALIBRATION_CONFIDENCE, reading, sequential_state
 from gates.stats.histogram import (
     BucketCounts,
@@ -84,8 +84,6 @@ from gates.telemetry.errors import interval_note
 from gates.telemetry.intervals import (
     TelemetryEvidence,
     TelemetryInterval,
-    TelemetryLatencyGateConfig,
-    TelemetryLatencyMetric,
 )
 from gates.window import Window, combined, decision
 
@@ -124,7 +122,7 @@ def telemetry_latency_gate(
     config: TelemetryLatencyGateConfig,
     *,
     now: datetime,
-    arl0: float = DEFAULT_ARL0,
+    arl0: float,
     since: datetime | None = None,
 ) -> GateDecision:
     """One component per (metric, quantile), combined (the worst decides): FAIL when a

@@ -22,6 +22,7 @@ from benchmarks import gate_power
 from benchmarks.gate_power.faults import faults
 from gates import GatesConfig, SwitchMode, pin_reference
 from gates.pairs.liveness import liveness_gate
+from gates.stats.budget import DEFAULT_ARL0
 from gates.stats.sequential import lorden_threshold
 
 pytestmark = pytest.mark.slow
@@ -198,7 +199,9 @@ class TestGatePower:
         counter = gate_power.TripCounter(config, every=6, live=10_000)
         for done in range(6, len(records) + 1, 6):
             window = records[:done]
-            liveness = liveness_gate(window, config.liveness, now=window[-1].started_at)
+            liveness = liveness_gate(
+                window, config.liveness, now=window[-1].started_at, arl0=DEFAULT_ARL0
+            )
             counter.observe(window, done, liveness, categories=3)
         assert counter.trips, counter.history[-1:]
         assert any("quality" in name for name in counter.trips[0]["by"])

@@ -25,6 +25,7 @@ from gates.cycle import (
     section,
     window_bounds,
 )
+from gates.evidence import Evidence
 from gates.pairs.testing import at, record, result
 from gates.records import PairRecord
 from gates.stats.budget import budget_shares, detector_arl0, detector_count, telemetry_arl0
@@ -73,7 +74,8 @@ def pinned(telemetry: TelemetryEvidence) -> AcceptanceReference | None:
 
 
 def judged_with(telemetry: TelemetryEvidence) -> dict[str, Any]:
-    """judge's telemetry arguments: the evidence, its scrape interval, its pinned reference."""
+    """The evidence's telemetry fields: the telemetry, its scrape interval, its pinned
+    reference."""
     return {
         "telemetry": telemetry,
         "scrape_interval_s": SCRAPE_S,
@@ -99,20 +101,15 @@ class TestRegistry:
 
     def test_decisions_carry_the_registry_names_in_its_order(self) -> None:
         """judge reports one decision per gate, named and ordered as the registry."""
-        judged = judge(
-            healthy(30),
-            None,
-            SwitchState(),
-            GatesConfig(),
-            at(29),
-            with_probe=True,
-            **judged_with(evidence(10)),
+        pairs = Evidence(
+            healthy(30), state=SwitchState(), with_probe=True, **judged_with(evidence(10))
         )
+        judged = judge(pairs, GatesConfig(), at(29))
         assert [d.name for d in judged.decisions] == [spec.name for spec in GATES]
 
     def test_the_probe_gate_runs_only_when_asked(self) -> None:
         """Without `with_probe` (the verdict, `judge`, the benchmark) only pair gates run."""
-        judged = judge(healthy(30), None, SwitchState(), GatesConfig(), at(29))
+        judged = judge(Evidence(healthy(30), state=SwitchState()), GatesConfig(), at(29))
         assert [d.name for d in judged.decisions] == list(PAIR_GATES)
         assert "parity" not in PAIR_GATES
 
@@ -124,30 +121,29 @@ class TestJudge:
         records = [record(i, speculative=result(3.0)) for i in range(400)]
         state = SwitchState(generation=1, since=at(200))
         config = GatesConfig()
-        judged = judge(records, None, state, config, at(399))
+        judged = judge(Evidence(records, state=state), config, at(399))
         direct = evaluate_all(records, config, now=at(399), since=at(200))
         assert [d.to_dict() for d in judged.decisions] == [d.to_dict() for d in direct]
 
     def test_an_explicit_since_wins_over_the_state(self) -> None:
         """A revision's window start replaces the switch's evidence start."""
         records = healthy(100)
-        judged = judge(
-            records, None, SwitchState(since=at(10)), GatesConfig(), at(99), since=at(90)
-        )
+        pairs = Evidence(records, state=SwitchState(since=at(10)), since=at(90))
+        judged = judge(pairs, GatesConfig(), at(99))
         direct = evaluate_all(records, GatesConfig(), now=at(99), since=at(90))
         assert [d.to_dict() for d in judged.decisions] == [d.to_dict() for d in direct]
 
     def test_a_dead_arm_fails_and_the_verdict_says_which_gate(self) -> None:
         """Every speculative request failing: FAIL, named in one line."""
         records = [record(i, speculative=result(ok=False)) for i in range(20)]
-        judged = judge(records, None, None, GatesConfig(), at(19), subject="revision 'r1'")
+        judged = judge(Evidence(records, subject="revision 'r1'"), GatesConfig(), at(19))
         assert judged.verdict == "FAIL"
         assert "liveness" in judged.reason and "revision 'r1'" in judged.reason
         assert "\n" not in judged.reason
 
     def test_min_pairs_holds_back_everything_but_fail(self) -> None:
         """Below min_pairs a window is NODATA, not PASS or INCONCLUSIVE."""
-        judged = judge(healthy(10), None, None, GatesConfig(), at(9), min_pairs=50)
+        judged = judge(Evidence(healthy(10)), GatesConfig(), at(9), min_pairs=50)
         assert judged.verdict == "NODATA"
         assert "min_pairs=50" in judged.reason
 
@@ -157,7 +153,7 @@ class TestTelemetry:
         """No telemetry evidence: no telemetry decision, and the pair gates decide exactly
         as evaluate_all with the budget split between the pair detectors alone."""
         records = [record(i, speculative=result(1.3)) for i in range(400)]
-        judged = judge(records, None, None, GatesConfig(), at(399))
+        judged = judge(Evidence(records), GatesConfig(), at(399))
         direct = evaluate_all(records, GatesConfig(), now=at(399))
         assert [d.name for d in judged.decisions] == list(PAIR_GATES)
         assert [d.to_dict() for d in judged.decisions] == [d.to_dict() for d in direct]
@@ -182,15 +178,8 @@ class TestTelemetry:
             intervals_30d * shares / config.budget.false_rollbacks_per_30_days
         )
         records = healthy(200)
-        plain = judge(records, None, None, config, at(199))
-        shared = judge(
-            records,
-            None,
-            None,
-            config,
-            at(199),
-            **judged_with(evidence(100)),
-        )
+        plain = judge(Evidence(records), config, at(199))
+        shared = judge(Evidence(records, **judged_with(evidence(100))), config, at(199))
         threshold = {d.name: d.detector.threshold for d in plain.decisions if d.detector}
         for decision in shared.decisions:
             if decision.detector and decision.name in threshold:
@@ -199,19 +188,14 @@ class TestTelemetry:
     def test_telemetry_needs_its_scrape_interval(self) -> None:
         """The budget's unit for a telemetry detector is the scrape: no interval, no judging."""
         with pytest.raises(ValueError, match="scrape_interval_s"):
-            judge(healthy(10), None, None, GatesConfig(), at(9), telemetry=evidence(5))
+            Evidence(healthy(10), telemetry=evidence(5))
 
     def test_a_telemetry_fail_fails_the_verdict(self) -> None:
         """Healthy pairs, but the speculative arm fails 30 % of its production requests:
         FAIL, named after telemetry.errors."""
+        failing = judged_with(evidence(40, speculative_error_rate=0.3))
         judged = judge(
-            healthy(400),
-            None,
-            None,
-            NO_DRIFT,
-            at(399),
-            **judged_with(evidence(40, speculative_error_rate=0.3)),
-            subject="revision 'r1'",
+            Evidence(healthy(400), subject="revision 'r1'", **failing), NO_DRIFT, at(399)
         )
         assert judged.verdict == "FAIL"
         assert judged.reason.startswith("telemetry.errors FAILed")
@@ -221,7 +205,7 @@ class TestTelemetry:
         """Quality PASSes on the pairs and every telemetry gate on production requests:
         PASS, the pair gates the telemetry covers left to it."""
         telemetry = evidence(200)
-        judged = judge(healthy(400), None, None, NO_DRIFT, at(399), **judged_with(telemetry))
+        judged = judge(Evidence(healthy(400), **judged_with(telemetry)), NO_DRIFT, at(399))
         states = {d.name: d.state for d in judged.decisions}
         assert states["quality"] is GateState.PASS
         assert all(states[name] is GateState.PASS for name in TELEMETRY_GATES)
@@ -236,43 +220,22 @@ class TestTelemetry:
         config = NO_DRIFT.model_copy(
             update={"error": NO_DRIFT.error.model_copy(update={"min_samples": 1000})}
         )
-        alone = judge(records, None, None, config, at(399))
+        alone = judge(Evidence(records), config, at(399))
         assert alone.verdict == "INCONCLUSIVE" and "error" in alone.reason
-        judged = judge(
-            records,
-            None,
-            None,
-            config,
-            at(399),
-            **judged_with(evidence(200)),
-        )
+        judged = judge(Evidence(records, **judged_with(evidence(200))), config, at(399))
         assert judged.verdict == "PASS"
 
     def test_quality_still_decides(self) -> None:
         """Telemetry covers errors, not answers: too few pairs for quality, no PASS."""
-        judged = judge(
-            healthy(50),
-            None,
-            None,
-            NO_DRIFT,
-            at(49),
-            **judged_with(evidence(200)),
-        )
+        judged = judge(Evidence(healthy(50), **judged_with(evidence(200))), NO_DRIFT, at(49))
         assert judged.verdict == "INCONCLUSIVE"
         assert "quality" in judged.reason
 
     def test_no_telemetry_scraped_yet_holds_back_a_pass(self) -> None:
         """Telemetry configured but nothing scraped yet: telemetry.errors is NODATA and
         the verdict waits for it."""
-        judged = judge(
-            healthy(400),
-            None,
-            None,
-            NO_DRIFT,
-            at(399),
-            telemetry=TelemetryEvidence(),
-            scrape_interval_s=SCRAPE_S,
-        )
+        nothing = Evidence(healthy(400), telemetry=TelemetryEvidence(), scrape_interval_s=SCRAPE_S)
+        judged = judge(nothing, NO_DRIFT, at(399))
         assert judged.verdict == "INCONCLUSIVE"
         assert "telemetry.errors NODATA" in judged.reason
 
@@ -280,14 +243,8 @@ class TestTelemetry:
         """In warn mode a telemetry FAIL alerts only, and the pair gates decide alone."""
         warn = {name: {"mode": "warn"} for name in TelemetryGatesConfig.model_fields}
         config = GatesConfig.model_validate({"drift": {"mode": "warn"}, "telemetry": warn})
-        judged = judge(
-            healthy(400),
-            None,
-            None,
-            config,
-            at(399),
-            **judged_with(evidence(40, speculative_error_rate=0.3)),
-        )
+        failing = judged_with(evidence(40, speculative_error_rate=0.3))
+        judged = judge(Evidence(healthy(400), **failing), config, at(399))
         assert judged.covered == ()
         assert judged.verdict == "PASS"
         assert next(d for d in judged.decisions if d.name == "telemetry.errors").state is (
@@ -298,7 +255,7 @@ class TestTelemetry:
         """Covered gates count by their FAIL: a dead speculative arm in the pairs FAILs
         however healthy its telemetry looks."""
         records = [record(i, speculative=result(ok=False)) for i in range(20)]
-        judged = judge(records, None, None, NO_DRIFT, at(19), **judged_with(evidence(40)))
+        judged = judge(Evidence(records, **judged_with(evidence(40))), NO_DRIFT, at(19))
         assert "liveness" in judged.covered
         assert judged.verdict == "FAIL" and "liveness" in judged.reason
 
@@ -371,9 +328,8 @@ class TestReplays:
         slow = [record(i, speculative=result(1.3)) for i in range(300)]
         replayed = [replace(r, pair_id=f"{r.pair_id}-b", run_id="other") for r in slow]
         assert distinct(slow + replayed) == slow
-        once = judge(slow, None, None, GatesConfig(), at(299))
-        twice = judge(
-            sorted(slow + replayed, key=lambda r: r.started_at), None, None, GatesConfig(), at(299)
-        )
+        once = judge(Evidence(slow), GatesConfig(), at(299))
+        both = sorted(slow + replayed, key=lambda r: r.started_at)
+        twice = judge(Evidence(both), GatesConfig(), at(299))
         assert twice.pairs == once.pairs == 300
         assert [d.to_dict() for d in twice.decisions] == [d.to_dict() for d in once.decisions]

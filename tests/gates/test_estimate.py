@@ -9,6 +9,7 @@ import pytest
 from gates.config import GatesConfig
 from gates.cycle import judge
 from gates.estimate import estimate, unit_of
+from gates.evidence import Evidence
 from gates.pairs.testing import T0, at, record, result
 from gates.telemetry.intervals import ArmTelemetry, TelemetryEvidence, TelemetryInterval
 
@@ -42,7 +43,7 @@ def telemetry(intervals: int, requests: int = 10) -> TelemetryEvidence:
 class TestEstimate:
     def test_a_decided_verdict_needs_nothing(self) -> None:
         """PASS (and FAIL) carry no estimate."""
-        judged = judge(healthy(400), None, None, NO_DRIFT, at(399))
+        judged = judge(Evidence(healthy(400)), NO_DRIFT, at(399))
         assert judged.verdict == "PASS"
         figures = estimate(judged, NO_DRIFT, pairs_per_minute=20)
         assert figures.pairs_to_decision is None and figures.minutes_to_decision is None
@@ -51,29 +52,22 @@ class TestEstimate:
         """200 identical greedy pairs: the mismatch bound needs about 120 more pairs
         (6 minutes at 20 a minute); a few past the estimate the verdict PASSes, half of
         it does not."""
-        judged = judge(healthy(200), None, None, NO_DRIFT, at(199))
+        judged = judge(Evidence(healthy(200)), NO_DRIFT, at(199))
         assert judged.verdict == "INCONCLUSIVE"
         figures = estimate(judged, NO_DRIFT, pairs_per_minute=20)
         assert figures.waiting_on == "quality.mismatch"
         assert figures.pairs_to_decision is not None and 100 <= figures.pairs_to_decision <= 150
         assert figures.minutes_to_decision == pytest.approx(figures.pairs_to_decision / 20, 0.05)
         after = 200 + figures.pairs_to_decision + 5
-        assert judge(healthy(after), None, None, NO_DRIFT, at(after - 1)).verdict == "PASS"
+        assert judge(Evidence(healthy(after)), NO_DRIFT, at(after - 1)).verdict == "PASS"
         half = 200 + figures.pairs_to_decision // 2
-        assert judge(healthy(half), None, None, NO_DRIFT, at(half - 1)).verdict != "PASS"
+        assert judge(Evidence(healthy(half)), NO_DRIFT, at(half - 1)).verdict != "PASS"
 
     def test_a_verdict_waiting_on_telemetry_needs_no_pairs(self) -> None:
         """Quality has PASSed; telemetry.errors has 200 of its 500 requests: no pairs
         needed, 300 requests at 60 a minute are 5 minutes."""
-        judged = judge(
-            healthy(400),
-            None,
-            None,
-            ERRORS_ONLY,
-            at(399),
-            telemetry=telemetry(20),
-            scrape_interval_s=15.0,
-        )
+        scraped = Evidence(healthy(400), telemetry=telemetry(20), scrape_interval_s=15.0)
+        judged = judge(scraped, ERRORS_ONLY, at(399))
         assert judged.verdict == "INCONCLUSIVE"
         figures = estimate(judged, ERRORS_ONLY, pairs_per_minute=20, requests_per_minute=60)
         assert figures.pairs_to_decision == 0
@@ -89,7 +83,7 @@ class TestEstimate:
 
     def test_min_pairs_is_a_need_too(self) -> None:
         """Below the caller's min_pairs the verdict waits for the rest of them."""
-        judged = judge(healthy(400), None, None, NO_DRIFT, at(399), min_pairs=600)
+        judged = judge(Evidence(healthy(400)), NO_DRIFT, at(399), min_pairs=600)
         assert judged.verdict == "NODATA"
         figures = estimate(judged, NO_DRIFT, pairs_per_minute=20, min_pairs=600)
         assert figures.pairs_to_decision == 200

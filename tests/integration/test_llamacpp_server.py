@@ -34,6 +34,7 @@ from engine.types import AcceptanceSource, ErrorKind, GenerationRequest, Samplin
 from gates.config import QualityGateConfig
 from gates.core import GateState
 from gates.pairs.quality import quality_gate
+from gates.stats.budget import DEFAULT_ARL0
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
@@ -217,7 +218,7 @@ class TestLlamaCppPair:
         assert not unjudged, unjudged
         assert all(s.divergence_judge in ("first", "bound") for s in diverged)
         config = QualityGateConfig(min_samples=len(records))
-        decision = quality_gate(records, config, now=records[-1].started_at)
+        decision = quality_gate(records, config, now=records[-1].started_at, arl0=DEFAULT_ARL0)
         mismatch = next(c for c in decision.components if c.name == "quality.mismatch")
         assert mismatch.state is not GateState.FAIL, mismatch.detail
         assert decision.state is not GateState.FAIL, decision.detail

@@ -37,9 +37,9 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from canaryd.config import load_settings
+from canaryd.config.arms import arm_pair_config, arms_key
 from canaryd.daemon import Daemon
 from canaryd.judging.gatejob import SwitchGates
-from canaryd.pairs.plan import arm_pair_config, arms_key
 from canaryd.scoring import load_metrics
 from canaryd.store import SqlStore
 from canaryd.traffic.requests import prompt_hash

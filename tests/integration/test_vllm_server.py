@@ -323,7 +323,7 @@ class TestVLLMProbe:
         from typer.testing import CliRunner
 
         from canaryd.cli.app import app
-        from canaryd.probe import CHECKS
+        from canaryd.parity.checks import CHECKS
 
         monkeypatch.setenv("CANARYD_CONFIG", "")
         monkeypatch.setenv("CANARYD_STORAGE__URL", f"sqlite:///{tmp_path / 'probe.db'}")

@@ -204,8 +204,13 @@ class TestVllmTelemetry:
         stop = threading.Event()
         answered: dict[str, list[int]] = {"baseline": [], "speculative": []}
         with SqlStore.open(settings.storage.resolved_url(), create=True) as store:
+            metrics = CanarydMetrics()
             job = TelemetryJob(
-                lambda: settings, CanarydMetrics(), store=lambda: store, leading=lambda: True
+                lambda: settings,
+                metrics.telemetry,
+                store_metrics=metrics.store,
+                store=lambda: store,
+                leading=lambda: True,
             )
             job.start(None)
             before = _counters(servers.ngram)

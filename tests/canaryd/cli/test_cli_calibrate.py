@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from canaryd.cli.app import app
 from canaryd.config import load_settings
-from canaryd.pairs.plan import arm_key
+from canaryd.config.arms import arm_key
 from canaryd.store import SqlStore
 
 

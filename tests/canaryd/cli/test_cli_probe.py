@@ -22,8 +22,9 @@ import pytest
 from typer.testing import CliRunner
 
 from canaryd.cli.app import app
-from canaryd.probe import CAPABILITIES, checks
-from canaryd.probe.client import ANSWER_BYTES
+from canaryd.parity import checks
+from canaryd.parity.checks import CAPABILITIES
+from canaryd.parity.client import ANSWER_BYTES
 from canaryd.store import SqlStore
 from tests.support.capability_server import CapabilityServer
 from tests.support.servers import Behaviour, MisbehavingServer, refused_url

@@ -399,6 +399,18 @@ class TestReload:
         assert daemon.settings.storage.url == url
         assert daemon.settings.schedule.pair_interval_s == 999
 
+    def test_a_new_schedule_moves_the_pair_cycle_onto_its_interval(
+        self, tmp_path: Path, make_daemon: Callable[..., Daemon]
+    ) -> None:
+        """A reload that changes `pair_interval_s` reschedules the cycle job and the pace
+        gauge with it."""
+        daemon = make_daemon(fast_schedule(pair_interval_s=1000))
+        write_config(tmp_path, fast_schedule(pair_interval_s=999))
+        assert daemon.reload()
+        trigger: Any = daemon.scheduler.get_job(CYCLE_JOB).trigger
+        assert trigger.interval.total_seconds() == 999
+        assert sample(daemon, "canaryd_pair_interval_seconds") == 999
+
 
 class TestConfigReference:
     def test_docs_carry_the_generated_reference_verbatim(self) -> None:
@@ -465,7 +477,7 @@ def writer_on(
     store.create_run(run_info())
     metrics = CanarydMetrics()
     quarantine = Quarantine(tmp_path / "data" / "quarantined-pairs.jsonl")
-    writer = PairWriter(10, metrics, quarantine)
+    writer = PairWriter(10, metrics.store, quarantine)
     writer.open(store)
     yield writer, store, quarantine, metrics
     writer.close()
@@ -546,7 +558,7 @@ class TestStorageFaults:
 
         metrics = CanarydMetrics()
         quarantine = Quarantine(tmp_path / "q.jsonl")
-        writer = PairWriter(10, metrics, quarantine)
+        writer = PairWriter(10, metrics.store, quarantine)
         broken = Broken()
         writer.open(broken)  # type: ignore[arg-type]
         assert writer.save(answered(1))
@@ -569,7 +581,7 @@ class TestStorageFaults:
         blocker = tmp_path / "not-a-directory"
         blocker.write_text("")
         metrics = CanarydMetrics()
-        writer = PairWriter(10, metrics, Quarantine(blocker / "q.jsonl"))
+        writer = PairWriter(10, metrics.store, Quarantine(blocker / "q.jsonl"))
         writer.open(Refusing())  # type: ignore[arg-type]
         assert writer.save(answered(1))
         assert metric(metrics, "canaryd_store_errors_total", kind="pair_dropped") == 1

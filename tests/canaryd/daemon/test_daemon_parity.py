@@ -18,7 +18,7 @@ from canaryd.daemon import Daemon
 from canaryd.daemon.parity import ParityJob
 from canaryd.daemon.scheduling import PROBE_JOB
 from canaryd.metrics import CanarydMetrics
-from canaryd.probe import checks
+from canaryd.parity import checks
 from canaryd.store import SqlStore
 from engine.registry import build_engine
 from tests.support.capability_server import CapabilityServer
@@ -76,6 +76,10 @@ def sample(metrics: CanarydMetrics, name: str, **labels: str) -> float | None:
     return metrics.registry.get_sample_value(name, labels)
 
 
+def parity_job(metrics: CanarydMetrics) -> ParityJob:
+    return ParityJob(metrics.probe, pair_metrics=metrics.pairs, store_metrics=metrics.store)
+
+
 class TestDaemonProbe:
     def test_a_probe_is_stored_and_exported(
         self, tmp_path: Path, servers: tuple[CapabilityServer, CapabilityServer]
@@ -129,7 +133,7 @@ class TestParityJob:
         )
         metrics = CanarydMetrics(CollectorRegistry())
         with SqlStore.open(f"sqlite:///{tmp_path / 'f.db'}", create=True) as store:
-            assert ParityJob(metrics).run(load_settings(path), {}, store) is None
+            assert parity_job(metrics).run(load_settings(path), {}, store) is None
         assert sample(metrics, "canaryd_probe_runs_total", outcome="failed") == 0
 
     def test_an_arm_away_is_counted_not_raised(
@@ -143,6 +147,6 @@ class TestParityJob:
         }
         metrics = CanarydMetrics(CollectorRegistry())
         with SqlStore.open(settings.storage.resolved_url(), create=True) as store:
-            assert ParityJob(metrics).run(settings, engines, store) is None
+            assert parity_job(metrics).run(settings, engines, store) is None
             assert store.runs() == []
         assert sample(metrics, "canaryd_probe_runs_total", outcome="failed") == 1

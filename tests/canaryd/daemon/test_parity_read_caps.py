@@ -16,7 +16,7 @@ from canaryd.config import Settings, load_settings
 from canaryd.daemon import parity
 from canaryd.daemon.parity import ParityJob
 from canaryd.metrics import CanarydMetrics
-from canaryd.probe import checks
+from canaryd.parity import checks
 from canaryd.store import SqlStore
 from engine.base import Engine
 from engine.registry import build_engine
@@ -64,7 +64,8 @@ def probe_once(config: Settings, metrics: CanarydMetrics) -> None:
     }
     try:
         with SqlStore.open(config.storage.resolved_url(), create=True) as store:
-            ParityJob(metrics).run(config, engines, store)
+            job = ParityJob(metrics.probe, pair_metrics=metrics.pairs, store_metrics=metrics.store)
+            job.run(config, engines, store)
     finally:
         for engine in engines.values():
             engine.close()

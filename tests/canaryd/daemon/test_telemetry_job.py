@@ -19,10 +19,10 @@ from sqlalchemy import create_engine, text
 from structlog.testing import capture_logs
 
 from canaryd.config import Settings, load_settings
+from canaryd.config.arms import arm_key
 from canaryd.daemon import Daemon
 from canaryd.daemon.telemetry import TELEMETRY_JOB, TelemetryJob
 from canaryd.metrics import CanarydMetrics
-from canaryd.pairs.plan import arm_key
 from canaryd.store import SqlStore
 from tests.canaryd.telemetry.replica import VllmReplica
 
@@ -91,7 +91,8 @@ class Harness:
         self.metrics = CanarydMetrics()
         self.job = TelemetryJob(
             lambda: self.settings,
-            self.metrics,
+            self.metrics.telemetry,
+            store_metrics=self.metrics.store,
             store=lambda: self.store,
             leading=lambda: self.leading,
         )

@@ -1,9 +1,11 @@
-"""The calibrated tie margin on the judging path (canaryd.judging.calibration): the margin
-stored under the arms' key replaces `tie_margin_nats` in a copy of the gates config and is
-named in the quality decision's detail; a changed arm configuration reads the configured
-margin again; a divergence 0.3 nats wide is real under a calibrated 0.2 and a tie under the
-configured 0.5, in `gates.cycle.judge` and in the gate job against a real database. And
-`calibrate` itself on the tiny random model with a noisy prompt-lookup arm."""
+"""The calibrated tie margin on the judging path: the margin stored under the arms' key
+(read by canaryd.judging.reader.tie_margin_for) replaces `tie_margin_nats` in a copy of the
+gates config (`gates.evidence.Evidence.judged_config`) and is named in the quality
+decision's detail; a changed arm configuration reads the configured margin again; a
+divergence 0.3 nats wide is real under a calibrated 0.2 and a tie under the configured
+0.5, in `gates.cycle.judge` and in the gate job against a real database. And `calibrate`
+itself (canaryd.judging.calibration) on the tiny random model with a noisy prompt-lookup
+arm."""
 
 from __future__ import annotations
 
@@ -16,18 +18,15 @@ from typing import Any
 import pytest
 
 from canaryd.config import Settings
-from canaryd.judging.calibration import (
-    MarginSource,
-    calibrate,
-    note_tie_margin,
-    tie_margin_for,
-)
+from canaryd.config.arms import arm_key
+from canaryd.judging.calibration import calibrate
 from canaryd.judging.gatejob import SwitchGates
-from canaryd.pairs.plan import arm_key
+from canaryd.judging.reader import tie_margin_for
 from canaryd.store import SqlStore, TieMargin
 from gates import GateDecision
 from gates.core import GateState
 from gates.cycle import judge
+from gates.evidence import Evidence, MarginSource
 from gates.pairs.testing import record, scores
 from gates.records import DEFAULT_ARM, PairRecord, RunInfo
 
@@ -104,8 +103,8 @@ class TestTieMarginFor:
         self, store: SqlStore, database_url: str, tmp_path: Path
     ) -> None:
         s = settings(database_url, tmp_path)
-        config, source = tie_margin_for(store, s, DEFAULT_ARM, s.gates)
-        assert config is s.gates
+        source = tie_margin_for(store, s, DEFAULT_ARM, s.gates)
+        assert Evidence(tie_margin=source).judged_config(s.gates) is s.gates
         assert source == MarginSource(0.5, "configured")
         assert "configured: gates.quality.tie_margin_nats" in source.describe()
 
@@ -114,7 +113,8 @@ class TestTieMarginFor:
     ) -> None:
         s = settings(database_url, tmp_path)
         store.save_tie_margin(calibrated(s))
-        config, source = tie_margin_for(store, s, DEFAULT_ARM, s.gates)
+        source = tie_margin_for(store, s, DEFAULT_ARM, s.gates)
+        config = Evidence(tie_margin=source).judged_config(s.gates)
         assert config.quality.tie_margin_nats == 0.2
         assert s.gates.quality.tie_margin_nats == 0.5  # the operator's config untouched
         assert config.quality.mode == s.gates.quality.mode
@@ -128,7 +128,8 @@ class TestTieMarginFor:
         """Another draft length is another arms key: its old calibration is not read."""
         store.save_tie_margin(calibrated(settings(database_url, tmp_path)))
         changed = settings(database_url, tmp_path, draft_tokens=8)
-        config, source = tie_margin_for(store, changed, DEFAULT_ARM, changed.gates)
+        source = tie_margin_for(store, changed, DEFAULT_ARM, changed.gates)
+        config = Evidence(tie_margin=source).judged_config(changed.gates)
         assert source.origin == "configured" and config.quality.tie_margin_nats == 0.5
 
 
@@ -141,13 +142,13 @@ class TestJudgedWithTheCalibratedMargin:
         s = settings(database_url, tmp_path)
         records = diverging(200)
         now = records[-1].started_at + timedelta(seconds=1)
-        configured = judge(records, None, None, s.gates, now).decisions
+        configured = judge(Evidence(records), s.gates, now).decisions
         mismatch = component(configured, "quality.mismatch")
         assert mismatch.state is not GateState.FAIL
         assert "numeric ties 40/200" in mismatch.detail, mismatch.detail
         store.save_tie_margin(calibrated(s))
-        config, source = tie_margin_for(store, s, DEFAULT_ARM, s.gates)
-        judged = note_tie_margin(judge(records, None, None, config, now).decisions, source)
+        source = tie_margin_for(store, s, DEFAULT_ARM, s.gates)
+        judged = judge(Evidence(records, tie_margin=source), s.gates, now).decisions
         mismatch = component(judged, "quality.mismatch")
         assert mismatch.state is GateState.FAIL, mismatch.detail
         quality = next(d for d in judged if d.name == "quality")

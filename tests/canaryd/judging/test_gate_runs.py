@@ -112,7 +112,7 @@ class TestUnwritableStateFile:
         blocker.write_text("not a directory")
         settings = load_settings(config(tmp_path, blocker / "switch.json"))
         metrics = CanarydMetrics()
-        gates = SwitchGates(settings, metrics=metrics)
+        gates = SwitchGates(settings, metrics=metrics.switch)
         daemon = Daemon(settings, gates=gates, metrics=metrics)
         daemon.start(schedule=False)
         try:

@@ -92,7 +92,7 @@ class TestSwitchGates:
         an audit row names the gate, and `canaryd switch status` shows the reason."""
         soak = Soak(store)
         metrics = CanarydMetrics()
-        hook = SwitchGates(settings(database_url, tmp_path), metrics=metrics, store=store)
+        hook = SwitchGates(settings(database_url, tmp_path), metrics=metrics.switch, store=store)
         hook.evaluate(soak.pairs(10))
         assert store.switch().state.mode is SwitchMode.AUTO
         hook.evaluate(soak.pairs(10, error_rate=1.0))
@@ -134,7 +134,7 @@ class TestSwitchGates:
         a 30 % failing speculative arm pushes the error ceiling's above 0."""
         soak = Soak(store)
         metrics = CanarydMetrics()
-        hook = SwitchGates(settings(database_url, tmp_path), metrics=metrics, store=store)
+        hook = SwitchGates(settings(database_url, tmp_path), metrics=metrics.switch, store=store)
         hook.evaluate(soak.pairs(40, error_rate=0.3))
         evaluation = store.latest_evaluation()
         assert evaluation is not None

@@ -106,7 +106,7 @@ class TestComparisonArms:
         name; the switch, on hydra's healthy pairs, stays on and has no audit row."""
         config = settings(database_url, tmp_path)
         soak = Soak(store)
-        hook = SwitchGates(config, metrics=CanarydMetrics(), store=store)
+        hook = SwitchGates(config, metrics=CanarydMetrics().switch, store=store)
         for _ in range(3):
             hook.evaluate(soak.groups(config, 10, medusa=1.0))
         assert store.switch().state.mode is SwitchMode.AUTO

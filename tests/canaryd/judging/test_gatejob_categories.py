@@ -173,7 +173,9 @@ class TestSlowCategory:
         soak = Soak(store)
         metrics = CanarydMetrics()
         hook = SwitchGates(
-            speedup_settings(database_url, tmp_path, "category"), store=store, metrics=metrics
+            speedup_settings(database_url, tmp_path, "category"),
+            store=store,
+            metrics=metrics.switch,
         )
         for _ in range(15):
             hook.evaluate(soak.pairs(60, MATH_SLOW))

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -21,8 +20,9 @@ from canaryd.daemon.parity import ParityJob
 from canaryd.judging.gatejob import SwitchGates
 from canaryd.metrics import CanarydMetrics
 from canaryd.pairs.plan import build_arms
-from canaryd.probe import CAPABILITIES, CapabilityResult, Outcome, ProbeReport, checks
-from canaryd.probe.routing import NOT_ROUTABLE, REQUEST_FIELDS
+from canaryd.parity import checks
+from canaryd.parity.checks import CAPABILITIES, Outcome
+from canaryd.parity.report import CapabilityResult, ProbeReport
 from canaryd.store import SqlStore
 from canaryd.switch import read_state_file, shows
 from gates import GateState, SwitchMode
@@ -231,8 +231,10 @@ class TestEnforcedParity:
             engines = {name: build_arms(config)[name] for name in ("baseline", "speculative")}
             for engine in engines.values():
                 engine.load()
+            metrics = CanarydMetrics()
+            job = ParityJob(metrics.probe, pair_metrics=metrics.pairs, store_metrics=metrics.store)
             try:
-                report = ParityJob(CanarydMetrics()).run(config, engines, store)
+                report = job.run(config, engines, store)
             finally:
                 for engine in engines.values():
                     engine.close()
@@ -300,12 +302,3 @@ class TestRouterExample:
             encoding="utf-8"
         )
 
-
-class TestRequestFields:
-    def test_every_capability_is_routable_or_named_not(self) -> None:
-        """Each probed capability has request fields or is listed as not routable."""
-        assert set(REQUEST_FIELDS) | set(NOT_ROUTABLE) == set(CAPABILITIES)
-        assert set(REQUEST_FIELDS) & set(NOT_ROUTABLE) == set()
-        fields: dict[str, Any] = REQUEST_FIELDS
-        assert fields["seed_reproducible"] == {"seed": "set"}
-        assert fields["n_gt_1"] == {"n": "gt_1"}

@@ -16,7 +16,7 @@ from canaryd.judging.kayenta import JUDGE_NAME, kayenta_result
 from canaryd.judging.verdict import RevisionVerdict
 from gates import GateDecision, GateMode, GateState
 from gates.cycle import Verdict
-from tests.canaryd.server.test_progressive import World, never_finite
+from tests.canaryd.server.test_rollout import World, never_finite
 
 AT = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 # Kayenta's field names (kayenta-core canary/results/*.java).

@@ -321,8 +321,10 @@ class TestGatesUnderLeadership:
         now = dead_arm_pairs(store, 10)
         leader_file, follower_file = tmp_path / "a" / "switch.json", tmp_path / "b" / "switch.json"
         metrics_a, metrics_b = CanarydMetrics(), CanarydMetrics()
-        leader = SwitchGates(settings(database_url, leader_file), metrics=metrics_a, store=store)
-        follower = SwitchGates(settings(database_url, follower_file), metrics=metrics_b)
+        leader = SwitchGates(
+            settings(database_url, leader_file), metrics=metrics_a.switch, store=store
+        )
+        follower = SwitchGates(settings(database_url, follower_file), metrics=metrics_b.switch)
         try:
             leader.start()
             follower.start()

@@ -19,15 +19,15 @@ from typer.testing import CliRunner
 
 from canaryd.cli.app import app
 from canaryd.config import Settings
+from canaryd.config.arms import arm_key
 from canaryd.judging.evidence import acceptance_reference, read_telemetry, telemetry_seconds
 from canaryd.judging.gatejob import SwitchGates
 from canaryd.judging.verdict import VerdictQuery, VerdictService
-from canaryd.pairs.plan import arm_key
 from canaryd.store import SqlStore, StoredInterval
 from gates import GatesConfig
 from gates.telemetry.intervals import ArmTelemetry, TelemetryEvidence
 from gates.telemetry.testing import ArmTraffic, simulate_arm
-from tests.canaryd.judging.test_gating import Soak
+from tests.canaryd.judging.test_gatejob import Soak
 from tests.canaryd.judging.test_verdict import Clock
 
 STEP_S = 15.0

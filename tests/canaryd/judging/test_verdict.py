@@ -1,6 +1,6 @@
 """A verdict per revision (`canaryd.judging.verdict`): pairs from the real pair runner over fake
 engines, stored in a real database, judged per revision's evidence window on a clock the
-test sets; only liveness enforces (test_gating's settings) so that a few pairs decide."""
+test sets; only liveness enforces (test_gatejob's settings) so that a few pairs decide."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from canaryd.judging.verdict import RevisionVerdict, VerdictQuery, VerdictServic
 from canaryd.store import SqlStore
 from gates import GateDecision, GateMode, GateState
 from gates.cycle import combine
-from tests.canaryd.judging.test_gating import Soak, settings
+from tests.canaryd.judging.test_gatejob import Soak, settings
 
 
 class Clock:

@@ -64,7 +64,7 @@ class TestReadCaps:
         capped = GenerationResult.failed(
             ErrorKind.INVALID_OUTPUT, f"{OUTPUT_CAP_DETAIL}: 82000 bytes streamed", 0.2
         )
-        metrics.observe_group((record(capped),))
+        metrics.pairs.observe_group((record(capped),))
         assert sample(metrics, CAPS, what="generation_bytes") == 1
         errors = {"arm": "speculative", "kind": "invalid_output"}
         assert sample(metrics, "canaryd_errors_total", **errors) == 1
@@ -72,7 +72,7 @@ class TestReadCaps:
     def test_other_invalid_output_is_no_cap(self, metrics: CanarydMetrics) -> None:
         """An answer that cannot be true (validation) is `invalid_output` but no cap."""
         wrong = GenerationResult.failed(ErrorKind.INVALID_OUTPUT, "output_tokens -1", 0.2)
-        metrics.observe_group((record(wrong),))
+        metrics.pairs.observe_group((record(wrong),))
         assert sample(metrics, CAPS, what="generation_bytes") == 0
 
     def test_reported_counts_are_added_and_unknown_caps_ignored(

@@ -1,6 +1,6 @@
 """canaryd.metrics.registry: `CanarydMetrics` composes the metric families on one registry,
-shares the bounded labels between them, and keeps its flat methods moving the same series
-as the families' own."""
+shares the bounded labels between them, and offers nothing of a family's own: a consumer
+moves a series through the family that declares it."""
 
 from __future__ import annotations
 
@@ -66,19 +66,17 @@ class TestComposition:
             "canaryd_store_pending_pairs",
         ]
 
-    def test_flat_methods_and_families_move_the_same_series(self) -> None:
-        """`metrics.store_error` and `metrics.store.error` count on one counter; so do
-        the switch's, the traffic's and the liveness family's methods."""
+    def test_every_family_moves_series_of_the_one_registry(self) -> None:
+        """What a consumer moves through its family (a counter, the daemon's gauges) is
+        served by the composition's registry."""
         metrics = CanarydMetrics()
-        metrics.store_error("connection")
         metrics.store.error("connection")
-        metrics.switch_transition("rolled_back", "gate")
         metrics.switch.transition("rolled_back", "gate")
-        metrics.traffic_request("sampled", 2)
-        metrics.traffic.request("sampled")
-        metrics.heartbeat(1.0)
+        metrics.traffic.request("sampled", 2)
         metrics.liveness.heartbeat(2.0)
-        assert value(metrics, "canaryd_store_errors_total", kind="connection") == 2
+        metrics.liveness.pair_interval.set(30)
+        metrics.traffic.queue.set(4)
+        assert value(metrics, "canaryd_store_errors_total", kind="connection") == 1
         assert (
             value(
                 metrics,
@@ -86,22 +84,23 @@ class TestComposition:
                 target="rolled_back",
                 actor_kind="gate",
             )
-            == 2
+            == 1
         )
-        assert value(metrics, "canaryd_traffic_requests_total", outcome="sampled") == 3
+        assert value(metrics, "canaryd_traffic_requests_total", outcome="sampled") == 2
         assert value(metrics, "canaryd_heartbeat_timestamp_seconds") == 2.0
-
-    def test_gauges_the_daemon_sets_are_the_families(self) -> None:
-        """`pair_interval`, `traffic_queue` and `tie_margin_nats` reach the families."""
-        metrics = CanarydMetrics()
-        assert metrics.pair_interval is metrics.liveness.pair_interval
-        assert metrics.traffic_queue is metrics.traffic.queue
-        metrics.tie_margin_nats = 0.25
-        assert metrics.pairs.tie_margin_nats == 0.25
-        metrics.pair_interval.set(30)
-        metrics.traffic_queue.set(4)
         assert value(metrics, "canaryd_pair_interval_seconds") == 30
         assert value(metrics, "canaryd_traffic_queue_depth") == 4
+
+    def test_offers_only_what_spans_families(self) -> None:
+        """Besides the families and the registry, the composition has only the shared
+        category label, the arms configured now and the rendering: no family's method."""
+        metrics = CanarydMetrics()
+        families = {"pairs", "liveness", "store", "switch", "probe", "traffic", "build"}
+        families.add("telemetry")
+        public = {name for name in vars(metrics) if not name.startswith("_")}
+        assert public == families | {"registry", "reference"}
+        methods = {name for name in vars(CanarydMetrics) if not name.startswith("_")}
+        assert methods == {"category_label", "set_arms", "render"}
 
 
 class TestSharedLabels:
@@ -110,8 +109,8 @@ class TestSharedLabels:
         mix see: past it, their categories fold into `other`."""
         metrics = CanarydMetrics(categories=["qa"], max_categories=2)
         assert metrics.category_label("code") == "code"  # the cap is reached
-        metrics.traffic_mix({"math": 1.0}, None, None)
-        metrics.set_switch(
+        metrics.traffic.mix({"math": 1.0}, None, None)
+        metrics.switch.set_state(
             rolled_back=False, generation=1, latched=False, categories=[("rag", True, False)]
         )
         assert label_values(metrics, "canaryd_traffic_category_share", "category") == {"other"}
@@ -137,7 +136,7 @@ class TestArms:
         """Arms no longer configured lose their engine-ready and error series; new arms
         get both, reading 0."""
         metrics = CanarydMetrics()
-        metrics.set_engine_ready("speculative", True)
+        metrics.liveness.set_engine_ready("speculative", True)
         metrics.set_arms(["baseline", "eagle"])
         assert label_values(metrics, "canaryd_engine_ready", "arm") == {"baseline", "eagle"}
         assert label_values(metrics, "canaryd_errors", "arm") == {"baseline", "eagle"}

@@ -27,7 +27,7 @@ def samples(metrics: CanarydMetrics) -> tuple[dict[str, dict[str, float]], dict[
 
 def test_old_and_new_names_carry_the_same_figures() -> None:
     metrics = CanarydMetrics(categories=["code", "chat"])
-    metrics.traffic_mix({"code": 0.75, "chat": 0.25}, 812.5, 0.1)
+    metrics.traffic.mix({"code": 0.75, "chat": 0.25}, 812.5, 0.1)
     values, helps = samples(metrics)
     assert values["canaryd_traffic_category_ratio"] == {
         "category=chat": 0.25,
@@ -39,7 +39,7 @@ def test_old_and_new_names_carry_the_same_figures() -> None:
         assert helps[old].startswith("Deprecated") and new in helps[old], old
         assert not helps[new].startswith("Deprecated"), new
     # A minute with other categories replaces the mix under both names.
-    metrics.traffic_mix({"chat": 1.0}, None, None)
+    metrics.traffic.mix({"chat": 1.0}, None, None)
     values, _ = samples(metrics)
     for old, new in RENAMED.items():
         assert values.get(old) == values.get(new), old

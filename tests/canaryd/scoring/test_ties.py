@@ -20,6 +20,7 @@ from gates.config import QualityGateConfig
 from gates.core import GateState
 from gates.pairs.quality import quality_gate
 from gates.records import PairRecord, Prompt
+from gates.stats.budget import DEFAULT_ARL0
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +81,7 @@ class TestNumericTies:
         margins = [s.divergence_margin for s in diverged]
         assert all(m is not None and m <= 0.8 + 1e-4 for m in margins), margins
         config = QualityGateConfig(min_samples=10, tie_margin_nats=0.8)
-        decision = quality_gate(records, config, now=datetime.now(UTC))
+        decision = quality_gate(records, config, now=datetime.now(UTC), arl0=DEFAULT_ARL0)
         mismatch = next(c for c in decision.components if c.name == "quality.mismatch")
         assert mismatch.state is not GateState.FAIL, mismatch.detail
         assert f"numeric ties {len(diverged)}/{len(records)}" in mismatch.detail
@@ -97,6 +98,6 @@ class TestNumericTies:
         real = [s for s in diverged if not s.tie(0.8)]
         assert len(real) > len(diverged) // 2
         config = QualityGateConfig(min_samples=10, tie_margin_nats=0.8)
-        decision = quality_gate(records, config, now=datetime.now(UTC))
+        decision = quality_gate(records, config, now=datetime.now(UTC), arl0=DEFAULT_ARL0)
         mismatch = next(c for c in decision.components if c.name == "quality.mismatch")
         assert mismatch.state is GateState.FAIL, mismatch.detail

@@ -40,7 +40,7 @@ class RaisingProbe:
 @pytest.fixture
 def metrics() -> CanarydMetrics:
     metrics = CanarydMetrics(categories=["qa"])
-    metrics.heartbeat(1700000000.0)
+    metrics.liveness.heartbeat(1700000000.0)
     return metrics
 
 
@@ -81,7 +81,7 @@ class TestMetricsEndpoint:
 
     def test_reflects_later_changes(self, client: httpx.Client, metrics: CanarydMetrics) -> None:
         """Each scrape renders the registry as it is now."""
-        metrics.pending_pairs(5)
+        metrics.store.pending_pairs(5)
         assert "canaryd_store_pending_pairs 5.0" in client.get("/metrics").text
 
     def test_head_has_headers_and_no_body(self, client: httpx.Client) -> None:

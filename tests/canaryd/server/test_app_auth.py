@@ -1,4 +1,4 @@
-"""Bearer-token authentication on the rollout endpoints (issue #24 part 6): with
+"""Bearer-token authentication on the rollout endpoints (canaryd.server.app): with
 `server.auth_token` set, `/v1/verdict` and the Flagger webhooks answer 401 without it;
 the probes, `/metrics` and `/v1/switch` stay open. Real HTTP on loopback."""
 
@@ -17,7 +17,7 @@ from canaryd.metrics import CanarydMetrics
 from canaryd.server.app import StatusServer
 from canaryd.server.rollout import ProgressiveDelivery
 from canaryd.store import SqlStore
-from tests.canaryd.judging.test_gating import Soak, settings
+from tests.canaryd.judging.test_gatejob import Soak, settings
 from tests.canaryd.judging.test_verdict import Clock
 
 TOKEN = "s3cret-token-for-tests"

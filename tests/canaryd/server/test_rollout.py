@@ -18,7 +18,7 @@ from canaryd.metrics import CanarydMetrics
 from canaryd.server.app import MAX_BODY_BYTES, StatusServer
 from canaryd.server.rollout import Burst, ProgressiveDelivery
 from canaryd.store import SqlStore
-from tests.canaryd.judging.test_gating import Soak, settings
+from tests.canaryd.judging.test_gatejob import Soak, settings
 from tests.canaryd.judging.test_verdict import Clock
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from canaryd.judging.verdict import COMPACT_MAX_BYTES, RevisionVerdict, VerdictQuery
 from canaryd.server.rollout import _flagger_yes
-from tests.canaryd.server.test_progressive import World
-from tests.canaryd.server.test_progressive import world as world  # the fixture
+from tests.canaryd.server.test_rollout import World
+from tests.canaryd.server.test_rollout import world as world  # the fixture
 
 # The longest revision there is, of the characters JSON escapes (two bytes each).
 WORST_REVISION = '"\\' * 64

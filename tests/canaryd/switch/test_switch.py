@@ -57,10 +57,16 @@ POLICY = SwitchPolicyConfig()
 
 
 def service(
-    store: SqlStore, tmp_path: Path, policy: SwitchPolicyConfig = POLICY, **config: object
+    store: SqlStore,
+    tmp_path: Path,
+    policy: SwitchPolicyConfig = POLICY,
+    *,
+    metrics: CanarydMetrics | None = None,
+    **config: object,
 ) -> SwitchService:
     switch = SwitchConfig(state_file=tmp_path / "state" / "switch.json", **config)  # type: ignore[arg-type]
-    return SwitchService(store, switch, policy, metrics=CanarydMetrics(), sleep=lambda _s: None)
+    family = (metrics or CanarydMetrics()).switch
+    return SwitchService(store, switch, policy, metrics=family, sleep=lambda _s: None)
 
 
 def file_state(path: Path) -> dict[str, object] | None:
@@ -248,16 +254,16 @@ class TestActuatorFailure:
     ) -> None:
         """A hook that exits 3 is retried and counted; the rollback and its file stand."""
         hook = CommandHookConfig(argv=[sys.executable, "-c", "raise SystemExit(3)"], retries=2)
-        svc = service(store, tmp_path, command=hook)
+        metrics = CanarydMetrics()
+        svc = service(store, tmp_path, metrics=metrics, command=hook)
         change = svc.command(rollback())
         assert change.report is not None and "command" in change.report.failures
         record = store.switch()
         assert record.state.mode is SwitchMode.ROLLED_BACK
         assert not record.applied and "exited with 3" in record.actuator_errors["command"]
         assert read_state_file(tmp_path / "state" / "switch.json")["mode"] == "rolled_back"  # type: ignore[index]
-        assert svc.metrics is not None
         assert (
-            svc.metrics.registry.get_sample_value(
+            metrics.registry.get_sample_value(
                 "canaryd_actuator_failures_total", {"actuator": "command"}
             )
             == 3
@@ -309,7 +315,7 @@ class TestHooksThatCannotBeBuilt:
         ]
         metrics = CanarydMetrics()
         state = {"generation": 1, "mode": "rolled_back", "speculative_enabled": False}
-        error = run_actuator(actuators[1], state, metrics=metrics, sleep=lambda _s: None)
+        error = run_actuator(actuators[1], state, metrics=metrics.switch, sleep=lambda _s: None)
         assert error == f"secret_env {UNSET_SECRET!r} is not set"
         assert actuators[1].keepalive(state, datetime.now(UTC)) is False
         assert (
@@ -579,7 +585,7 @@ class TestSwitchGatesAdoption:
             storage={"url": database_url},  # type: ignore[arg-type]
             switch={"state_file": str(tmp_path / "state" / "switch.json")},  # type: ignore[arg-type]
         )
-        hook = SwitchGates(settings, metrics=CanarydMetrics(), store=store)
+        hook = SwitchGates(settings, metrics=CanarydMetrics().switch, store=store)
         hook.start()
         state = store.switch().state
         assert state.mode is SwitchMode.ROLLED_BACK and state.generation == 1

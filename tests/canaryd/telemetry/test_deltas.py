@@ -86,11 +86,14 @@ class TestHistogramQuantile:
 
 class TestIncreases:
     def test_counter_increase(self) -> None:
-        """The difference; after a decrease, a restart or a first sight, the new value."""
+        """The difference; after a decrease, a restart or a first sight, the new value;
+        never below zero, whatever a hostile server exposes."""
         assert counter_increase(10.0, 15.0, restarted=False) == 5.0
         assert counter_increase(10.0, 3.0, restarted=False) == 3.0
         assert counter_increase(10.0, 15.0, restarted=True) == 15.0
         assert counter_increase(None, 4.0, restarted=False) == 4.0
+        assert counter_increase(None, -4.0, restarted=False) == 0.0
+        assert counter_increase(10.0, -4.0, restarted=False) == 0.0
 
     def test_histogram_increase(self) -> None:
         """Bucket-wise differences, or the whole later histogram when any bucket went
@@ -142,52 +145,52 @@ class TestWindow:
             return ArmReading("spec", at, reader.mapped, replicas)
 
         window = telemetry_window(reading(T0, "a"), reading(T0 + timedelta(seconds=15), "a", "b"))
-        assert (window.replicas, window.requests, window.new_replicas) == (1, 0, ("b",))
+        assert (window.replicas, window.interval.requests, window.new_replicas) == (1, 0, ("b",))
         with pytest.raises(ValueError, match="out of order"):
             telemetry_window(reading(T0, "a"), reading(T0, "a"))
 
-    def test_acceptance_and_count_interval(self) -> None:
-        """Acceptance from the counters (1 + accepted ÷ drafts, accepted ÷ draft tokens),
-        else the engine's gauges; the count interval caps errors at the requests and is
-        None without an error count."""
-        end = T0 + timedelta(seconds=15)
-        counted = TelemetryWindow(
-            "spec", T0, end, 1, requests=10, errors=12, drafts=4, draft_tokens=16,
-            accepted_tokens=6,
-        )  # fmt: skip
-        assert counted.acceptance_length == pytest.approx(2.5)
-        assert counted.acceptance_rate == pytest.approx(0.375)
-        interval = counted.count_interval()
-        assert interval is not None and (interval.requests, interval.errors) == (10, 10)
-        reported = TelemetryWindow(
-            "spec", T0, end, 1, requests=10, reported_acceptance_length=3.1,
-            reported_acceptance_rate=0.7,
-        )  # fmt: skip
-        assert (reported.acceptance_length, reported.acceptance_rate) == (3.1, 0.7)
-        assert reported.count_interval() is None
+    def test_the_interval_carries_every_signal(self) -> None:
+        """The window's interval holds every signal the arm's table names, summed over
+        the replicas read at both scrapes, with errors capped at the requests (a
+        gateway's error series reset apart from its request series can count more);
+        a signal the table does not name is None, one it names and no replica exposed is
+        missing; the gates' histogram type is the one canaryd builds."""
+        table = SignalMap(
+            requests=SeriesSpec(series="requests_total"),
+            errors=SeriesSpec(series="errors_total"),
+            e2e=SeriesSpec(series="latency_seconds"),
+            running=SeriesSpec(series="running"),
+            waiting=SeriesSpec(series="waiting"),
+            drafts=SeriesSpec(series="drafts_total"),
+            draft_tokens=SeriesSpec(series="draft_tokens_total"),
+            accepted_tokens=SeriesSpec(series="accepted_tokens_total"),
+        )
+        reader = SignalReader(table)
 
-    def test_interval_carries_every_signal(self) -> None:
-        """`interval()` hands the gates every signal of the window (errors capped at the
-        requests), None where the window has none, and the gates' histogram type is the
-        one canaryd builds."""
+        def reading(at: datetime, requests: int, errors: int, running: float) -> ArmReading:
+            text = (
+                f"requests_total {requests}\nerrors_total {errors}\n"
+                f'latency_seconds_bucket{{le="1.0"}} {requests // 2}\n'
+                f'latency_seconds_bucket{{le="+Inf"}} {requests}\n'
+                f"running {running}\ndrafts_total {requests}\n"
+                f"draft_tokens_total {4 * requests}\naccepted_tokens_total {3 * requests}\n"
+            )
+            replicas = tuple(reader.read(url, parse_exposition(text)) for url in ("a", "b"))
+            return ArmReading("spec", at, reader.mapped, replicas)
+
         end = T0 + timedelta(seconds=15)
-        e2e = BucketCounts.of({1.0: 4.0, INF: 10.0})
-        window = TelemetryWindow(
-            "spec", T0, end, 2, requests=10, errors=12, e2e=e2e, running=3.5, waiting=1.0,
-            drafts=4, draft_tokens=16, accepted_tokens=6, reported_acceptance_length=2.4,
+        window = telemetry_window(reading(T0, 10, 8, 1.0), reading(end, 14, 15, 3.0))
+        interval = window.interval
+        assert (interval.start, interval.end, interval.replicas, window.replicas) == (
+            T0, end, 2, 2,
         )  # fmt: skip
-        interval = window.interval()
-        assert (interval.start, interval.end, interval.requests, interval.errors) == (
-            T0, end, 10, 10,
-        )  # fmt: skip
-        assert interval.e2e is e2e and interval.ttft is None and interval.itl is None
-        assert (interval.running, interval.waiting, interval.load) == (3.5, 1.0, 4.5)
-        assert (interval.drafts, interval.draft_tokens, interval.accepted_tokens) == (4, 16, 6)
-        assert interval.reported_acceptance_length == 2.4
-        assert interval.reported_acceptance_rate is None and interval.replicas == 2
-        bare = TelemetryWindow("spec", T0, end, 1).interval()
-        assert (bare.requests, bare.errors, bare.load, bare.drafts) == (None, None, None, None)
-        assert BucketCounts is GatesBucketCounts
+        assert (interval.requests, interval.errors) == (8, 8)
+        assert interval.e2e is not None and interval.e2e.as_mapping() == {1.0: 4.0, INF: 8.0}
+        assert isinstance(interval.e2e, GatesBucketCounts)
+        assert (interval.running, interval.waiting, interval.ttft) == (4.0, None, None)
+        assert (interval.drafts, interval.draft_tokens, interval.accepted_tokens) == (8, 32, 24)
+        assert interval.reported_acceptance_length is None
+        assert window.missing == ("waiting",)
 
 
 class TestCarryForward:
@@ -222,8 +225,8 @@ class TestCarryForward:
                 {"a": "vllm:spec_decode_num_drafts_total 30\nvllm:request_success_total 17\n"},
             ),
         )
-        assert sum(w.drafts or 0 for w in windows) == 20
-        assert sum(w.requests or 0 for w in windows) == 12
+        assert sum(w.interval.drafts or 0 for w in windows) == 20
+        assert sum(w.interval.requests or 0 for w in windows) == 12
 
     def test_a_replica_absent_from_one_reading_counts_from_its_last_values(self) -> None:
         """A replica missing from one reading is back at the next: counted from the values
@@ -241,5 +244,5 @@ class TestCarryForward:
                 {"a": "vllm:request_success_total 12\n", "b": "vllm:request_success_total 3\n"},
             ),
         )
-        assert [w.requests for w in windows] == [4, 1 + 6, 2 + 3]
+        assert [w.interval.requests for w in windows] == [4, 1 + 6, 2 + 3]
         assert all(w.new_replicas == () for w in windows)

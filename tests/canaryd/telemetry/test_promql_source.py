@@ -232,15 +232,18 @@ class TestAgainstPrometheus:
             from_promql = promql_windows[name].window
             from_scrape = direct_windows[name].window
             assert from_promql is not None and from_scrape is not None
-            assert from_promql.interval() == from_scrape.interval()
+            assert from_promql.interval == from_scrape.interval
             assert from_promql.replicas == from_scrape.replicas
         baseline = promql_windows["baseline"].window
         speculative = promql_windows["speculative"].window
         assert baseline is not None and speculative is not None
-        assert (baseline.requests, baseline.errors, baseline.replicas) == (78, 3, 2)
-        assert baseline.e2e is not None and baseline.e2e.count == 78
-        assert (speculative.requests, speculative.errors) == (71, 1)
-        assert speculative.acceptance_length == pytest.approx(1 + 900 / 300)
+        baseline_interval = baseline.interval
+        assert (baseline_interval.requests, baseline_interval.errors) == (78, 3)
+        assert baseline.replicas == 2
+        assert baseline_interval.e2e is not None and baseline_interval.e2e.count == 78
+        speculative_interval = speculative.interval
+        assert (speculative_interval.requests, speculative_interval.errors) == (71, 1)
+        assert (speculative_interval.drafts, speculative_interval.accepted_tokens) == (300, 900)
         assert speculative.missing == ()
 
     def test_a_restarted_replica_counts_from_zero(self, fleet: Fleet) -> None:
@@ -257,8 +260,9 @@ class TestAgainstPrometheus:
             fleet.canary.finish(2, reason="error")
             fleet.settled()
             window = telemetry_window(first, source.read(now()))
-        assert (window.requests, window.errors, window.replicas) == (32, 2, 1)
-        assert window.e2e is not None and window.e2e.count == 32
+        interval = window.interval
+        assert (interval.requests, interval.errors, window.replicas) == (32, 2, 1)
+        assert interval.e2e is not None and interval.e2e.count == 32
 
     def test_istio_counts_the_destination_report_and_a_new_503_series(self, fleet: Fleet) -> None:
         """Istio's template counts each request once; the 503 series first seen in the
@@ -278,9 +282,10 @@ class TestAgainstPrometheus:
             fleet.istio.text = istio(150, 7)
             fleet.prometheus.wait_for_value(total, 314)
             window = telemetry_window(first, source.read(now()))
-        assert (window.requests, window.errors) == (57, 7)
-        assert window.e2e is not None and window.e2e.bounds == (0.25, float("inf"))
-        assert window.e2e.quantile(0.5) == pytest.approx(0.125)
+        interval = window.interval
+        assert (interval.requests, interval.errors) == (57, 7)
+        assert interval.e2e is not None and interval.e2e.bounds == (0.25, float("inf"))
+        assert interval.e2e.quantile(0.5) == pytest.approx(0.125)
 
     def test_ingress_nginx_counter_without_total(self, fleet: Fleet) -> None:
         """ingress-nginx's counter is stored under its own name, without `_total`; with no
@@ -302,9 +307,10 @@ class TestAgainstPrometheus:
             fleet.nginx.text = nginx(3, 1)  # the controller restarted
             fleet.prometheus.wait_for_value(total, 4)
             after_restart = telemetry_window(second, source.read(now()))
-        assert (window.requests, window.errors) == (44, 4)
+        interval = window.interval
+        assert (interval.requests, interval.errors) == (44, 4)
         assert "e2e" in window.missing
-        assert (after_restart.requests, after_restart.errors) == (4, 1)
+        assert (after_restart.interval.requests, after_restart.interval.errors) == (4, 1)
 
     def test_envoy_reads_the_5xx_class_and_milliseconds(self, fleet: Fleet) -> None:
         """Envoy's template: all upstream requests, the `5` response class, the request
@@ -322,8 +328,9 @@ class TestAgainstPrometheus:
             fleet.envoy.text = envoy(60, 3)
             fleet.prometheus.wait_for_value(total, 60)
             window = telemetry_window(first, source.read(now()))
-        assert (window.requests, window.errors) == (50, 3)
-        assert window.e2e is not None and window.e2e.bounds == (0.5, float("inf"))
+        interval = window.interval
+        assert (interval.requests, interval.errors) == (50, 3)
+        assert interval.e2e is not None and interval.e2e.bounds == (0.5, float("inf"))
 
     def test_sglang_reads_its_counter_gauges_and_acceptance(self, fleet: Fleet) -> None:
         """SGLang's templates: the request counter's difference, the queue gauges, and its
@@ -336,10 +343,12 @@ class TestAgainstPrometheus:
             fleet.sglang.text = sglang(25, 3.0)
             fleet.prometheus.wait_for_value(total, 25)
             window = telemetry_window(first, src.read(now()))
-        assert (window.requests, window.errors) == (15, None)
-        assert (window.running, window.waiting) == (4.0, 1.0)
-        assert window.acceptance_length == pytest.approx(3.0)
-        assert window.e2e is not None and window.e2e.count == 15
+        interval = window.interval
+        assert (interval.requests, interval.errors) == (15, None)
+        assert (interval.running, interval.waiting) == (4.0, 1.0)
+        assert interval.drafts is None
+        assert interval.reported_acceptance_length == pytest.approx(3.0)
+        assert interval.e2e is not None and interval.e2e.count == 15
         assert set(window.missing) == {"ttft", "itl", "acceptance_rate"}
 
 
@@ -403,7 +412,13 @@ class TestInTheDaemonJob:
         settings = load_settings(config)
         metrics = CanarydMetrics()
         with SqlStore.open(settings.storage.resolved_url(), create=True) as store:
-            job = TelemetryJob(lambda: settings, metrics, store=lambda: store, leading=lambda: True)
+            job = TelemetryJob(
+                lambda: settings,
+                metrics.telemetry,
+                store_metrics=metrics.store,
+                store=lambda: store,
+                leading=lambda: True,
+            )
             job.start(None)
             try:
                 with capture_logs() as logs:

@@ -1,6 +1,6 @@
 """The direct scrape (canaryd.telemetry.scrape) against real HTTP servers on loopback that
 serve prometheus-client's own exposition of vLLM's series: two scrapes give the
-interval's requests, errors, latency buckets, load and acceptance; a restarted replica's
+interval's requests, errors, latency buckets, load and draft counters; a restarted replica's
 counters count from zero; two replicas are summed; a gateway's 503 series that appears
 mid-interval and a Go counter without `_total` are read; a replica that answers badly is a
 failure with its reason, never an exception, and costs only its own counts."""
@@ -42,7 +42,7 @@ class TestVllmReplica:
     def test_two_scrapes_give_the_interval(self, replica: VllmReplica) -> None:
         """Counts finished before the first scrape are not in the interval; those between
         are: requests of every finish reason, errors of `error`, latency buckets, the
-        mean of the two scrapes' gauges, acceptance from the draft counters."""
+        mean of the two scrapes' gauges, the draft counters' differences."""
         replica.finish(100)
         replica.draft(50, 200, 100)
         replica.load(running=4, waiting=0)
@@ -54,19 +54,17 @@ class TestVllmReplica:
             replica.draft(100, 400, 260)
             replica.load(running=8, waiting=2)
             window = telemetry_window(first, arm.read(T0 + STEP))
-        assert (window.requests, window.errors) == (85, 5)
+        interval = window.interval
+        assert (interval.requests, interval.errors) == (85, 5)
         assert window.replicas == 1 and window.missing == ()
-        assert window.e2e is not None and window.e2e.count == 85
-        assert window.ttft is not None and window.itl is not None
+        assert interval.e2e is not None and interval.e2e.count == 85
+        assert interval.ttft is not None and interval.itl is not None
         # 65 of 85 at or under 1.5 s; the median lies in (1.0, 1.5], the P99 in (2.0, 2.5]
-        assert window.e2e.quantile(0.5) == pytest.approx(1.0 + 0.5 * (42.5 - 5) / 60)
-        assert 2.0 < (window.e2e.quantile(0.99) or 0) <= 2.5
-        assert 0.06 < (window.ttft.quantile(0.5) or 0) <= 0.08
-        assert (window.running, window.waiting) == (6.0, 1.0)
-        assert (window.drafts, window.draft_tokens, window.accepted_tokens) == (100, 400, 260)
-        assert window.acceptance_length == pytest.approx(3.6)
-        assert window.acceptance_rate == pytest.approx(0.65)
-        assert window.count_interval() is not None
+        assert interval.e2e.quantile(0.5) == pytest.approx(1.0 + 0.5 * (42.5 - 5) / 60)
+        assert 2.0 < (interval.e2e.quantile(0.99) or 0) <= 2.5
+        assert 0.06 < (interval.ttft.quantile(0.5) or 0) <= 0.08
+        assert (interval.running, interval.waiting) == (6.0, 1.0)
+        assert (interval.drafts, interval.draft_tokens, interval.accepted_tokens) == (100, 400, 260)
 
     def test_a_restart_counts_from_zero(self, replica: VllmReplica) -> None:
         """A counter that went down restarted: its new value is the increase."""
@@ -78,8 +76,9 @@ class TestVllmReplica:
             replica.finish(30)
             replica.finish(2, reason="error")
             window = telemetry_window(first, arm.read(T0 + STEP))
-        assert (window.requests, window.errors) == (32, 2)
-        assert window.e2e is not None and window.e2e.count == 32
+        interval = window.interval
+        assert (interval.requests, interval.errors) == (32, 2)
+        assert interval.e2e is not None and interval.e2e.count == 32
         assert window.restarted == (replica.url,)
 
     def test_a_restart_is_seen_when_counters_grew_past_their_old_values(
@@ -93,12 +92,13 @@ class TestVllmReplica:
             replica.restart(started_at=1_700_000_500.0)
             replica.finish(110)
             window = telemetry_window(first, arm.read(T0 + STEP))
-        assert window.requests == 110
-        assert window.e2e is not None and window.e2e.count == 110
+        interval = window.interval
+        assert interval.requests == 110
+        assert interval.e2e is not None and interval.e2e.count == 110
 
     def test_two_replicas_are_summed(self, replica: VllmReplica, second: VllmReplica) -> None:
-        """Counts, buckets and gauges of both replicas add up; acceptance is the pooled
-        one (1 + all accepted ÷ all drafts), not a mean of the replicas'."""
+        """Counts, buckets and gauges of both replicas add up, the draft counters too (so
+        acceptance is pooled over all drafts, not a mean of the replicas')."""
         with source(replica.url, second.url) as arm:
             first = arm.read(T0)
             replica.finish(40)
@@ -110,21 +110,22 @@ class TestVllmReplica:
             second.draft(30, 120, 30)
             second.load(6, 4)
             window = telemetry_window(first, arm.read(T0 + STEP))
-        assert (window.replicas, window.requests, window.errors) == (2, 104, 4)
-        assert window.e2e is not None and window.e2e.count == 104
-        assert (window.running, window.waiting) == (4.0, 2.0)
-        assert window.acceptance_length == pytest.approx(1 + 60 / 40)
+        interval = window.interval
+        assert (window.replicas, interval.requests, interval.errors) == (2, 104, 4)
+        assert interval.e2e is not None and interval.e2e.count == 104
+        assert (interval.running, interval.waiting) == (4.0, 2.0)
+        assert (interval.drafts, interval.accepted_tokens) == (40, 60)
 
     def test_an_arm_without_speculation_names_what_is_missing(self) -> None:
-        """A server without the draft counters: acceptance is None, and the window names
-        the signals its table expected and the exposition lacked."""
+        """A server without the draft counters: they count 0 (no acceptance), and the
+        window names the signals its table expected and the exposition lacked."""
         plain = TextReplica('vllm:request_success_total{finished_reason="stop"} 3\n')
         with plain, source(plain.url) as arm:
             first = arm.read(T0)
             window = telemetry_window(first, arm.read(T0 + STEP))
-        assert window.acceptance_length is None
+        assert (window.interval.drafts, window.interval.reported_acceptance_length) == (0, None)
         assert {"drafts", "e2e", "running"} <= set(window.missing)
-        assert window.requests == 0
+        assert window.interval.requests == 0
 
 
 class TestGateways:
@@ -159,9 +160,10 @@ class TestGateways:
                 first = arm.read(T0)
                 gateway.text = exposition(150, 7)
                 window = telemetry_window(first, arm.read(T0 + STEP))
-        assert (window.requests, window.errors) == (57, 7)
-        assert window.e2e is not None and window.e2e.bounds == (0.25, float("inf"))
-        assert window.e2e.quantile(0.5) == pytest.approx(0.125)
+        interval = window.interval
+        assert (interval.requests, interval.errors) == (57, 7)
+        assert interval.e2e is not None and interval.e2e.bounds == (0.25, float("inf"))
+        assert interval.e2e.quantile(0.5) == pytest.approx(0.125)
 
     def test_a_go_counter_without_total_is_read(self) -> None:
         """ingress-nginx exposes `nginx_ingress_controller_requests` without `_total`;
@@ -179,7 +181,8 @@ class TestGateways:
             first = arm.read(T0)
             gateway.text = exposition(30, 4)
             window = telemetry_window(first, arm.read(T0 + STEP))
-        assert (window.requests, window.errors) == (23, 3)
+        interval = window.interval
+        assert (interval.requests, interval.errors) == (23, 3)
 
 
 class TestFailures:
@@ -215,6 +218,6 @@ class TestFailures:
             second.status = 500
             later = arm.read(T0 + STEP)
             window = telemetry_window(first, later)
-        assert window.replicas == 1 and window.requests == 10
+        assert window.replicas == 1 and window.interval.requests == 10
         assert set(window.failed) == {second.url, "http://127.0.0.1:9/metrics"}
         assert any("127.0.0.1:9" in f.reason for f in later.failures)

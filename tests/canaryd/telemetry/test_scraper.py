@@ -66,11 +66,12 @@ class TestTelemetryScraper:
             windows = arms.scrape(T0 + STEP)
         base, spec = windows["baseline"].window, windows["speculative"].window
         assert base is not None and spec is not None
-        assert (base.start, base.end) == (spec.start, spec.end) == (T0, T0 + STEP)
-        assert (base.requests, base.errors, base.replicas) == (78, 3, 2)
-        assert (spec.requests, spec.errors, spec.replicas) == (71, 1, 1)
-        assert spec.acceptance_length == pytest.approx(1 + 900 / 300)
-        assert base.drafts == 0  # a plain server's spec-decode counters never move
+        both = (base.interval, spec.interval)
+        assert [(i.start, i.end) for i in both] == [(T0, T0 + STEP)] * 2
+        assert (both[0].requests, both[0].errors, base.replicas) == (78, 3, 2)
+        assert (both[1].requests, both[1].errors, spec.replicas) == (71, 1, 1)
+        assert (both[1].drafts, both[1].accepted_tokens) == (300, 900)
+        assert both[0].drafts == 0  # a plain server's spec-decode counters never move
 
     def test_a_restarted_replica_counts_from_zero(
         self, replicas: tuple[VllmReplica, VllmReplica, VllmReplica]
@@ -86,7 +87,7 @@ class TestTelemetryScraper:
             second.finish(20)
             window = arms.scrape(T0 + STEP)["baseline"].window
         assert window is not None
-        assert window.requests == 32 and window.restarted == (first.url,)
+        assert window.interval.requests == 32 and window.restarted == (first.url,)
 
     def test_a_replica_down_costs_only_its_own_counts(
         self, replicas: tuple[VllmReplica, VllmReplica, VllmReplica]
@@ -100,7 +101,7 @@ class TestTelemetryScraper:
             second.status = 503
             scrape = arms.scrape(T0 + STEP)["baseline"]
         assert scrape.window is not None
-        assert scrape.window.requests == 10 and scrape.window.failed == (second.url,)
+        assert scrape.window.interval.requests == 10 and scrape.window.failed == (second.url,)
         (failure,) = scrape.reading.failures
         assert "HTTP 503" in failure.reason
 
@@ -121,9 +122,10 @@ class TestTelemetryScraper:
             after = arms.scrape(T0 + 2 * STEP)["speculative"].window
         assert during["speculative"].window is None
         assert during["baseline"].window is not None
-        assert during["baseline"].window.requests == 5
+        assert during["baseline"].window.interval.requests == 5
         assert after is not None
-        assert (after.start, after.end, after.requests) == (T0, T0 + 2 * STEP, 40)
+        interval = after.interval
+        assert (interval.start, interval.end, interval.requests) == (T0, T0 + 2 * STEP, 40)
 
     def test_a_malformed_exposition_is_a_failure(self) -> None:
         """An exposition the parser refuses is the replica's failure, never an exception."""

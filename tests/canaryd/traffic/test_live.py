@@ -132,8 +132,8 @@ class TestTrafficMetrics:
         sampler = LiveSampler(
             SamplingBounds(6, 2, 10, 0.0, 1000, 8),
             seed=0,
-            observe=metrics.traffic_request,
-            on_window=lambda mix: metrics.traffic_mix(mix.shares, mix.prompt_chars, mix.repetition),
+            observe=metrics.traffic.request,
+            on_window=lambda mix: metrics.traffic.mix(mix.shares, mix.prompt_chars, mix.repetition),
         )
         for i in range(3):
             sampler.offer(request(f"a b c a b c {i}", category="code"))

@@ -49,7 +49,7 @@ def metrics() -> CanarydMetrics:
 def sink(request: pytest.FixtureRequest, metrics: CanarydMetrics) -> Iterator[TrafficSink]:
     options: dict[str, Any] = getattr(request, "param", {})
     config = TrafficConfig(listen="127.0.0.1:0", hash_key=KEY)
-    sampler = LiveSampler(SamplingBounds.of(config), seed=0, observe=metrics.traffic_request)
+    sampler = LiveSampler(SamplingBounds.of(config), seed=0, observe=metrics.traffic.request)
     with TrafficSink(config, sampler, **options) as started:
         yield started
 

@@ -9,6 +9,7 @@ from gates import GateDecision, GateState, quality_gate
 from gates.config import QualityGateConfig
 from gates.pairs.testing import at, record, scores
 from gates.records import PairRecord
+from gates.stats.budget import DEFAULT_ARL0
 
 
 def greedy(n: int, every: int, first: int = 0) -> list[PairRecord]:
@@ -27,10 +28,12 @@ class TestControlFloor:
         upper bound and the check never FAILs over 2,000 pairs."""
         arm, control = greedy(2000, 25), greedy(2000, 25)
         config = QualityGateConfig()
-        alone = quality_gate(arm, config, now=at(2000))
+        alone = quality_gate(arm, config, now=at(2000), arl0=DEFAULT_ARL0)
         assert mismatch(alone).state is GateState.FAIL
         for n in range(400, 2001, 400):
-            judged = quality_gate(arm[:n], config, now=at(n), control=control[:n])
+            judged = quality_gate(
+                arm[:n], config, now=at(n), control=control[:n], arl0=DEFAULT_ARL0
+            )
             check = mismatch(judged)
             assert check.state is not GateState.FAIL, check.detail
         assert "A/A control: 80/2000 greedy pairs diverged" in check.detail
@@ -40,7 +43,9 @@ class TestControlFloor:
         arm, control = greedy(400, 3), greedy(400, 25)
         config = QualityGateConfig()
         for n in range(10, 401, 10):
-            decision = quality_gate(arm[:n], config, now=at(n), control=control[:n])
+            decision = quality_gate(
+                arm[:n], config, now=at(n), control=control[:n], arl0=DEFAULT_ARL0
+            )
             if mismatch(decision).state is GateState.FAIL:
                 break
         assert n <= 100, n
@@ -48,6 +53,8 @@ class TestControlFloor:
     def test_a_quiet_control_never_loosens_the_tolerance(self) -> None:
         """An A/A control with no divergence leaves max_mismatch_rate as the tolerance."""
         arm, control = greedy(2000, 25), greedy(2000, 10**9, first=1)[:1999]
-        decision = quality_gate(arm, QualityGateConfig(), now=at(2000), control=control)
+        decision = quality_gate(
+            arm, QualityGateConfig(), now=at(2000), control=control, arl0=DEFAULT_ARL0
+        )
         assert mismatch(decision).state is GateState.FAIL
         assert mismatch(decision).threshold == 0.005

@@ -14,6 +14,7 @@ from gates.pairs.attribution import attribute_drift, mix_shift
 from gates.pairs.drift import ReferenceStats
 from gates.pairs.testing import at, record, result
 from gates.records import PairRecord
+from gates.stats.budget import DEFAULT_ARL0, DEFAULT_DETECTOR_BUDGET
 
 HEALTHY, DROPPED = 2.8, 1.6
 
@@ -65,7 +66,14 @@ class TestDriftAttribution:
 
     def decide(self, records: list[PairRecord]) -> GateDecision:
         now = max(r.started_at for r in records) + (at(1) - at(0))
-        return drift_gate(records, self.CONFIG, now=now, references=self.REFERENCES)
+        return drift_gate(
+            records,
+            self.CONFIG,
+            now=now,
+            references=self.REFERENCES,
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
 
     def test_traffic_change_warns_and_names_the_traffic(self) -> None:
         """Controls held, live dropped as its prompts changed: WARN, cause traffic."""

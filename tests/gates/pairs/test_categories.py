@@ -11,7 +11,7 @@ from gates.config import QualityGateConfig, SpeedupGateConfig
 from gates.pairs.categories import category_arl0, combine_categories, group_by_category
 from gates.pairs.testing import at, record, result, scores
 from gates.records import PairRecord
-from gates.stats.budget import detector_arl0
+from gates.stats.budget import DEFAULT_ARL0, detector_arl0
 from gates.stats.sequential import lorden_threshold
 from gates.window import select
 
@@ -54,7 +54,9 @@ class TestSpeedupByCategory:
 
     def test_the_slow_category_fails_alone(self) -> None:
         records = mixed(100, slow="math")
-        decision = speedup_gate(records, self.config, now=at(len(records)), by_category=True)
+        decision = speedup_gate(
+            records, self.config, now=at(len(records)), by_category=True, arl0=DEFAULT_ARL0
+        )
         assert decision.state is GateState.FAIL and decision.categories == ("math",)
         states = {c.category: c.state for c in decision.components}
         assert states == {"code": GateState.PASS, "math": GateState.FAIL, "qa": GateState.PASS}
@@ -68,7 +70,7 @@ class TestSpeedupByCategory:
         """The reason for the scope: a third of the pairs 2× slower keeps the pooled median
         above 1, so the global gate PASSes while math loses."""
         records = mixed(60, slow="math")
-        pooled = speedup_gate(records, self.config, now=at(len(records)))
+        pooled = speedup_gate(records, self.config, now=at(len(records)), arl0=DEFAULT_ARL0)
         assert pooled.state is GateState.PASS and pooled.components == ()
         assert pooled.category is None
 
@@ -85,13 +87,15 @@ class TestSpeedupByCategory:
 
     def test_a_thin_category_is_nodata_and_keeps_the_gate_from_passing(self) -> None:
         records = [*mixed(30), record(999, speculative=result(0.5), category="rare")]
-        decision = speedup_gate(records, self.config, now=at(1000), by_category=True)
+        decision = speedup_gate(
+            records, self.config, now=at(1000), by_category=True, arl0=DEFAULT_ARL0
+        )
         rare = [c for c in decision.components if c.category == "rare"]
         assert rare[0].state is GateState.NODATA
         assert decision.state is GateState.INCONCLUSIVE
 
     def test_no_pairs_is_nodata(self) -> None:
-        decision = speedup_gate([], self.config, now=at(0), by_category=True)
+        decision = speedup_gate([], self.config, now=at(0), by_category=True, arl0=DEFAULT_ARL0)
         assert decision.state is GateState.NODATA and decision.components == ()
 
 
@@ -108,7 +112,9 @@ class TestQualityByCategory:
 
     def test_mismatches_in_one_category_fail_it_alone(self) -> None:
         records = self.records("math")
-        decision = quality_gate(records, self.config, now=at(90), by_category=True)
+        decision = quality_gate(
+            records, self.config, now=at(90), by_category=True, arl0=DEFAULT_ARL0
+        )
         assert decision.state is GateState.FAIL and decision.categories == ("math",)
         by = {c.category: c for c in decision.components}
         assert by["math"].state is GateState.FAIL
@@ -123,7 +129,7 @@ class TestQualityByCategory:
         assert "math: distribution: no sampled pair" in by["math"].detail
 
     def test_the_global_gate_keeps_its_checks(self) -> None:
-        decision = quality_gate(self.records("math"), self.config, now=at(90))
+        decision = quality_gate(self.records("math"), self.config, now=at(90), arl0=DEFAULT_ARL0)
         assert [c.name for c in decision.components] == [
             "quality.mismatch",
             "quality.ties",
@@ -134,7 +140,9 @@ class TestQualityByCategory:
 
     def test_combine_names_only_the_categories_in_the_worst_state(self) -> None:
         records = self.records("math")
-        decision = quality_gate(records, self.config, now=at(90), by_category=True)
+        decision = quality_gate(
+            records, self.config, now=at(90), by_category=True, arl0=DEFAULT_ARL0
+        )
         again = combine_categories(
             "quality", self.config, select(records, self.config, at(90)), at(90),
             decision.components,

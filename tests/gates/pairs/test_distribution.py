@@ -45,7 +45,7 @@ def component(decision: GateDecision, name: str = NAME) -> GateDecision | None:
 
 
 def evaluate(records: list[PairRecord]) -> GateDecision:
-    return quality_gate(records, QualityGateConfig(), now=at(len(records)))
+    return quality_gate(records, QualityGateConfig(), now=at(len(records)), arl0=DEFAULT_ARL0)
 
 
 def signs(n: int, share_more: float, tie_share: float = 0.0, seed: int = 0) -> list[float | None]:

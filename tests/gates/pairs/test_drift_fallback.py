@@ -15,6 +15,7 @@ from gates.pairs.drift import drift_gate, grow_references, pin_reference
 from gates.pairs.drift_fallback import fallback_key, fallback_rates, pin_fallback
 from gates.pairs.testing import at, record, result
 from gates.records import PairRecord
+from gates.stats.budget import DEFAULT_ARL0, DEFAULT_DETECTOR_BUDGET
 
 
 def records(
@@ -50,7 +51,14 @@ class TestPins:
     def test_a_new_category_gets_both_pins_from_the_same_pairs(self) -> None:
         """grow_references pins the acceptance reference and the fallback pin together."""
         rows = records(40, kept_share=0.75)
-        pinned = grow_references(rows, {}, DriftGateConfig(), now=at(40))
+        pinned = grow_references(
+            rows,
+            {},
+            DriftGateConfig(),
+            now=at(40),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert set(pinned) == {"code", "code:fallback"}
         assert pinned["code"].n == pinned["code:fallback"].n == 40
 
@@ -59,20 +67,58 @@ class TestPins:
         from the category's pairs, and only that."""
         rows = records(250, kept_share=0.75)
         frozen = pin_reference(rows[:200])
-        pinned = grow_references(rows, frozen, DriftGateConfig(), now=at(250))
+        pinned = grow_references(
+            rows,
+            frozen,
+            DriftGateConfig(),
+            now=at(250),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert set(pinned) == {"code:fallback"} and pinned["code:fallback"].n == 200
-        assert grow_references(rows, {**frozen, **pinned}, DriftGateConfig(), now=at(250)) == {}
+        assert (
+            grow_references(
+                rows,
+                {**frozen, **pinned},
+                DriftGateConfig(),
+                now=at(250),
+                arl0=DEFAULT_ARL0,
+                budget_30d=DEFAULT_DETECTOR_BUDGET,
+            )
+            == {}
+        )
 
 
 class TestJudging:
     def test_healthy_fallbacks_say_nothing(self) -> None:
         """With the fallback rate as pinned, the drift decision is exactly the one without a
         fallback pin: the signal adds no component and no words."""
-        refs = grow_references(records(200, kept_share=0.75), {}, DriftGateConfig(), now=at(200))
+        refs = grow_references(
+            records(200, kept_share=0.75),
+            {},
+            DriftGateConfig(),
+            now=at(200),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         window = records(300, kept_share=0.75, first=200, seed=1)
         config = DriftGateConfig()
-        with_pin = drift_gate(window, config, now=at(500), references=refs)
-        without = drift_gate(window, config, now=at(500), references={"code": refs["code"]})
+        with_pin = drift_gate(
+            window,
+            config,
+            now=at(500),
+            references=refs,
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
+        without = drift_gate(
+            window,
+            config,
+            now=at(500),
+            references={"code": refs["code"]},
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert with_pin == without
         assert with_pin.state is GateState.PASS
 
@@ -80,9 +126,23 @@ class TestJudging:
         """Half the steps keeping a draft token where three quarters did, at the same
         acceptance length: the acceptance check PASSes, the fallback signal WARNs, with no
         sequential detector of its own."""
-        refs = grow_references(records(200, kept_share=0.75), {}, DriftGateConfig(), now=at(200))
+        refs = grow_references(
+            records(200, kept_share=0.75),
+            {},
+            DriftGateConfig(),
+            now=at(200),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         window = records(300, kept_share=0.45, first=200, seed=2)
-        decision = drift_gate(window, DriftGateConfig(), now=at(500), references=refs)
+        decision = drift_gate(
+            window,
+            DriftGateConfig(),
+            now=at(500),
+            references=refs,
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is GateState.WARN
         by_name = {c.name: c for c in decision.components}
         assert by_name["drift.code"].state is GateState.PASS
@@ -95,9 +155,23 @@ class TestJudging:
     def test_an_acceptance_collapse_still_fails_by_acceptance(self) -> None:
         """When acceptance falls too, the acceptance check FAILs the gate as before; the
         fallback signal stands beside it as a WARN."""
-        refs = grow_references(records(200, kept_share=0.75), {}, DriftGateConfig(), now=at(200))
+        refs = grow_references(
+            records(200, kept_share=0.75),
+            {},
+            DriftGateConfig(),
+            now=at(200),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         window = records(300, kept_share=0.3, accepted=8, first=200, seed=3)
-        decision = drift_gate(window, DriftGateConfig(), now=at(500), references=refs)
+        decision = drift_gate(
+            window,
+            DriftGateConfig(),
+            now=at(500),
+            references=refs,
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is GateState.FAIL
         states = {c.name: c.state for c in decision.components}
         assert states == {"drift.code": GateState.FAIL, "drift.code.fallback": GateState.WARN}

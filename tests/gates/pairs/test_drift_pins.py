@@ -17,6 +17,7 @@ from gates.config import DriftGateConfig
 from gates.pairs.drift import drift_charts, pin_alpha, pin_margin
 from gates.pairs.testing import at, record, result
 from gates.records import PairRecord
+from gates.stats.budget import DEFAULT_ARL0, DEFAULT_DETECTOR_BUDGET
 
 MEAN, SD = 2.0, 0.6  # a category whose acceptance length has a CV of 0.30
 
@@ -44,7 +45,14 @@ def first_fail(values: list[float], reference: ReferenceStats, every: int = 6) -
     rows = records(values)
     for end in range(every, len(rows) + 1, every):
         window = rows[max(0, end - config.window_pairs) if config.window_pairs else 0 : end]
-        state = drift_gate(window, config, now=at(end), references={"code": reference}).state
+        state = drift_gate(
+            window,
+            config,
+            now=at(end),
+            references={"code": reference},
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        ).state
         if state is GateState.FAIL:
             return end
     return None
@@ -112,7 +120,14 @@ class TestMarginOnThePinnedMean:
         config = DriftGateConfig()
         for scale, passes in ((1.0, True), (0.8, False)):
             rows = records(lengths(40, 7, scale=scale))
-            state = drift_gate(rows, config, now=at(40), references={"code": pinned}).state
+            state = drift_gate(
+                rows,
+                config,
+                now=at(40),
+                references={"code": pinned},
+                arl0=DEFAULT_ARL0,
+                budget_30d=DEFAULT_DETECTOR_BUDGET,
+            ).state
             assert (state is GateState.PASS) is passes, (scale, state)
 
 
@@ -120,14 +135,33 @@ class TestGrowingPins:
     def test_a_new_category_is_pinned_then_grows_to_the_target(self) -> None:
         config = DriftGateConfig()
         rows = records(lengths(25, 8))
-        assert grow_references(rows, {}, config, now=at(25)) == {}
+        assert (
+            grow_references(
+                rows, {}, config, now=at(25), arl0=DEFAULT_ARL0, budget_30d=DEFAULT_DETECTOR_BUDGET
+            )
+            == {}
+        )
         rows = records(lengths(250, 8))
-        first = grow_references(rows[:40], {}, config, now=at(40))
+        first = grow_references(
+            rows[:40], {}, config, now=at(40), arl0=DEFAULT_ARL0, budget_30d=DEFAULT_DETECTOR_BUDGET
+        )
         assert first["code"].n == 40
-        grown = grow_references(rows, first, config, now=at(250))
+        grown = grow_references(
+            rows, first, config, now=at(250), arl0=DEFAULT_ARL0, budget_30d=DEFAULT_DETECTOR_BUDGET
+        )
         assert grown["code"].n == 200
         assert grown["code"] == pin_reference(rows[:200])["code"]  # its earliest pairs
-        assert grow_references(rows, grown, config, now=at(250)) == {}
+        assert (
+            grow_references(
+                rows,
+                grown,
+                config,
+                now=at(250),
+                arl0=DEFAULT_ARL0,
+                budget_30d=DEFAULT_DETECTOR_BUDGET,
+            )
+            == {}
+        )
 
     def test_a_pin_does_not_grow_while_its_category_drifts(self) -> None:
         """Pinned from 30 healthy pairs, then 60 pairs at half the acceptance: the check is
@@ -135,15 +169,42 @@ class TestGrowingPins:
         config = DriftGateConfig()
         rows = records(lengths(30, 9)) + records(lengths(60, 10, scale=0.5), first=30)
         young = pin_reference(rows[:30])
-        state = drift_gate(rows, config, now=at(90), references=young).state
+        state = drift_gate(
+            rows,
+            config,
+            now=at(90),
+            references=young,
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        ).state
         assert state is GateState.FAIL
-        assert grow_references(rows, young, config, now=at(90)) == {}
+        assert (
+            grow_references(
+                rows,
+                young,
+                config,
+                now=at(90),
+                arl0=DEFAULT_ARL0,
+                budget_30d=DEFAULT_DETECTOR_BUDGET,
+            )
+            == {}
+        )
 
     def test_a_configured_reference_never_grows(self) -> None:
         config = DriftGateConfig.model_validate({"references": {"code": {"mean": 2.0, "sd": 0.6}}})
         rows = records(lengths(100, 11))
         young = pin_reference(rows[:30])
-        assert grow_references(rows, young, config, now=at(100)) == {}
+        assert (
+            grow_references(
+                rows,
+                young,
+                config,
+                now=at(100),
+                arl0=DEFAULT_ARL0,
+                budget_30d=DEFAULT_DETECTOR_BUDGET,
+            )
+            == {}
+        )
 
     def test_target_below_the_minimum_is_refused(self) -> None:
         with pytest.raises(ValueError, match="pin_target_samples"):

@@ -15,6 +15,7 @@ from gates import GateState, error_gate
 from gates.config import ErrorGateConfig
 from gates.pairs.testing import at, record, result
 from gates.records import PairRecord
+from gates.stats.budget import DEFAULT_ARL0
 
 CALM = 0.01  # each arm's own failure rate before a fault
 SCREEN_OFF = ErrorGateConfig(outage_spans=())
@@ -44,7 +45,7 @@ def correlated_fault(seed: int, calm: int = 1500, faulty: int = 1500) -> list[Pa
 def first_fail(records: list[PairRecord], config: ErrorGateConfig, start: int, every: int) -> int:
     """Pairs from `start` to the first evaluation (every `every` pairs) that FAILs."""
     for n in range(start + every, len(records) + 1, every):
-        if error_gate(records[:n], config, now=at(n)).state is GateState.FAIL:
+        if error_gate(records[:n], config, now=at(n), arl0=DEFAULT_ARL0).state is GateState.FAIL:
             return n - start
     raise AssertionError(f"no FAIL in {len(records) - start} pairs")
 
@@ -99,11 +100,11 @@ class TestNoPassWhileBlind:
         clean pairs later it PASSes again."""
         records = turns(1000, 45, 220)
         config = ErrorGateConfig()
-        during = error_gate(records[:1065], config, now=at(1065))
+        during = error_gate(records[:1065], config, now=at(1065), arl0=DEFAULT_ARL0)
         assert during.state is GateState.INCONCLUSIVE, during.detail
         assert "63% of the newest 100 settled pairs lie in shared outages" in during.detail
         assert "in shared outages" in during.components[0].detail
-        after = error_gate(records, config, now=at(len(records)))
+        after = error_gate(records, config, now=at(len(records)), arl0=DEFAULT_ARL0)
         assert after.state is GateState.PASS, after.detail
 
     def test_no_pass_on_stale_pairs(self) -> None:
@@ -113,10 +114,10 @@ class TestNoPassWhileBlind:
         the PASS of the pairs before (before: PASS)."""
         failed = np.concatenate([np.zeros(1000, bool), np.ones(80, bool)])
         records = pairs(failed, failed)
-        decision = error_gate(records, SCREEN_OFF, now=at(1080))
+        decision = error_gate(records, SCREEN_OFF, now=at(1080), arl0=DEFAULT_ARL0)
         assert decision.state is GateState.INCONCLUSIVE, decision.detail
         assert "the newest judged pair has 70 settled pairs after it" in decision.detail
-        fresh = error_gate(records[:1040], SCREEN_OFF, now=at(1040))
+        fresh = error_gate(records[:1040], SCREEN_OFF, now=at(1040), arl0=DEFAULT_ARL0)
         assert fresh.state is GateState.PASS, fresh.detail
 
 
@@ -132,7 +133,7 @@ class TestTheCeilingIsRelative:
         records = pairs(rng.random(3000) < rate, rng.random(3000) < rate)
         config = ErrorGateConfig()
         for n in range(100, 3001, 100):
-            decision = error_gate(records[:n], config, now=at(n))
+            decision = error_gate(records[:n], config, now=at(n), arl0=DEFAULT_ARL0)
             assert decision.state is not GateState.FAIL, (n, decision.detail)
         ceiling = decision.components[1]
         assert ceiling.state is GateState.PASS, ceiling.detail

@@ -15,6 +15,7 @@ from gates.config import ErrorGateConfig
 from gates.pairs.error_rate import shared_outages
 from gates.pairs.testing import at, record, result
 from gates.records import PairRecord
+from gates.stats.budget import DEFAULT_ARL0
 
 CALM = 0.012  # each arm's own failure rate outside an outage
 BURST = 0.3  # each arm's failure rate inside one, independently of the other arm
@@ -43,7 +44,7 @@ def fails_anywhere(records: list[PairRecord], config: ErrorGateConfig, start: in
     """Whether the gate FAILs at any evaluation from pair `start` on, every 3 pairs (the
     daemon's 60 s cadence at 20 s a pair)."""
     return any(
-        error_gate(records[:n], config, now=at(n)).state is GateState.FAIL
+        error_gate(records[:n], config, now=at(n), arl0=DEFAULT_ARL0).state is GateState.FAIL
         for n in range(start, len(records) + 1, 3)
     )
 
@@ -99,7 +100,10 @@ class TestErrorBursts:
 
         def first_fail(config: ErrorGateConfig) -> int:
             for k in range(100, n + 1, 10):
-                if error_gate(records[:k], config, now=at(k)).state is GateState.FAIL:
+                if (
+                    error_gate(records[:k], config, now=at(k), arl0=DEFAULT_ARL0).state
+                    is GateState.FAIL
+                ):
                     return k
             raise AssertionError("no FAIL")
 
@@ -117,6 +121,6 @@ class TestErrorBursts:
         first = next(
             k
             for k in range(1000, 1101)
-            if error_gate(records[:k], config, now=at(k)).state is GateState.FAIL
+            if error_gate(records[:k], config, now=at(k), arl0=DEFAULT_ARL0).state is GateState.FAIL
         )
         assert first <= 1000 + 6 + config.settle_pairs + 2

@@ -11,6 +11,7 @@ from gates import GateState, error_gate
 from gates.config import ErrorGateConfig
 from gates.pairs.error_rate import paired_difference_bounds
 from gates.pairs.testing import at, record, result
+from gates.stats.budget import DEFAULT_ARL0
 from gates.stats.descriptive import clopper_pearson
 
 
@@ -44,7 +45,7 @@ def test_a_healthy_pair_with_one_percent_failures_on_each_arm_passes() -> None:
         record(i, baseline=result(ok=i % 100 != 7), speculative=result(ok=i % 100 != 57))
         for i in range(700)
     ]
-    decision = error_gate(records, ErrorGateConfig(), now=at(700))
+    decision = error_gate(records, ErrorGateConfig(), now=at(700), arl0=DEFAULT_ARL0)
     paired = next(c for c in decision.components if c.name == "error.paired")
     assert paired.state is GateState.PASS, paired.detail
     assert paired.upper is not None and paired.upper <= 0.005

@@ -35,6 +35,7 @@ from gates.config import (
 )
 from gates.pairs.testing import at, record, result, scores
 from gates.records import PairRecord
+from gates.stats.budget import DEFAULT_ARL0, DEFAULT_DETECTOR_BUDGET
 
 
 def latency_records(n: int, factor: float) -> list[PairRecord]:
@@ -76,7 +77,13 @@ class TestLatencyGate:
     def test_faster_speculative_passes(self) -> None:
         """A speculative arm at half the baseline latency PASSes with the ratio as evidence:
         per metric the median paired ratio first, then each quantile's ratio."""
-        decision = latency_gate(latency_records(200, 0.5), FAST_LATENCY, now=at(200))
+        decision = latency_gate(
+            latency_records(200, 0.5),
+            FAST_LATENCY,
+            now=at(200),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is GateState.PASS
         assert decision.estimate == pytest.approx(0.5)
         assert decision.n_baseline == decision.n_speculative == 200
@@ -86,7 +93,13 @@ class TestLatencyGate:
 
     def test_clearly_slower_fails(self) -> None:
         """A ratio of 1.5 with tight bounds is above 1.2: FAIL."""
-        decision = latency_gate(latency_records(200, 1.5), FAST_LATENCY, now=at(200))
+        decision = latency_gate(
+            latency_records(200, 1.5),
+            FAST_LATENCY,
+            now=at(200),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is GateState.FAIL
         assert decision.lower is not None and decision.lower > 1.2
 
@@ -106,7 +119,9 @@ class TestLatencyGate:
                 for i, (b, s) in enumerate(zip(base, spec, strict=True))
             ]
             config = FAST_LATENCY.model_copy(update={"bootstrap_resamples": 200})
-            decision = latency_gate(records, config, now=at(60))
+            decision = latency_gate(
+                records, config, now=at(60), arl0=DEFAULT_ARL0, budget_30d=DEFAULT_DETECTOR_BUDGET
+            )
             return decision.state, {c.name: c.state for c in decision.components}
 
         high, high_components = gate(1.3)
@@ -144,7 +159,13 @@ class TestLatencyGate:
         calibration does not rest on an estimate of either arm's P99)."""
         for seed in range(4):
             records = self._tail_records(5000, seed, tail=0.0, tail_factor=1.0)
-            decision = latency_gate(records, FAST_LATENCY, now=at(5000))
+            decision = latency_gate(
+                records,
+                FAST_LATENCY,
+                now=at(5000),
+                arl0=DEFAULT_ARL0,
+                budget_30d=DEFAULT_DETECTOR_BUDGET,
+            )
             tail = next(c for c in decision.components if c.name == "latency.e2e.p99")
             assert tail.state is not GateState.FAIL, tail.detail
             assert "pairs where one side exceeds" in tail.detail
@@ -153,7 +174,13 @@ class TestLatencyGate:
         """Stalls ×4 on 3 % of speculative requests leave the median ratio at 1.2 but put
         the speculative P99 far past 1.2 × the baseline's: the tail detector FAILs."""
         records = self._tail_records(3000, 7, tail=0.03, tail_factor=4.0)
-        decision = latency_gate(records, FAST_LATENCY, now=at(3000))
+        decision = latency_gate(
+            records,
+            FAST_LATENCY,
+            now=at(3000),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         states = {c.name: c.state for c in decision.components}
         assert states["latency.e2e.p99"] is GateState.FAIL
         assert states["latency.e2e.median"] is not GateState.FAIL
@@ -161,20 +188,41 @@ class TestLatencyGate:
 
     def test_below_min_samples_is_nodata(self) -> None:
         """Too few complete pairs: NODATA, never PASS."""
-        decision = latency_gate(latency_records(49, 0.5), FAST_LATENCY, now=at(49))
+        decision = latency_gate(
+            latency_records(49, 0.5),
+            FAST_LATENCY,
+            now=at(49),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is GateState.NODATA
 
     def test_failed_pairs_are_not_latency_samples(self) -> None:
         """Pairs with a failed arm are left to the error gate."""
         records = [*latency_records(49, 0.5), record(49, speculative=result(ok=False))]
-        assert latency_gate(records, FAST_LATENCY, now=at(50)).state is GateState.NODATA
+        assert (
+            latency_gate(
+                records,
+                FAST_LATENCY,
+                now=at(50),
+                arl0=DEFAULT_ARL0,
+                budget_30d=DEFAULT_DETECTOR_BUDGET,
+            ).state
+            is GateState.NODATA
+        )
 
     def test_absolute_slo_fails_on_slow_speculative(self) -> None:
         """An e2e P90 SLO of 0.5 s fails when every speculative e2e is at least 0.75 s."""
         config = FAST_LATENCY.model_copy(
             update={"slos": (LatencySLO(metric="e2e", quantile=0.9, max_seconds=0.5),)}
         )
-        decision = latency_gate(latency_records(200, 0.75), config, now=at(200))
+        decision = latency_gate(
+            latency_records(200, 0.75),
+            config,
+            now=at(200),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is GateState.FAIL
         assert decision.components[-1].name == "latency.e2e.p90.slo"
 
@@ -185,7 +233,9 @@ class TestLatencyGate:
             for i in range(100)
         ]
         config = LatencyGateConfig(min_samples=50, bootstrap_resamples=200)
-        decision = latency_gate(records, config, now=at(100))
+        decision = latency_gate(
+            records, config, now=at(100), arl0=DEFAULT_ARL0, budget_30d=DEFAULT_DETECTOR_BUDGET
+        )
         assert decision.state is GateState.PASS
         assert "ttft not reported" in decision.detail
 
@@ -194,7 +244,13 @@ class TestLatencyGate:
         config = FAST_LATENCY.model_copy(update={"window_seconds": 1000.0})
         old = latency_records(60, 3.0)
         fresh = [record(1000 + i, baseline=result(1.0), speculative=result(0.5)) for i in range(60)]
-        decision = latency_gate([*old, *fresh], config, now=at(1060))
+        decision = latency_gate(
+            [*old, *fresh],
+            config,
+            now=at(1060),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is GateState.PASS
         assert decision.window_start == at(1000)
 
@@ -213,7 +269,9 @@ class TestErrorGate:
     def test_clean_window_passes(self) -> None:
         """No errors in 300 pairs: the upper bound is under the 2 % ceiling — PASS."""
         assert (
-            error_gate(self.make(300, set()), ErrorGateConfig(), now=at(300)).state
+            error_gate(
+                self.make(300, set()), ErrorGateConfig(), now=at(300), arl0=DEFAULT_ARL0
+            ).state
             is GateState.PASS
         )
 
@@ -222,12 +280,22 @@ class TestErrorGate:
         rate + 1 %) is a slow fault for the paired CUSUM (p0 = edge of tolerance, p1 = 2 ×
         p0): at 300 pairs it is far under h = log(ARL0) ≈ 17.3, so the gate WARNs on the
         estimate; the same rate sustained for 3,000 pairs alarms it — FAIL."""
-        early = error_gate(self.make(300, set(range(0, 300, 30))), ErrorGateConfig(), now=at(300))
+        early = error_gate(
+            self.make(300, set(range(0, 300, 30))),
+            ErrorGateConfig(),
+            now=at(300),
+            arl0=DEFAULT_ARL0,
+        )
         assert early.state is GateState.WARN
         paired = early.components[0]
         assert paired.name == "error.paired"
         assert paired.estimate == pytest.approx(10 / 290)  # the newest 10 not yet settled
-        late = error_gate(self.make(3000, set(range(0, 3000, 30))), ErrorGateConfig(), now=at(3000))
+        late = error_gate(
+            self.make(3000, set(range(0, 3000, 30))),
+            ErrorGateConfig(),
+            now=at(3000),
+            arl0=DEFAULT_ARL0,
+        )
         assert late.state is GateState.FAIL
         assert late.components[0].state is GateState.FAIL
         assert late.detail.startswith("FAIL by error.")
@@ -235,7 +303,9 @@ class TestErrorGate:
     def test_shared_errors_do_not_count_against_speculative(self) -> None:
         """Errors on both arms of the same pairs are concordant: the paired check passes."""
         both = set(range(0, 300, 100))
-        decision = error_gate(self.make(300, both, both), ErrorGateConfig(), now=at(300))
+        decision = error_gate(
+            self.make(300, both, both), ErrorGateConfig(), now=at(300), arl0=DEFAULT_ARL0
+        )
         assert decision.components[0].state is GateState.PASS
 
     def test_ceiling_alone_can_fail(self) -> None:
@@ -249,7 +319,9 @@ class TestErrorGate:
         ceiling check."""
         spec = {i for i in range(600) if i % 10 == 5}
         base = {i + 1 for i in spec} | {i for i in range(600) if i % 100 == 0}
-        decision = error_gate(self.make(600, spec, base), ErrorGateConfig(), now=at(600))
+        decision = error_gate(
+            self.make(600, spec, base), ErrorGateConfig(), now=at(600), arl0=DEFAULT_ARL0
+        )
         assert decision.state is GateState.FAIL
         assert decision.statistic == "speculative error rate where the baseline succeeded"
         paired, ceiling = decision.components
@@ -267,9 +339,12 @@ class TestErrorGate:
         shared = {int(i) for i in rng.choice(3000, size=90, replace=False)}
         records = self.make(3000, shared, shared)
         config = ErrorGateConfig(outage_spans=())
-        states = {error_gate(records[:n], config, now=at(n)).state for n in range(100, 3001, 100)}
+        states = {
+            error_gate(records[:n], config, now=at(n), arl0=DEFAULT_ARL0).state
+            for n in range(100, 3001, 100)
+        }
         assert GateState.FAIL not in states
-        final = error_gate(records, config, now=at(3000))
+        final = error_gate(records, config, now=at(3000), arl0=DEFAULT_ARL0)
         ceiling = final.components[1]
         assert ceiling.name == "error.ceiling"
         both = sum(1 for i in shared if i < 2990)
@@ -281,7 +356,7 @@ class TestErrorGate:
             final.detail
         )
         assert final.state is GateState.PASS
-        screened = error_gate(records, ErrorGateConfig(), now=at(3000))
+        screened = error_gate(records, ErrorGateConfig(), now=at(3000), arl0=DEFAULT_ARL0)
         assert screened.state is GateState.PASS
         assert screened.components[1].n_baseline < ceiling.n_baseline
 
@@ -294,7 +369,7 @@ class TestErrorGate:
         records = self.make(3000, spec, base)
         config = ErrorGateConfig()
         for n in range(100, 3001, 100):
-            decision = error_gate(records[:n], config, now=at(n))
+            decision = error_gate(records[:n], config, now=at(n), arl0=DEFAULT_ARL0)
             assert decision.state is not GateState.FAIL, decision.detail
 
     def test_small_excess_warns_and_few_pairs_are_inconclusive(self) -> None:
@@ -304,10 +379,12 @@ class TestErrorGate:
         settled pairs (min_samples 50) the excess bound is 1.4 % > 1 % (the ceiling, 0 of
         60 against the baseline's own 0 of 60, whose 95 % bound 4.9 % is its edge,
         PASSes)."""
-        warn = error_gate(self.make(110, {3, 50}), ErrorGateConfig(), now=at(110))
+        warn = error_gate(
+            self.make(110, {3, 50}), ErrorGateConfig(), now=at(110), arl0=DEFAULT_ARL0
+        )
         assert warn.state is GateState.WARN
         config = ErrorGateConfig(min_samples=50)
-        short = error_gate(self.make(70, set()), config, now=at(70))
+        short = error_gate(self.make(70, set()), config, now=at(70), arl0=DEFAULT_ARL0)
         assert short.state is GateState.INCONCLUSIVE
         assert [c.state for c in short.components] == [GateState.INCONCLUSIVE, GateState.PASS]
         assert short.components[1].threshold == pytest.approx(0.0487, abs=0.001)
@@ -317,13 +394,15 @@ class TestErrorGate:
         max_excess_rate (1 %): never a FAIL, however long the window."""
         records = self.make(5000, set(range(100, 5000, 400)))
         for n in range(1000, 5001, 1000):
-            decision = error_gate(records[:n], ErrorGateConfig(), now=at(n))
+            decision = error_gate(records[:n], ErrorGateConfig(), now=at(n), arl0=DEFAULT_ARL0)
             assert decision.state is not GateState.FAIL, decision.detail
 
     def test_below_min_samples_is_nodata(self) -> None:
         """99 settled pairs with min_samples 100: NODATA."""
         assert (
-            error_gate(self.make(109, set()), ErrorGateConfig(), now=at(109)).state
+            error_gate(
+                self.make(109, set()), ErrorGateConfig(), now=at(109), arl0=DEFAULT_ARL0
+            ).state
             is GateState.NODATA
         )
 
@@ -334,8 +413,11 @@ class TestQualityGate:
         300 the mismatch bound (0 of 300: 0.535 %) is not yet under the 0.5 % tolerance,
         which takes 322 pairs at 80 % confidence — INCONCLUSIVE, never PASS early."""
         records = [record(i) for i in range(500)]
-        assert quality_gate(records, QualityGateConfig(), now=at(500)).state is GateState.PASS
-        early = quality_gate(records[:300], QualityGateConfig(), now=at(300))
+        assert (
+            quality_gate(records, QualityGateConfig(), now=at(500), arl0=DEFAULT_ARL0).state
+            is GateState.PASS
+        )
+        early = quality_gate(records[:300], QualityGateConfig(), now=at(300), arl0=DEFAULT_ARL0)
         assert early.state is GateState.INCONCLUSIVE
         assert early.detail.startswith("INCONCLUSIVE by quality.mismatch")
 
@@ -344,9 +426,9 @@ class TestQualityGate:
         0.5 % → 8 % chart (a hit +2.77, a miss −0.078): about 13 after 200 pairs, under
         the bank's h ≈ 18.6 — WARN; by 300 pairs it has alarmed — FAIL."""
         records = [record(i, pair_scores=scores(exact=i % 20 != 0)) for i in range(300)]
-        early = quality_gate(records[:200], QualityGateConfig(), now=at(200))
+        early = quality_gate(records[:200], QualityGateConfig(), now=at(200), arl0=DEFAULT_ARL0)
         assert early.state is GateState.WARN
-        decision = quality_gate(records, QualityGateConfig(), now=at(300))
+        decision = quality_gate(records, QualityGateConfig(), now=at(300), arl0=DEFAULT_ARL0)
         assert decision.state is GateState.FAIL
         assert decision.statistic == "greedy mismatch rate"
 
@@ -359,7 +441,7 @@ class TestQualityGate:
             for i in range(3000)
         ]
         for n in range(500, 3001, 500):
-            decision = quality_gate(tie[:n], QualityGateConfig(), now=at(n))
+            decision = quality_gate(tie[:n], QualityGateConfig(), now=at(n), arl0=DEFAULT_ARL0)
             assert decision.state is not GateState.FAIL, decision.detail
         mismatch = next(c for c in decision.components if c.name == "quality.mismatch")
         assert "numeric ties 600/3000" in mismatch.detail
@@ -367,18 +449,24 @@ class TestQualityGate:
             record(i, pair_scores=scores(exact=i % 5 != 0, margin=None if i % 5 else 2.5))
             for i in range(200)
         ]
-        assert quality_gate(real, QualityGateConfig(), now=at(200)).state is GateState.FAIL
+        assert (
+            quality_gate(real, QualityGateConfig(), now=at(200), arl0=DEFAULT_ARL0).state
+            is GateState.FAIL
+        )
 
     def test_unjudged_divergences_count(self) -> None:
         """A divergence no teacher could score (a server without prompt log-probs) is
         counted as a mismatch: no tie is assumed without evidence."""
         records = [record(i, pair_scores=scores(exact=i % 5 != 0)) for i in range(200)]
-        assert quality_gate(records, QualityGateConfig(), now=at(200)).state is GateState.FAIL
+        assert (
+            quality_gate(records, QualityGateConfig(), now=at(200), arl0=DEFAULT_ARL0).state
+            is GateState.FAIL
+        )
 
     def test_mismatch_is_not_judged_when_sampling(self) -> None:
         """At temperature 0.7 outputs may differ: the mismatch check is left out."""
         records = [record(i, pair_scores=scores(exact=False), temperature=0.7) for i in range(300)]
-        decision = quality_gate(records, QualityGateConfig(), now=at(300))
+        decision = quality_gate(records, QualityGateConfig(), now=at(300), arl0=DEFAULT_ARL0)
         assert decision.state is GateState.PASS
         assert all(c.name != "quality.mismatch" for c in decision.components)
 
@@ -388,7 +476,7 @@ class TestQualityGate:
             record(i, pair_scores=scores(delta=-0.1 if i % 2 else -0.1 + 0.01), temperature=0.7)
             for i in range(200)
         ]
-        decision = quality_gate(records, QualityGateConfig(), now=at(200))
+        decision = quality_gate(records, QualityGateConfig(), now=at(200), arl0=DEFAULT_ARL0)
         assert decision.state is GateState.FAIL
         assert decision.components[0].estimate == pytest.approx(-0.095)
 
@@ -403,7 +491,7 @@ class TestQualityGate:
         ]
 
         def loops(n: int) -> GateDecision:
-            decision = quality_gate(records[:n], QualityGateConfig(), now=at(n))
+            decision = quality_gate(records[:n], QualityGateConfig(), now=at(n), arl0=DEFAULT_ARL0)
             return next(c for c in decision.components if c.name == "quality.loops")
 
         early = loops(400)
@@ -416,7 +504,7 @@ class TestQualityGate:
         check never FAILs, however long the window."""
         records = [record(i, pair_scores=scores(spec_loop=i % 200 == 100)) for i in range(5000)]
         for n in range(1000, 5001, 1000):
-            decision = quality_gate(records[:n], QualityGateConfig(), now=at(n))
+            decision = quality_gate(records[:n], QualityGateConfig(), now=at(n), arl0=DEFAULT_ARL0)
             loops = next(c for c in decision.components if c.name == "quality.loops")
             assert loops.state is not GateState.FAIL, loops.detail
 
@@ -426,14 +514,17 @@ class TestQualityGate:
         deltas = [-0.01 if i % 100 == 50 else 0.0 for i in range(5000)]
         records = [record(i, pair_scores=scores(delta=d)) for i, d in enumerate(deltas)]
         for n in range(1000, 5001, 1000):
-            decision = quality_gate(records[:n], QualityGateConfig(), now=at(n))
+            decision = quality_gate(records[:n], QualityGateConfig(), now=at(n), arl0=DEFAULT_ARL0)
             score = next(c for c in decision.components if c.name == "quality.score")
             assert score.state is not GateState.FAIL, score.detail
 
     def test_below_min_samples_is_nodata(self) -> None:
         """Fewer scored pairs than min_samples: NODATA."""
         records = [record(i) for i in range(99)]
-        assert quality_gate(records, QualityGateConfig(), now=at(99)).state is GateState.NODATA
+        assert (
+            quality_gate(records, QualityGateConfig(), now=at(99), arl0=DEFAULT_ARL0).state
+            is GateState.NODATA
+        )
 
 
 class TestSpeedupGate:
@@ -445,7 +536,9 @@ class TestSpeedupGate:
     def test_faster_passes_with_order_statistic_bounds(self) -> None:
         """Speedups 1.5..2.5: median 2.0, bounds from order statistics, PASS."""
         values = [1.5 + i / 100 for i in range(101)]
-        decision = speedup_gate(self.make(values), SpeedupGateConfig(), now=at(101))
+        decision = speedup_gate(
+            self.make(values), SpeedupGateConfig(), now=at(101), arl0=DEFAULT_ARL0
+        )
         assert decision.state is GateState.PASS
         assert decision.estimate == pytest.approx(2.0)
         assert decision.lower is not None and decision.lower < 2.0 < (decision.upper or 0)
@@ -454,7 +547,9 @@ class TestSpeedupGate:
         """Speedups 0.5..0.9: even the upper bound is below 1.0 — FAIL."""
         values = [0.5 + 0.4 * i / 100 for i in range(101)]
         assert (
-            speedup_gate(self.make(values), SpeedupGateConfig(), now=at(101)).state
+            speedup_gate(
+                self.make(values), SpeedupGateConfig(), now=at(101), arl0=DEFAULT_ARL0
+            ).state
             is GateState.FAIL
         )
 
@@ -463,17 +558,24 @@ class TestSpeedupGate:
         below = [0.8 + 0.39 * i / 100 for i in range(101)]
         above = [0.82 + 0.39 * i / 100 for i in range(101)]
         assert (
-            speedup_gate(self.make(below), SpeedupGateConfig(), now=at(101)).state is GateState.WARN
+            speedup_gate(
+                self.make(below), SpeedupGateConfig(), now=at(101), arl0=DEFAULT_ARL0
+            ).state
+            is GateState.WARN
         )
         assert (
-            speedup_gate(self.make(above), SpeedupGateConfig(), now=at(101)).state
+            speedup_gate(
+                self.make(above), SpeedupGateConfig(), now=at(101), arl0=DEFAULT_ARL0
+            ).state
             is GateState.INCONCLUSIVE
         )
 
     def test_below_min_samples_is_nodata(self) -> None:
         """49 pairs with min_samples 50: NODATA."""
         assert (
-            speedup_gate(self.make([2.0] * 49), SpeedupGateConfig(), now=at(49)).state
+            speedup_gate(
+                self.make([2.0] * 49), SpeedupGateConfig(), now=at(49), arl0=DEFAULT_ARL0
+            ).state
             is GateState.NODATA
         )
 
@@ -483,7 +585,7 @@ class TestLivenessGate:
         """Five speculative-only failures in a row: FAIL, and the gate is critical."""
         records = [record(i) for i in range(10)]
         records += [record(10 + i, speculative=result(ok=False)) for i in range(5)]
-        decision = liveness_gate(records, LivenessGateConfig(), now=at(15))
+        decision = liveness_gate(records, LivenessGateConfig(), now=at(15), arl0=DEFAULT_ARL0)
         assert decision.state is GateState.FAIL
         assert decision.critical
 
@@ -497,11 +599,11 @@ class TestLivenessGate:
         records += [record(10 + i, speculative=result(ok=False)) for i in range(4)]
         records.append(record(14, baseline=result(ok=False), speculative=result(ok=False)))
         records += [record(15 + i, speculative=result(ok=False)) for i in range(2)]
-        decision = liveness_gate(records, LivenessGateConfig(), now=at(17))
+        decision = liveness_gate(records, LivenessGateConfig(), now=at(17), arl0=DEFAULT_ARL0)
         assert decision.state is GateState.WARN
         assert (decision.estimate, decision.threshold) == (6.0, 11.0)
         records += [record(17 + i, speculative=result(ok=False)) for i in range(3)]
-        decision = liveness_gate(records, LivenessGateConfig(), now=at(20))
+        decision = liveness_gate(records, LivenessGateConfig(), now=at(20), arl0=DEFAULT_ARL0)
         assert decision.state is GateState.FAIL
         assert (decision.estimate, decision.threshold) == (9.0, 9.0)
 
@@ -517,14 +619,17 @@ class TestLivenessGate:
             record(i, baseline=result(ok=i not in base), speculative=result(ok=i not in spec_fail))
             for i in range(50)
         ]
-        decision = liveness_gate(records, LivenessGateConfig(), now=at(50))
+        decision = liveness_gate(records, LivenessGateConfig(), now=at(50), arl0=DEFAULT_ARL0)
         assert decision.state is not GateState.FAIL, decision.detail
         assert "16/30 pairs with a healthy baseline" in decision.detail
         dead = [
             record(i, baseline=result(ok=i not in base), speculative=result(ok=False))
             for i in range(50)
         ]
-        assert liveness_gate(dead, LivenessGateConfig(), now=at(50)).state is GateState.FAIL
+        assert (
+            liveness_gate(dead, LivenessGateConfig(), now=at(50), arl0=DEFAULT_ARL0).state
+            is GateState.FAIL
+        )
 
     def test_a_failing_baseline_needs_a_longer_run(self) -> None:
         """The baseline failing on 15 of the last 50 pairs (30 %): equal arms make runs of 5
@@ -537,16 +642,22 @@ class TestLivenessGate:
                 record(i, baseline=result(ok=i not in base), speculative=result(ok=i < 50 - run))
                 for i in range(50)
             ]
-            decision = liveness_gate(records, LivenessGateConfig(), now=at(50))
+            decision = liveness_gate(records, LivenessGateConfig(), now=at(50), arl0=DEFAULT_ARL0)
             assert decision.state is state, decision.detail
             assert decision.threshold == 17
 
     def test_short_streak_warns_and_healthy_passes(self) -> None:
         """Two trailing failures: WARN; none: PASS."""
         records = [record(i) for i in range(10)]
-        assert liveness_gate(records, LivenessGateConfig(), now=at(10)).state is GateState.PASS
+        assert (
+            liveness_gate(records, LivenessGateConfig(), now=at(10), arl0=DEFAULT_ARL0).state
+            is GateState.PASS
+        )
         records += [record(10 + i, speculative=result(ok=False)) for i in range(2)]
-        assert liveness_gate(records, LivenessGateConfig(), now=at(12)).state is GateState.WARN
+        assert (
+            liveness_gate(records, LivenessGateConfig(), now=at(12), arl0=DEFAULT_ARL0).state
+            is GateState.WARN
+        )
 
     def test_both_arms_failing_is_inconclusive(self) -> None:
         """When the baseline fails too, nothing is learnt about the speculative arm."""
@@ -554,7 +665,8 @@ class TestLivenessGate:
             record(i, baseline=result(ok=False), speculative=result(ok=False)) for i in range(10)
         ]
         assert (
-            liveness_gate(records, LivenessGateConfig(), now=at(10)).state is GateState.INCONCLUSIVE
+            liveness_gate(records, LivenessGateConfig(), now=at(10), arl0=DEFAULT_ARL0).state
+            is GateState.INCONCLUSIVE
         )
 
     def test_stale_or_empty_window_is_nodata(self) -> None:
@@ -563,8 +675,13 @@ class TestLivenessGate:
         config = LivenessGateConfig()
         assert config.window_seconds is not None
         later = at(9) + timedelta(seconds=config.window_seconds + 1)
-        assert liveness_gate(records, config, now=later).state is GateState.NODATA
-        assert liveness_gate([], LivenessGateConfig(), now=at(0)).state is GateState.NODATA
+        assert (
+            liveness_gate(records, config, now=later, arl0=DEFAULT_ARL0).state is GateState.NODATA
+        )
+        assert (
+            liveness_gate([], LivenessGateConfig(), now=at(0), arl0=DEFAULT_ARL0).state
+            is GateState.NODATA
+        )
 
 
 def acceptance_records(category: str, lengths: list[float], start: int = 0) -> list[PairRecord]:
@@ -600,7 +717,14 @@ class TestDriftGate:
         records = acceptance_records("code", [2.5, 3.0] * 20) + acceptance_records(
             "qa", [2.75] * 40, 40
         )
-        decision = drift_gate(records, DriftGateConfig(), now=at(80), references=self.REFERENCE)
+        decision = drift_gate(
+            records,
+            DriftGateConfig(),
+            now=at(80),
+            references=self.REFERENCE,
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is GateState.PASS
         assert decision.categories == ()
 
@@ -609,7 +733,14 @@ class TestDriftGate:
         records = acceptance_records("code", [1.925] * 30) + acceptance_records(
             "qa", [2.75] * 30, 30
         )
-        decision = drift_gate(records, DriftGateConfig(), now=at(60), references=self.REFERENCE)
+        decision = drift_gate(
+            records,
+            DriftGateConfig(),
+            now=at(60),
+            references=self.REFERENCE,
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is GateState.FAIL
         assert decision.categories == ("code",)
         assert decision.estimate == pytest.approx(0.3, abs=0.01)
@@ -617,17 +748,40 @@ class TestDriftGate:
     def test_small_sustained_drop_only_warns(self) -> None:
         """A 10 % drop trips the CUSUM but not the 15 % relative threshold: WARN."""
         records = acceptance_records("code", [2.475] * 40)
-        decision = drift_gate(records, DriftGateConfig(), now=at(40), references=self.REFERENCE)
+        decision = drift_gate(
+            records,
+            DriftGateConfig(),
+            now=at(40),
+            references=self.REFERENCE,
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is GateState.WARN
         assert decision.categories == ("code",)
 
     def test_no_reference_or_thin_category_is_nodata(self) -> None:
         """Without a reference, or with too few pairs per category, there is nothing to judge."""
         records = acceptance_records("code", [2.75] * 40)
-        assert drift_gate(records, DriftGateConfig(), now=at(40)).state is GateState.NODATA
+        assert (
+            drift_gate(
+                records,
+                DriftGateConfig(),
+                now=at(40),
+                arl0=DEFAULT_ARL0,
+                budget_30d=DEFAULT_DETECTOR_BUDGET,
+            ).state
+            is GateState.NODATA
+        )
         thin = acceptance_records("code", [2.75] * 19)
         assert (
-            drift_gate(thin, DriftGateConfig(), now=at(19), references=self.REFERENCE).state
+            drift_gate(
+                thin,
+                DriftGateConfig(),
+                now=at(19),
+                references=self.REFERENCE,
+                arl0=DEFAULT_ARL0,
+                budget_30d=DEFAULT_DETECTOR_BUDGET,
+            ).state
             is GateState.NODATA
         )
 
@@ -637,7 +791,14 @@ class TestDriftGate:
         records = acceptance_records("code", [2.5, 3.0] * 20) + acceptance_records(
             "chat", [2.75] * 40, 40
         )
-        decision = drift_gate(records, DriftGateConfig(), now=at(80), references=self.REFERENCE)
+        decision = drift_gate(
+            records,
+            DriftGateConfig(),
+            now=at(80),
+            references=self.REFERENCE,
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is GateState.INCONCLUSIVE
         assert "unmonitored categories (no reference yet): chat" in decision.detail
         states = {c.name: c.state for c in decision.components}
@@ -651,9 +812,24 @@ class TestDriftGate:
             "code", [2.75] * 40, 10
         )
         config = DriftGateConfig()
-        whole = drift_gate(records, config, now=at(50), references=self.REFERENCE)
+        whole = drift_gate(
+            records,
+            config,
+            now=at(50),
+            references=self.REFERENCE,
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert whole.state is GateState.WARN
-        after = drift_gate(records, config, now=at(50), references=self.REFERENCE, since=at(9))
+        after = drift_gate(
+            records,
+            config,
+            now=at(50),
+            references=self.REFERENCE,
+            since=at(9),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert after.state is GateState.PASS
         assert after.window_start == at(10)
         assert after.components[0].n_speculative == 40
@@ -662,7 +838,14 @@ class TestDriftGate:
         """A configured reference of 2.0 makes a steady 2.0 window PASS despite a pinned 2.75."""
         config = DriftGateConfig.model_validate({"references": {"code": {"mean": 2.0, "sd": 0.3}}})
         records = acceptance_records("code", [2.0] * 30)
-        decision = drift_gate(records, config, now=at(30), references=self.REFERENCE)
+        decision = drift_gate(
+            records,
+            config,
+            now=at(30),
+            references=self.REFERENCE,
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is GateState.PASS
 
 
@@ -682,7 +865,13 @@ class TestEvaluateAll:
         """to_dict gives plain JSON types, components included."""
         import json
 
-        decision = latency_gate(latency_records(100, 0.5), FAST_LATENCY, now=at(100))
+        decision = latency_gate(
+            latency_records(100, 0.5),
+            FAST_LATENCY,
+            now=at(100),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         payload = json.loads(json.dumps(decision.to_dict()))
         assert payload["state"] == "PASS"
         names = [c["name"] for c in payload["components"]]

@@ -17,6 +17,7 @@ from gates.config import QualityGateConfig
 from gates.core import GateDecision
 from gates.pairs.testing import at, record, scores
 from gates.records import PairRecord
+from gates.stats.budget import DEFAULT_ARL0, DEFAULT_DETECTOR_BUDGET
 from gates.stats.sequential import (
     GROSS_SEPARATION,
     cusum_bank,
@@ -39,7 +40,7 @@ def sampled(deltas: list[float], **fields: float | bool | None) -> list[PairReco
 
 
 def state(records: list[PairRecord], name: str) -> GateState | None:
-    decision = quality_gate(records, QualityGateConfig(), now=at(len(records)))
+    decision = quality_gate(records, QualityGateConfig(), now=at(len(records)), arl0=DEFAULT_ARL0)
     part = next((c for c in decision.components if c.name == name), None)
     return None if part is None else part.state
 
@@ -158,7 +159,9 @@ class TestImplausible:
         ]
 
     def decision(self, records: list[PairRecord]) -> GateDecision:
-        decision = quality_gate(records, QualityGateConfig(), now=at(len(records)))
+        decision = quality_gate(
+            records, QualityGateConfig(), now=at(len(records)), arl0=DEFAULT_ARL0
+        )
         return next(c for c in decision.components if c.name == self.NAME)
 
     def test_garbage_in_every_pair_decides_in_six(self) -> None:
@@ -199,7 +202,9 @@ class TestImplausible:
 
     def test_left_out_without_token_nlls(self) -> None:
         """Pairs stored before max_nll existed, or teachers without it: a note."""
-        decision = quality_gate(sampled([0.0] * 50), QualityGateConfig(), now=at(50))
+        decision = quality_gate(
+            sampled([0.0] * 50), QualityGateConfig(), now=at(50), arl0=DEFAULT_ARL0
+        )
         assert all(c.name != self.NAME for c in decision.components)
         assert "implausible: no sampled pair" in decision.detail
 
@@ -240,7 +245,13 @@ class TestLatencyMedian:
         from gates import latency_gate
         from gates.config import LatencyGateConfig
 
-        return latency_gate(self.timed(ratios), LatencyGateConfig(), now=at(len(ratios))).state
+        return latency_gate(
+            self.timed(ratios),
+            LatencyGateConfig(),
+            now=at(len(ratios)),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        ).state
 
     def test_one_cold_first_request_does_not_fail(self) -> None:
         for ratio in (1.4, 7.8, 100.0):

@@ -11,6 +11,7 @@ from gates import GateDecision, GateState, latency_gate
 from gates.config import LatencyGateConfig
 from gates.pairs.testing import at, record, result
 from gates.records import PairRecord
+from gates.stats.budget import DEFAULT_ARL0, DEFAULT_DETECTOR_BUDGET
 
 PIN = LatencyGateConfig().regression_pin_pairs  # 1,000 by default
 
@@ -30,7 +31,13 @@ def pairs(count: int, ratio: float, seed: int, first: int = 0) -> list[PairRecor
 def check(
     records: list[PairRecord], name: str = "latency.e2e.regression"
 ) -> tuple[GateDecision, GateDecision | None]:
-    decision = latency_gate(records, LatencyGateConfig(), now=at(len(records)))
+    decision = latency_gate(
+        records,
+        LatencyGateConfig(),
+        now=at(len(records)),
+        arl0=DEFAULT_ARL0,
+        budget_30d=DEFAULT_DETECTOR_BUDGET,
+    )
     return decision, next((c for c in decision.components if c.name == name), None)
 
 

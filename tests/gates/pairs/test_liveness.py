@@ -44,7 +44,7 @@ class TestDeadArmBesideAFailingBaseline:
         config = LivenessGateConfig()
         states = []
         for n in range(101, len(records) + 1):
-            decision = liveness_gate(records[:n], config, now=at(n))
+            decision = liveness_gate(records[:n], config, now=at(n), arl0=DEFAULT_ARL0)
             states.append(decision.state)
             if decision.state is GateState.FAIL:
                 break
@@ -86,5 +86,5 @@ class TestBudgetShare:
         assert needed_run(5, rate, liveness_threshold(detector_arl0(GatesConfig()))) == run
         window = config.window_pairs or 500
         for n in range(window, len(records) + 1, 6):
-            decision = liveness_gate(records[n - window : n], config, now=at(n))
+            decision = liveness_gate(records[n - window : n], config, now=at(n), arl0=DEFAULT_ARL0)
             assert decision.state is not GateState.FAIL, (n, decision.detail)

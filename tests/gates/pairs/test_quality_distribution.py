@@ -12,6 +12,7 @@ from gates.config import QualityGateConfig
 from gates.core import GateDecision
 from gates.pairs.testing import at, record, scores
 from gates.records import PairRecord
+from gates.stats.budget import DEFAULT_ARL0
 
 NAME = "quality.distribution"
 
@@ -28,7 +29,9 @@ def component(decision: GateDecision) -> GateDecision | None:
 
 
 def evaluate(records: list[PairRecord], **config: float) -> GateDecision:
-    return quality_gate(records, QualityGateConfig(**config), now=at(len(records)))
+    return quality_gate(
+        records, QualityGateConfig(**config), now=at(len(records)), arl0=DEFAULT_ARL0
+    )
 
 
 def noise(n: int, mean: float, sd: float, seed: int = 0) -> list[float | None]:
@@ -87,6 +90,6 @@ class TestNoContentCheck:
 
         unjudged = scores(exact=False, delta=None)
         records = [record(i, temperature=0.7, pair_scores=unjudged) for i in range(600)]
-        decision = quality_gate(records, GatesConfig().quality, now=at(599))
+        decision = quality_gate(records, GatesConfig().quality, now=at(599), arl0=DEFAULT_ARL0)
         assert decision.state is GateState.INCONCLUSIVE
         assert "no content check ran" in decision.detail

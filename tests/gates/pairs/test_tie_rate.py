@@ -12,12 +12,15 @@ from gates.core import GateDecision, GateState
 from gates.pairs.quality import quality_gate
 from gates.pairs.testing import at, record, scores
 from gates.records import PairRecord
+from gates.stats.budget import DEFAULT_ARL0
 
 
 def component(
     records: list[PairRecord], name: str, config: QualityGateConfig | None = None
 ) -> GateDecision:
-    decision = quality_gate(records, config or QualityGateConfig(), now=at(len(records)))
+    decision = quality_gate(
+        records, config or QualityGateConfig(), now=at(len(records)), arl0=DEFAULT_ARL0
+    )
     return next(c for c in decision.components if c.name == name)
 
 

@@ -13,6 +13,7 @@ from gates.config import DriftGateConfig, LatencyGateConfig
 from gates.pairs.drift import ReferenceStats, pin_reference
 from gates.pairs.testing import at, record, result
 from gates.records import PairRecord
+from gates.stats.budget import DEFAULT_ARL0, DEFAULT_DETECTOR_BUDGET
 from gates.stats.sequential import cusum_bank, gaussian_llr, llr_cusum
 
 H = 17.0
@@ -79,14 +80,28 @@ class TestDriftBank:
 
     def _first_fail(self, records: list[PairRecord]) -> int | None:
         for n in range(10, len(records) + 1, 5):
-            decision = drift_gate(records[:n], self.CONFIG, now=at(n), references=self.REFERENCE)
+            decision = drift_gate(
+                records[:n],
+                self.CONFIG,
+                now=at(n),
+                references=self.REFERENCE,
+                arl0=DEFAULT_ARL0,
+                budget_30d=DEFAULT_DETECTOR_BUDGET,
+            )
             if decision.state is GateState.FAIL:
                 return n
         return None
 
     def test_a_gross_drop_is_caught_by_the_gross_chart(self) -> None:
         records = _drift_records(200, 2.8 * 0.7, 0.86 * 0.7, seed=3)
-        decision = drift_gate(records, self.CONFIG, now=at(200), references=self.REFERENCE)
+        decision = drift_gate(
+            records,
+            self.CONFIG,
+            now=at(200),
+            references=self.REFERENCE,
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is GateState.FAIL
         assert "(chart 2 of 2)" in decision.components[0].detail
         found = self._first_fail(records)
@@ -94,13 +109,27 @@ class TestDriftBank:
 
     def test_healthy_category_does_not_alarm(self) -> None:
         records = _drift_records(2_000, 2.8, 0.86, seed=4)
-        decision = drift_gate(records, self.CONFIG, now=at(2_000), references=self.REFERENCE)
+        decision = drift_gate(
+            records,
+            self.CONFIG,
+            now=at(2_000),
+            references=self.REFERENCE,
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is not GateState.FAIL
         assert "peak" in decision.components[0].detail
 
     def test_a_drop_within_the_tolerance_does_not_alarm(self) -> None:
         records = _drift_records(2_000, 2.8 * 0.96, 0.86, seed=5)
-        decision = drift_gate(records, self.CONFIG, now=at(2_000), references=self.REFERENCE)
+        decision = drift_gate(
+            records,
+            self.CONFIG,
+            now=at(2_000),
+            references=self.REFERENCE,
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is not GateState.FAIL
 
 
@@ -117,7 +146,13 @@ class TestLatencyShift:
     def test_a_broad_slowdown_past_the_tolerance_fails(self) -> None:
         rng = random.Random(6)
         ratios = [math.exp(rng.gauss(math.log(1.6), 0.3)) for _ in range(150)]
-        decision = latency_gate(_latency_records(ratios), self.CONFIG, now=at(150))
+        decision = latency_gate(
+            _latency_records(ratios),
+            self.CONFIG,
+            now=at(150),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         median = next(c for c in decision.components if c.name == "latency.ttft.median")
         assert median.state is GateState.FAIL
 
@@ -126,7 +161,13 @@ class TestLatencyShift:
         ratios = [math.exp(rng.gauss(0.0, 0.3)) for _ in range(500)]
         for i in range(0, 500, 25):  # 4 % of pairs 20× slower on the speculative arm
             ratios[i] = 20.0
-        decision = latency_gate(_latency_records(ratios), self.CONFIG, now=at(500))
+        decision = latency_gate(
+            _latency_records(ratios),
+            self.CONFIG,
+            now=at(500),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         median = next(c for c in decision.components if c.name == "latency.ttft.median")
         assert median.state is not GateState.FAIL
         assert "log-ratio scale" in median.detail
@@ -134,7 +175,13 @@ class TestLatencyShift:
     def test_a_slowdown_within_the_tolerance_does_not_alarm(self) -> None:
         rng = random.Random(8)
         ratios = [math.exp(rng.gauss(math.log(1.05), 0.3)) for _ in range(3_000)]
-        decision = latency_gate(_latency_records(ratios), self.CONFIG, now=at(3_000))
+        decision = latency_gate(
+            _latency_records(ratios),
+            self.CONFIG,
+            now=at(3_000),
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         median = next(c for c in decision.components if c.name == "latency.ttft.median")
         assert median.state is not GateState.FAIL
 
@@ -153,7 +200,14 @@ class TestDriftLogChart:
         healthy = _drift_records(400, 2.8, 0.86, seed=10)
         references = pin_reference(healthy, min_samples=30)
         faulty = _drift_records(300, 2.8 * 0.7, 0.86 * 0.7, seed=11)
-        decision = drift_gate(faulty, self.CONFIG, now=at(300), references=references)
+        decision = drift_gate(
+            faulty,
+            self.CONFIG,
+            now=at(300),
+            references=references,
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is GateState.FAIL
         assert "(chart 2 of 2)" in decision.components[0].detail
 
@@ -161,5 +215,12 @@ class TestDriftLogChart:
         healthy = _drift_records(400, 2.8, 0.86, seed=12)
         references = pin_reference(healthy, min_samples=30)
         later = _drift_records(2_000, 2.8, 0.86, seed=13)
-        decision = drift_gate(later, self.CONFIG, now=at(2_000), references=references)
+        decision = drift_gate(
+            later,
+            self.CONFIG,
+            now=at(2_000),
+            references=references,
+            arl0=DEFAULT_ARL0,
+            budget_30d=DEFAULT_DETECTOR_BUDGET,
+        )
         assert decision.state is not GateState.FAIL

@@ -9,6 +9,7 @@ import pytest
 from gates import GatesConfig
 from gates.core import checks
 from gates.cycle import judge
+from gates.evidence import Evidence
 from gates.pairs.testing import at, record
 from gates.stats.budget import (
     DEFAULT_ARL0,
@@ -141,8 +142,8 @@ class TestJudgeAtARate:
         log(2) higher than without it, and the reason names the rate."""
         records = [record(i) for i in range(200)]
         now = at(200)
-        plain = judge(records, None, None, GatesConfig(), now)
-        rated = judge(records, None, None, GatesConfig(), now, pair_rate=12.0)
+        plain = judge(Evidence(records), GatesConfig(), now)
+        rated = judge(Evidence(records, pair_rate=12.0), GatesConfig(), now)
         assert plain.rate_ratio == 1.0 and rated.rate_ratio == pytest.approx(2.0)
         assert "re-budgeted" not in plain.reason
         assert "re-budgeted for 12 pairs a minute, 2x the design rate" in rated.reason

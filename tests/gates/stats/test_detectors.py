@@ -32,11 +32,11 @@ def first_fail(
     config: GateConfigBase,
     start: int = 1,
 ) -> tuple[int, GateDecision]:
-    """The number of pairs after which `gate` first FAILs, re-evaluating pair by pair
-    from pair `start` on."""
+    """The number of pairs after which `gate` first FAILs at the default config's share of
+    the budget, re-evaluating pair by pair from pair `start` on."""
     decision = None
     for n in range(start, len(records) + 1):
-        decision = gate(records[:n], config, now=at(n))
+        decision = gate(records[:n], config, now=at(n), arl0=DEFAULT_ARL0)
         if decision.state is GateState.FAIL:
             return n, decision
     raise AssertionError(f"no FAIL in {len(records)} pairs: {decision}")
@@ -98,7 +98,9 @@ class TestSelectSince:
         """A `since` after the newest pair leaves nothing to judge: NODATA."""
         records = [record(i) for i in range(200)]
         assert not select(records, ErrorGateConfig(), at(300), since=at(250)).records
-        decision = error_gate(records, ErrorGateConfig(), now=at(300), since=at(250))
+        decision = error_gate(
+            records, ErrorGateConfig(), now=at(300), since=at(250), arl0=DEFAULT_ARL0
+        )
         assert decision.state is GateState.NODATA
 
     def test_since_drops_a_fault_before_the_last_transition(self) -> None:
@@ -107,8 +109,11 @@ class TestSelectSince:
         dead = [record(i, speculative=result(ok=False)) for i in range(50)]
         clean = [record(50 + i) for i in range(400)]
         config = ErrorGateConfig()
-        assert error_gate([*dead, *clean], config, now=at(450)).state is GateState.FAIL
-        after = error_gate([*dead, *clean], config, now=at(450), since=at(49))
+        assert (
+            error_gate([*dead, *clean], config, now=at(450), arl0=DEFAULT_ARL0).state
+            is GateState.FAIL
+        )
+        after = error_gate([*dead, *clean], config, now=at(450), since=at(49), arl0=DEFAULT_ARL0)
         assert after.state is GateState.PASS
         assert after.window_start == at(50)
 

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from gates.config import TelemetryAcceptanceGateConfig
 from gates.core import GateState
+from gates.stats.budget import DEFAULT_ARL0
 from gates.telemetry.acceptance import (
     AcceptanceReference,
     pin_acceptance_reference,
@@ -22,7 +24,6 @@ from gates.telemetry.acceptance import (
 )
 from gates.telemetry.intervals import (
     ArmTelemetry,
-    TelemetryAcceptanceGateConfig,
     TelemetryEvidence,
     TelemetryInterval,
 )
@@ -58,7 +59,11 @@ class TestHealthy:
         window, exactly."""
         arm = simulate_arm(np.random.default_rng(0), HEALTHY, intervals=2 * PIN)
         decision = telemetry_acceptance_gate(
-            speculative(arm), CONFIG, now=end_of(2 * PIN - 1), reference=pinned(arm)
+            speculative(arm),
+            CONFIG,
+            now=end_of(2 * PIN - 1),
+            reference=pinned(arm),
+            arl0=DEFAULT_ARL0,
         )
         assert decision.name == "telemetry.acceptance"
         assert decision.state is GateState.PASS, decision.detail
@@ -84,7 +89,11 @@ class TestHealthy:
             config = CONFIG.model_copy(update={"window_seconds": 6 * 3600.0})
             for hour in range(1, 7):
                 decision = telemetry_acceptance_gate(
-                    speculative(arm), config, now=end_of(hour * 240 - 1), reference=reference
+                    speculative(arm),
+                    config,
+                    now=end_of(hour * 240 - 1),
+                    reference=reference,
+                    arl0=DEFAULT_ARL0,
                 )
                 assert decision.state is GateState.PASS, decision.detail
                 assert decision.detector is not None
@@ -101,14 +110,14 @@ class TestDrop:
             reference = pinned(arm)
             states = [
                 telemetry_acceptance_gate(
-                    speculative(arm), CONFIG, now=end_of(k), reference=reference
+                    speculative(arm), CONFIG, now=end_of(k), reference=reference, arl0=DEFAULT_ARL0
                 ).state
                 for k in range(40)
             ]
             assert GateState.FAIL not in states[:20]
             assert GateState.FAIL in states[20:28], (seed, states[20:28])
             dropped = telemetry_acceptance_gate(
-                speculative(arm), CONFIG, now=end_of(39), reference=reference
+                speculative(arm), CONFIG, now=end_of(39), reference=reference, arl0=DEFAULT_ARL0
             )
             assert dropped.estimate is not None and dropped.threshold is not None
             assert dropped.estimate < dropped.threshold
@@ -119,7 +128,7 @@ class TestDrop:
         plan = [HEALTHY] * PIN + [replace(HEALTHY, acceptance=0.65)] * 228
         arm = simulate_arm(np.random.default_rng(9), plan, intervals=240)
         decision = telemetry_acceptance_gate(
-            speculative(arm), CONFIG, now=end_of(239), reference=pinned(arm)
+            speculative(arm), CONFIG, now=end_of(239), reference=pinned(arm), arl0=DEFAULT_ARL0
         )
         assert decision.state is GateState.PASS, decision.detail
 
@@ -127,7 +136,9 @@ class TestDrop:
         """A configured reference length needs no pin: a 30 % drop against it FAILs."""
         config = CONFIG.model_copy(update={"reference_acceptance_length": 2.73})
         arm = simulate_arm(np.random.default_rng(4), DROPPED, intervals=20)
-        decision = telemetry_acceptance_gate(speculative(arm), config, now=end_of(19))
+        decision = telemetry_acceptance_gate(
+            speculative(arm), config, now=end_of(19), arl0=DEFAULT_ARL0
+        )
         assert decision.state is GateState.FAIL
         assert "configured" in decision.detail
 
@@ -136,7 +147,9 @@ class TestNoData:
     def test_without_reference_is_nodata_with_the_length(self) -> None:
         """No reference yet: NODATA, saying so, with the window's length as estimate."""
         arm = simulate_arm(np.random.default_rng(5), HEALTHY, intervals=8)
-        decision = telemetry_acceptance_gate(speculative(arm), CONFIG, now=end_of(7))
+        decision = telemetry_acceptance_gate(
+            speculative(arm), CONFIG, now=end_of(7), arl0=DEFAULT_ARL0
+        )
         assert decision.state is GateState.NODATA
         assert "no reference pinned yet" in decision.detail
         assert decision.estimate == pytest.approx(length_of(arm.intervals))
@@ -150,13 +163,13 @@ class TestNoData:
             replace(i, drafts=None, accepted_tokens=None) for i in arm.intervals
         )
         decision = telemetry_acceptance_gate(
-            speculative(blind), CONFIG, now=end_of(7), reference=reference
+            speculative(blind), CONFIG, now=end_of(7), reference=reference, arl0=DEFAULT_ARL0
         )
         assert decision.state is GateState.NODATA
         assert "no draft counters" in decision.detail
         gauge = ArmTelemetry.of(replace(i, reported_acceptance_length=2.7) for i in blind.intervals)
         decision = telemetry_acceptance_gate(
-            speculative(gauge), CONFIG, now=end_of(7), reference=reference
+            speculative(gauge), CONFIG, now=end_of(7), reference=reference, arl0=DEFAULT_ARL0
         )
         assert decision.state is GateState.NODATA
         assert "only as a gauge" in decision.detail
@@ -165,7 +178,11 @@ class TestNoData:
         """Fewer intervals than min_intervals: never PASS."""
         arm = simulate_arm(np.random.default_rng(7), HEALTHY, intervals=3)
         decision = telemetry_acceptance_gate(
-            speculative(arm), CONFIG, now=end_of(2), reference=AcceptanceReference(2.7)
+            speculative(arm),
+            CONFIG,
+            now=end_of(2),
+            reference=AcceptanceReference(2.7),
+            arl0=DEFAULT_ARL0,
         )
         assert decision.state is GateState.NODATA
 

@@ -13,13 +13,14 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
+from gates.config import TelemetryErrorGateConfig
 from gates.core import GateDecision, GateMode, GateState
 from gates.stats.budget import DEFAULT_ARL0
 from gates.stats.descriptive import clopper_pearson
 from gates.stats.detectors import CALIBRATION_CONFIDENCE
 from gates.stats.sequential import bernoulli_llr, lorden_threshold
 from gates.telemetry.errors import excess_bounds, shared_outages, telemetry_errors_gate
-from gates.telemetry.intervals import CountInterval, TelemetryCounts, TelemetryErrorGateConfig
+from gates.telemetry.intervals import CountInterval, TelemetryCounts
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 SCRAPE_S = 15
@@ -56,7 +57,7 @@ def requests_to_fail(seed: int, baseline_rate: float, speculative_rate: float) -
     base, spec = simulate(seed, baseline_rate, speculative_rate, 240)
     for k in range(len(base)):
         decision = telemetry_errors_gate(
-            counts(base[: k + 1]), counts(spec[: k + 1]), CONFIG, now=end_of(k)
+            counts(base[: k + 1]), counts(spec[: k + 1]), CONFIG, now=end_of(k), arl0=DEFAULT_ARL0
         )
         if decision.state is GateState.FAIL:
             return decision.n_speculative
@@ -82,8 +83,12 @@ class TestHealthy:
         500 requests per arm (7 intervals, 525 requests, 105 s), with the excess's upper
         bound under the tolerance."""
         base, spec = simulate(1, 0.005, 0.005, 7)
-        early = telemetry_errors_gate(counts(base[:6]), counts(spec[:6]), CONFIG, now=end_of(5))
-        decision = telemetry_errors_gate(counts(base), counts(spec), CONFIG, now=end_of(6))
+        early = telemetry_errors_gate(
+            counts(base[:6]), counts(spec[:6]), CONFIG, now=end_of(5), arl0=DEFAULT_ARL0
+        )
+        decision = telemetry_errors_gate(
+            counts(base), counts(spec), CONFIG, now=end_of(6), arl0=DEFAULT_ARL0
+        )
         assert early.state is GateState.NODATA
         assert decision.state is GateState.PASS
         assert decision.n_baseline == decision.n_speculative == 525
@@ -95,7 +100,9 @@ class TestHealthy:
         0.5 % and 5 % errors: PASS, and the detector's peak stays under half its
         threshold."""
         base, spec = simulate(7, rate, rate, 1440)
-        decision = telemetry_errors_gate(counts(base), counts(spec), CONFIG, now=end_of(1439))
+        decision = telemetry_errors_gate(
+            counts(base), counts(spec), CONFIG, now=end_of(1439), arl0=DEFAULT_ARL0
+        )
         assert decision.state is GateState.PASS
         assert decision.detector is not None
         assert decision.detector.peak < decision.detector.threshold / 2
@@ -120,7 +127,9 @@ class TestFivePercentExcess:
         gross chart alarms on that interval alone."""
         base = [0] * 8
         spec = [0] * 7 + [38]
-        decision = telemetry_errors_gate(counts(base), counts(spec), CONFIG, now=end_of(7))
+        decision = telemetry_errors_gate(
+            counts(base), counts(spec), CONFIG, now=end_of(7), arl0=DEFAULT_ARL0
+        )
         assert decision.state is GateState.FAIL
         assert "excursion from interval 8" in decision.detail
 
@@ -132,7 +141,9 @@ class TestLeftOut:
         base = [0] * 20
         spec = [0] * 20
         base[10] = spec[10] = 38
-        decision = telemetry_errors_gate(counts(base), counts(spec), CONFIG, now=end_of(19))
+        decision = telemetry_errors_gate(
+            counts(base), counts(spec), CONFIG, now=end_of(19), arl0=DEFAULT_ARL0
+        )
         assert decision.state is GateState.PASS
         assert "3 baseline intervals in shared outages, 3 speculative" in decision.detail
         assert decision.n_speculative == 17 * PER_INTERVAL
@@ -150,10 +161,12 @@ class TestLeftOut:
         are not judged; with no baseline at all the gate is NODATA."""
         spec = counts([0] * 10)
         base = TelemetryCounts.of(interval(i, 0) for i in range(10) if i not in {3, 4})
-        decision = telemetry_errors_gate(base, spec, CONFIG, now=end_of(9))
+        decision = telemetry_errors_gate(base, spec, CONFIG, now=end_of(9), arl0=DEFAULT_ARL0)
         assert decision.n_speculative == 8 * PER_INTERVAL
         assert "2 with no baseline interval beside them" in decision.detail
-        empty = telemetry_errors_gate(TelemetryCounts(), spec, CONFIG, now=end_of(9))
+        empty = telemetry_errors_gate(
+            TelemetryCounts(), spec, CONFIG, now=end_of(9), arl0=DEFAULT_ARL0
+        )
         assert empty.state is GateState.NODATA
         assert empty.n_speculative == 0
 
@@ -162,10 +175,15 @@ class TestLeftOut:
         `since` are not read."""
         base = spec = counts([0] * 40)
         config = TelemetryErrorGateConfig(window_seconds=300.0)
-        windowed = telemetry_errors_gate(base, spec, config, now=end_of(29))
+        windowed = telemetry_errors_gate(base, spec, config, now=end_of(29), arl0=DEFAULT_ARL0)
         assert windowed.n_speculative == 20 * PER_INTERVAL
         since = telemetry_errors_gate(
-            base, spec, CONFIG, now=end_of(29), since=T0 + timedelta(seconds=25 * SCRAPE_S)
+            base,
+            spec,
+            CONFIG,
+            now=end_of(29),
+            since=T0 + timedelta(seconds=25 * SCRAPE_S),
+            arl0=DEFAULT_ARL0,
         )
         assert since.n_speculative == 5 * PER_INTERVAL
         assert since.window_start == T0 + timedelta(seconds=25 * SCRAPE_S)
@@ -177,7 +195,7 @@ class TestDecision:
         bounds, the tolerance, the detector, a JSON-ready dict."""
         config = TelemetryErrorGateConfig(mode=GateMode.WARN)
         decision: GateDecision = telemetry_errors_gate(
-            counts([1] * 10), counts([3] * 10), config, now=end_of(9)
+            counts([1] * 10), counts([3] * 10), config, now=end_of(9), arl0=DEFAULT_ARL0
         )
         assert decision.name == "telemetry.errors"
         assert decision.mode is GateMode.WARN

@@ -13,13 +13,14 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
+from gates.config import TelemetryLatencyGateConfig
 from gates.core import GateDecision, GateState
+from gates.stats.budget import DEFAULT_ARL0
 from gates.stats.histogram import BucketCounts
 from gates.telemetry.intervals import (
     ArmTelemetry,
     TelemetryEvidence,
     TelemetryInterval,
-    TelemetryLatencyGateConfig,
 )
 from gates.telemetry.latency import (
     match_load,
@@ -47,7 +48,10 @@ def arms(
 def first(evidence: TelemetryEvidence, state: GateState, intervals: int) -> int | None:
     """The first interval after which the gate reads `state` (None: never)."""
     for k in range(intervals):
-        if telemetry_latency_gate(evidence, CONFIG, now=end_of(k)).state is state:
+        if (
+            telemetry_latency_gate(evidence, CONFIG, now=end_of(k), arl0=DEFAULT_ARL0).state
+            is state
+        ):
             return k
     return None
 
@@ -60,7 +64,9 @@ class TestHealthy:
             evidence = arms(seed, HEALTHY, HEALTHY, TEN_MINUTES)
             passed = first(evidence, GateState.PASS, TEN_MINUTES)
             assert passed is not None and passed < TEN_MINUTES, seed
-            decision = telemetry_latency_gate(evidence, CONFIG, now=end_of(passed))
+            decision = telemetry_latency_gate(
+                evidence, CONFIG, now=end_of(passed), arl0=DEFAULT_ARL0
+            )
             assert decision.name == "telemetry.latency"
             assert {c.name for c in decision.components} == {
                 f"telemetry.latency.{m}.{q}" for m in ("e2e", "ttft", "itl") for q in ("p50", "p99")
@@ -88,7 +94,7 @@ class TestHealthy:
         config = CONFIG.model_copy(update={"window_seconds": 6 * 3600.0})
         for hour in (2, 4, 6):
             decision = telemetry_latency_gate(
-                TelemetryEvidence(base, spec), config, now=end_of(hour * 240 - 1)
+                TelemetryEvidence(base, spec), config, now=end_of(hour * 240 - 1), arl0=DEFAULT_ARL0
             )
             assert decision.state is GateState.PASS, decision.detail
             for check in decision.components:
@@ -112,7 +118,9 @@ class TestSlowUnderLoad:
             assert (matched.mismatched, len(matched.speculative)) == (0, TEN_MINUTES)
             failed = first(evidence, GateState.FAIL, TEN_MINUTES)
             assert failed is not None and failed < TEN_MINUTES, seed
-            decision = telemetry_latency_gate(evidence, CONFIG, now=end_of(failed))
+            decision = telemetry_latency_gate(
+                evidence, CONFIG, now=end_of(failed), arl0=DEFAULT_ARL0
+            )
             assert decision.detector is None
             assert "FAIL by telemetry.latency." in decision.detail
 
@@ -144,7 +152,9 @@ class TestSlowUnderLoad:
             evidence = arms(20 + seed, HEALTHY, slow, TEN_MINUTES)
             failed = first(evidence, GateState.FAIL, TEN_MINUTES)
             assert failed is not None and failed < TEN_MINUTES, seed
-            decision = telemetry_latency_gate(evidence, CONFIG, now=end_of(failed))
+            decision = telemetry_latency_gate(
+                evidence, CONFIG, now=end_of(failed), arl0=DEFAULT_ARL0
+            )
             failing = [c.name for c in decision.components if c.state is GateState.FAIL]
             assert any(name.endswith(".p50") for name in failing), failing
 
@@ -158,10 +168,14 @@ class TestSpeculativeSteps:
         (itl_per_token off), the same gaps look 1.3× longer and the inter-token median
         does not PASS."""
         evidence = arms(13, HEALTHY, self.SPECULATIVE, TEN_MINUTES)
-        decision = telemetry_latency_gate(evidence, CONFIG, now=end_of(TEN_MINUTES - 1))
+        decision = telemetry_latency_gate(
+            evidence, CONFIG, now=end_of(TEN_MINUTES - 1), arl0=DEFAULT_ARL0
+        )
         assert decision.state is GateState.PASS, decision.detail
         raw = CONFIG.model_copy(update={"itl_per_token": False})
-        decision = telemetry_latency_gate(evidence, raw, now=end_of(TEN_MINUTES - 1))
+        decision = telemetry_latency_gate(
+            evidence, raw, now=end_of(TEN_MINUTES - 1), arl0=DEFAULT_ARL0
+        )
         median = next(c for c in decision.components if c.name.endswith("itl.p50"))
         assert median.state in (GateState.FAIL, GateState.WARN), median.detail
 
@@ -179,7 +193,9 @@ class TestMatchedLoad:
         the requests in flight) is never compared: NODATA, naming the intervals left
         out for mismatched load."""
         evidence = arms(3, HEALTHY, replace(HEALTHY, rps=15.0), TEN_MINUTES)
-        decision = telemetry_latency_gate(evidence, CONFIG, now=end_of(TEN_MINUTES - 1))
+        decision = telemetry_latency_gate(
+            evidence, CONFIG, now=end_of(TEN_MINUTES - 1), arl0=DEFAULT_ARL0
+        )
         assert decision.state is GateState.NODATA
         assert "no speculative interval at matched load" in decision.detail
         assert f"{TEN_MINUTES} at mismatched load" in decision.detail
@@ -191,7 +207,9 @@ class TestMatchedLoad:
         rng = np.random.default_rng(5)
         base = simulate_arm(rng, HEALTHY, intervals=24)
         spec = simulate_arm(rng, plan, intervals=24)
-        decision = telemetry_latency_gate(TelemetryEvidence(base, spec), CONFIG, now=end_of(23))
+        decision = telemetry_latency_gate(
+            TelemetryEvidence(base, spec), CONFIG, now=end_of(23), arl0=DEFAULT_ARL0
+        )
         assert decision.state is GateState.NODATA
         assert "4 speculative intervals at matched load" in decision.detail
         assert "20 at mismatched load" in decision.detail
@@ -214,7 +232,7 @@ class TestMatchedLoad:
             for i in evidence.speculative.intervals
         )
         decision = telemetry_latency_gate(
-            TelemetryEvidence(evidence.baseline, bare), CONFIG, now=end_of(7)
+            TelemetryEvidence(evidence.baseline, bare), CONFIG, now=end_of(7), arl0=DEFAULT_ARL0
         )
         assert decision.state is GateState.NODATA
         assert "8 with no load signal" in decision.detail
@@ -228,7 +246,10 @@ class TestMissingSignals:
             replace(i, e2e=None, ttft=None, itl=None) for i in evidence.speculative.intervals
         )
         decision = telemetry_latency_gate(
-            TelemetryEvidence(evidence.baseline, blind), CONFIG, now=end_of(TEN_MINUTES - 1)
+            TelemetryEvidence(evidence.baseline, blind),
+            CONFIG,
+            now=end_of(TEN_MINUTES - 1),
+            arl0=DEFAULT_ARL0,
         )
         assert decision.state is GateState.NODATA
         assert all("histogram at matched load" in c.detail for c in decision.components)
@@ -243,7 +264,10 @@ class TestMissingSignals:
         )
         config = CONFIG.model_copy(update={"metrics": ("itl",)})
         decision = telemetry_latency_gate(
-            TelemetryEvidence(evidence.baseline, unfinished), config, now=end_of(7)
+            TelemetryEvidence(evidence.baseline, unfinished),
+            config,
+            now=end_of(7),
+            arl0=DEFAULT_ARL0,
         )
         assert decision.state is GateState.NODATA
         assert all(c.threshold in (0.5, pytest.approx(0.01)) for c in decision.components)
@@ -251,7 +275,10 @@ class TestMissingSignals:
     def test_empty_window_is_nodata(self) -> None:
         """No intervals at all: NODATA."""
         empty = TelemetryEvidence(ArmTelemetry(), ArmTelemetry())
-        assert telemetry_latency_gate(empty, CONFIG, now=T0).state is GateState.NODATA
+        assert (
+            telemetry_latency_gate(empty, CONFIG, now=T0, arl0=DEFAULT_ARL0).state
+            is GateState.NODATA
+        )
 
     def test_quantile_beyond_the_buckets_is_inconclusive(self) -> None:
         """A baseline whose P99 lies in the +inf bucket has no reading: INCONCLUSIVE,
@@ -264,7 +291,7 @@ class TestMissingSignals:
         )  # fmt: skip
         evidence = TelemetryEvidence(ArmTelemetry((interval,)), ArmTelemetry((interval,)))
         config = CONFIG.model_copy(update={"metrics": ("e2e",), "quantiles": (0.99,)})
-        decision = telemetry_latency_gate(evidence, config, now=end_of(0))
+        decision = telemetry_latency_gate(evidence, config, now=end_of(0), arl0=DEFAULT_ARL0)
         assert decision.state is GateState.INCONCLUSIVE
         assert "+inf bucket" in decision.detail
 
@@ -291,7 +318,9 @@ class TestPieces:
     def test_decision_is_replayable_evidence(self) -> None:
         """The decision carries its window and serialises (audit rows, --json)."""
         evidence = arms(8, HEALTHY, HEALTHY, 12)
-        decision: GateDecision = telemetry_latency_gate(evidence, CONFIG, now=end_of(11))
+        decision: GateDecision = telemetry_latency_gate(
+            evidence, CONFIG, now=end_of(11), arl0=DEFAULT_ARL0
+        )
         data = decision.to_dict()
         assert data["name"] == "telemetry.latency"
         assert data["window_start"] == T0.isoformat()
