@@ -1,5 +1,7 @@
 """Judging on the daemon's side: the gate job that judges the switch's arm and steps the
 switch (`gatejob`), the verdict per revision that rollout tools read (`verdict`, and its
-Kayenta shape in `kayenta`), which daemon on a database leads (`leader`), and which stored
-pairs are evidence (`evidence`). The judging itself is `gates.cycle.judge`, pure and shared
-with `canaryd judge` and the benchmarks."""
+Kayenta shape in `kayenta`), `canaryd judge`'s run (`oneshot`), which daemon on a database
+leads (`leader`), which stored pairs and telemetry are evidence (`evidence`), the one reader
+that gathers a judgement's evidence once (`reader`), the pair rate (`rate`) and the tie
+margin's calibration (`calibration`). The judging itself is `gates.cycle.judge`, pure and
+shared with the benchmarks."""

@@ -1,13 +1,14 @@
 """Which stored pairs and telemetry are evidence: the window of an arm that a judgement
 reads.
 
-Shared by the daemon's gate job and the verdict: `read_window` asks the store for the pairs
-of the longest gate window (`gates.cycle.window_bounds`) up to a time, optionally cut to a
-revision's window and one category, and `under_current_arms` keeps only the pairs measured
-with the arms configured now. `read_telemetry` does the same for the arms' production
-telemetry: the scrape intervals of the baseline and the arm in the longest telemetry gate
-window (`telemetry_seconds`), cut to a revision's window, stored under the arms key of
-each as configured now (a new draft model, or a new baseline, starts from nothing).
+The pieces the one reader (`canaryd.judging.reader.gather`) reads with: `read_window` asks
+the store for the pairs of the longest gate window (`gates.cycle.window_bounds`) up to a
+time, optionally cut to a revision's window and one category, and `under_current_arms`
+keeps only the pairs measured with the arms configured now. `read_telemetry` does the same
+for the arms' production telemetry: the scrape intervals of the baseline and the arm in
+the longest telemetry gate window (`telemetry_seconds`), cut to a revision's window,
+stored under the arms key of each as configured now (a new draft model, or a new
+baseline, starts from nothing).
 `acceptance_reference` pins the speculative arm's acceptance reference from that evidence
 when none is configured: its earliest intervals (`gates.telemetry.acceptance.
 pin_acceptance_reference`), recomputed at every judgement from what is stored, so a

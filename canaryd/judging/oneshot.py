@@ -32,7 +32,7 @@ from canaryd.telemetry.recorder import TelemetryRecorder
 from engine.base import Engine
 from gates import GateDecision, GateMode
 from gates.config import GatesConfig
-from gates.cycle import Verdict, judge
+from gates.cycle import Judgement, Verdict, judge
 from gates.records import PairRecord
 
 __all__ = ["JudgeOutcome", "Progress", "judge_candidate"]
@@ -69,6 +69,17 @@ def _gates(settings: Settings, drift_judged: bool) -> GatesConfig:
         return gates
     drift = gates.drift.model_copy(update={"mode": GateMode.DRY_RUN})
     return gates.model_copy(update={"drift": drift})
+
+
+def _judge_now(
+    store: SqlStore, settings: Settings, gates: GatesConfig, held: Held, subject: str
+) -> Judgement:
+    """The pairs and telemetry held so far, judged now."""
+    now = datetime.now(UTC)
+    evidence = gather(
+        store, settings, settings.switch_arm, now, config=gates, held=held, subject=subject
+    )
+    return judge(evidence, gates, now)
 
 
 def judge_candidate(
@@ -115,18 +126,9 @@ def judge_candidate(
                 for record in group.records:
                     store.save_pair(storable(record)[0])
                 records.append(group.record(arm))
-                now = datetime.now(UTC)
                 telemetry = recorder.evidence(arm) if recorder is not None else None
-                evidence = gather(
-                    store,
-                    settings,
-                    arm,
-                    now,
-                    config=gates,
-                    held=Held(tuple(records), references, telemetry),
-                    subject=f"judge run {run.run_id}",
-                )
-                judged = judge(evidence, gates, now)
+                held = Held(tuple(records), references, telemetry)
+                judged = _judge_now(store, settings, gates, held, f"judge run {run.run_id}")
                 decisions, verdict, reason = judged.decisions, judged.verdict, judged.reason
                 advance(verdict)
                 if verdict in ("PASS", "FAIL"):

@@ -12,10 +12,10 @@ enough that a follower measuring beside the leader is counted within a day; burs
 not marked in the store, so the horizon is what keeps them out. Dividing by the whole
 horizon, not by the time since the first pair, keeps a daemon started minutes ago (or a
 test) from being read as a sustained rate: the budget counts pairs per 30 days, and a
-day's pairs are what a day spends of it. The daemon's gate job, the verdict and `canaryd
-judge` pass the rate to `gates.cycle.judge`, which judges with a copy of the gates config
-re-budgeted for it when it is faster than the design rate (the gate job measures every
-`RATE_REFRESH`, the verdict at each gate run it judges).
+day's pairs are what a day spends of it. The daemon's gate job and the verdict read it into
+their evidence (`canaryd.judging.reader.gather`, `rate=`), and `gates.cycle.judge` judges
+with a copy of the gates config re-budgeted for it when it is faster than the design rate
+(the gate job measures every `RATE_REFRESH`, the verdict at each gate run it judges).
 """
 
 from __future__ import annotations

@@ -2,19 +2,19 @@
 happens to import): the packages depend one way, engine → gates → canaryd, and none on
 benchmarks/; gates/ is built in the layers of `GATES_LAYERS`, each importing only from
 layers below it; no import cycle, between modules nor between the folders of a package
-(gates/' pairs/, telemetry/, …; canaryd/'s packages; engine/'s); and the size rules:
-at most `MAX_GATES_ROOT` modules at the root of gates/, no product module over
-`MAX_MODULE_LINES` lines, no function of canaryd/judging/ over `MAX_JUDGING_FUNCTION_LINES`.
+(those of gates/, canaryd/'s packages, engine/'s); and the size rules: at most
+`MAX_GATES_ROOT` modules at the root of gates/, no product module over `MAX_MODULE_LINES`
+lines, no function of canaryd/judging/ over `MAX_JUDGING_FUNCTION_LINES`.
 
 An import counts wherever it is written: at the top of a module, inside a function, and
-under `if TYPE_CHECKING:` too (a type-only import still couples the two modules, and turns
-into a runtime one the day the name is needed). `from package import name` is an import
-of `package.name` when that is a module, else of the package (its `__init__`). The lazy
-export tables (`engine.lazy`, `canaryd.lazy`) name modules in strings and are not
-imports. At the package level a module at a package's root is a node of its own and every
-folder below the root is one node: an import between two modules of one folder is inside
-that node. canaryd/'s packages have no order stated in docs/architecture.md (it lists them
-by role), so for them this asks for no cycle, which is what an order needs.
+under `if TYPE_CHECKING:` too, none left out: a package's lazy exports (`engine.lazy`) are
+imported at run time from the modules its `TYPE_CHECKING` block names, and elsewhere a
+type-only import still ties two modules together. `from package import name` is an import
+of `package.name` when that is a module, else of the package (its `__init__`). At the
+package level a module at a package's root is a node of its own and every folder below
+the root is one node: an import between two modules of one folder stays inside it.
+canaryd/'s packages have no order stated in docs/architecture.md (it lists them by role),
+so for them this asks for no cycle, which is what any order needs.
 """
 
 from __future__ import annotations
@@ -188,6 +188,16 @@ class TestGatesLayers:
         gates_above = {"gates.pairs", "gates.telemetry", "gates.switch", "gates.parity"}
         gates_above |= {"gates.cycle", "gates.evidence", "gates.estimate"}
         assert package_graph("gates")["gates.stats"] & gates_above == set()
+
+    def test_of_stats_only_the_budget_reads_the_whole_config(self) -> None:
+        """Of gates/stats/, only the budget (it splits the budget between the config's
+        gates) imports `gates.config`; the rest reads at most `gates.config_base`."""
+        readers = sorted(
+            name
+            for name, targets in module_graph().items()
+            if name.startswith("gates.stats.") and "gates.config" in targets
+        )
+        assert readers == ["gates.stats.budget"]
 
 
 class TestCycles:
