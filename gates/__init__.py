@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from gates.config import GatesConfig
     from gates.core import DetectorReading, GateDecision, GateMode, GateState, ReferenceStats
     from gates.cycle import GATES, Judgement, Verdict, combine, evaluate_all, judge
+    from gates.evidence import Evidence
     from gates.pairs.drift import drift_gate, grow_references, pin_reference
     from gates.pairs.error_rate import error_gate
     from gates.pairs.latency import latency_gate
@@ -45,6 +46,7 @@ __all__ = [
     "Control",
     "DetectorReading",
     "Evaluation",
+    "Evidence",
     "GateDecision",
     "GateMode",
     "GateState",

@@ -255,15 +255,12 @@ class PairMetrics:
             if kind is not ErrorKind.NONE:
                 self.errors.remove(arm, kind.value)
 
-    def observe_pair(self, record: PairRecord) -> None:
-        """Count one finished pair: both arms' timings and errors, the speculative arm's
-        acceptance, and the pair's speedup, consistency and quality delta."""
-        self.observe_group((record,))
-
     def observe_group(self, records: Sequence[PairRecord]) -> None:
-        """Count one prompt sent to several speculative arms: its records share the
-        baseline, which is counted once, as is the prompt (by the first record's outcome:
-        the switch's arm comes first); each speculative arm is counted under its name."""
+        """Count one prompt sent to one or several speculative arms: both arms' timings
+        and errors, each speculative arm's acceptance, and each pair's speedup,
+        consistency and quality delta. The records share the baseline, which is counted
+        once, as is the prompt (by the first record's outcome: the switch's arm comes
+        first); each speculative arm is counted under its name."""
         if not records:
             return
         first = records[0]

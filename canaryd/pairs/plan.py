@@ -155,4 +155,3 @@ def new_run(
         software=software_versions(),
         arm_identities=identities,
     )
-

@@ -6,8 +6,8 @@ A capability that shows in the request — a `seed`, `n > 1`, `logprobs`, a
 sends the requests that use it to the baseline, and speculation keeps serving the rest.
 `REQUEST_FIELDS` maps each such capability to the request fields a router matches and
 the rule each field's value is matched by; the other capabilities (long context, over
-the limit, odd input, a burst, cancellation) show in no field and are listed as
-`not_routable`: only the switch helps there.
+the limit, odd input, a burst, cancellation) show in no field, and their regressions are
+listed as `not_routable`: only the switch helps there.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from canaryd.parity.checks import CAPABILITIES
 from gates.parity import ProbeEvidence
 
-__all__ = ["NOT_ROUTABLE", "REQUEST_FIELDS", "Rule", "route_object"]
+__all__ = ["REQUEST_FIELDS", "Rule", "route_object"]
 
 # set: present and not null, false or empty; gt_1: a number above 1; eq_1: equal to 1.
 Rule = Literal["set", "gt_1", "eq_1"]
@@ -32,7 +31,6 @@ REQUEST_FIELDS: dict[str, dict[str, Rule]] = {
     "seed_reproducible": {"seed": "set"},
     "json_schema": {"response_format": "set"},
 }
-NOT_ROUTABLE = tuple(name for name in CAPABILITIES if name not in REQUEST_FIELDS)
 
 
 def route_object(probe: ProbeEvidence) -> dict[str, Any]:

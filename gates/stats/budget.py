@@ -32,7 +32,6 @@ from __future__ import annotations
 from gates.config import GatesConfig
 from gates.config_base import GateConfigBase
 from gates.core import GateMode
-from gates.stats.sequential import lorden_threshold
 
 SECONDS_PER_30_DAYS = 30 * 86_400.0
 # The fraction of a detector's share taken by one whose alternative is gross (above).
@@ -131,11 +130,6 @@ def rebudget(config: GatesConfig, pairs_per_minute: float | None) -> GatesConfig
     assert pairs_per_minute is not None  # a ratio above 1 needs a rate
     budget = config.budget.model_copy(update={"design_pair_interval_s": 60.0 / pairs_per_minute})
     return config.model_copy(update={"budget": budget})
-
-
-def detector_threshold(config: GatesConfig) -> float:
-    """The CUSUM threshold h = log(ARL0) of each detector."""
-    return lorden_threshold(detector_arl0(config))
 
 
 def detector_budget(config: GatesConfig, *, telemetry: bool = False) -> float:

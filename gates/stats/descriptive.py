@@ -12,7 +12,6 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.stats import beta as beta_dist
 from scipy.stats import binom as binom_dist
-from scipy.stats import binomtest
 from scipy.stats import t as t_dist
 
 
@@ -47,17 +46,6 @@ def clopper_pearson(hits: int, total: int, confidence: float) -> tuple[float, fl
     lower = 0.0 if hits == 0 else float(beta_dist.ppf(alpha, hits, total - hits + 1))
     upper = 1.0 if hits == total else float(beta_dist.ppf(confidence, hits + 1, total - hits))
     return lower, upper
-
-
-def mcnemar_exact_greater(worse: int, better: int) -> float:
-    """One-sided exact McNemar p-value that the speculative arm is worse.
-
-    `worse`: discordant pairs where only the speculative arm failed; `better`: only the
-    baseline failed. Under H0 each discordant pair is a fair coin.
-    """
-    if worse + better == 0:
-        return 1.0
-    return float(binomtest(worse, worse + better, 0.5, alternative="greater").pvalue)
 
 
 def mean_t_bounds(values: Sequence[float], confidence: float) -> tuple[float, float, float]:

@@ -77,7 +77,7 @@ def exposed_names() -> set[str]:
         text = f"summarise canary report {n} for {category} in a few words please"
         prompt = Prompt(id=f"{category}-{n}", category=category,
                         messages=(Message("user", text),), max_tokens=32)  # fmt: skip
-        metrics.pairs.observe_pair(runner.run_pair(prompt))
+        metrics.pairs.observe_group((runner.run_pair(prompt),))
     metrics.liveness.cycle_finished(1.0, ok=True)
     metrics.liveness.heartbeat(1.0)
     metrics.switch.observe_gates([("latency", "PASS"), ("drift", "WARN"), ("speedup", "FAIL")])

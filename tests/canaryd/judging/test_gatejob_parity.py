@@ -301,4 +301,3 @@ class TestRouterExample:
         assert code[code.index("RULES: dict") :] in (REPO / "docs" / "switch.md").read_text(
             encoding="utf-8"
         )
-

@@ -76,7 +76,7 @@ class TestRegistry:
         from prometheus_client import REGISTRY
 
         first, second = CanarydMetrics(), CanarydMetrics()
-        first.pairs.observe_pair(run_pairs([prompt("qa")])[0])
+        first.pairs.observe_group(run_pairs([prompt("qa")])[:1])
         assert value(first, "canaryd_pairs_total", category="qa", outcome="complete") == 1
         assert value(second, "canaryd_pairs_total", category="qa", outcome="complete") is None
         assert REGISTRY.get_sample_value("canaryd_pairs_total", {}) is None
@@ -92,7 +92,7 @@ class TestRegistry:
     def test_render_is_valid_text_exposition(self, metrics: CanarydMetrics) -> None:
         """render() parses as Prometheus text and carries every documented family."""
         for record in run_pairs([prompt("qa", i) for i in range(5)]):
-            metrics.pairs.observe_pair(record)
+            metrics.pairs.observe_group((record,))
         metrics.build.set("0.1.0", "3.11.9", "2.13.0", "4.50.0", {"kind": "fake"}, {})
         families = {f.name: f for f in text_string_to_metric_families(metrics.render().decode())}
         for doc in metrics.reference:
@@ -107,7 +107,7 @@ class TestObservePair:
         """Every complete pair adds one pair, one latency per arm and its output tokens."""
         records = run_pairs([prompt("qa", i) for i in range(6)])
         for record in records:
-            metrics.pairs.observe_pair(record)
+            metrics.pairs.observe_group((record,))
         assert value(metrics, "canaryd_pairs_total", category="qa", outcome="complete") == 6
         for arm in ARMS:
             results = [getattr(r, arm) for r in records]
@@ -130,7 +130,7 @@ class TestObservePair:
         """Accepted, drafted and verify counters equal the sums of the pairs' figures."""
         records = run_pairs([prompt("code", i) for i in range(8)])
         for record in records:
-            metrics.pairs.observe_pair(record)
+            metrics.pairs.observe_group((record,))
         stats = [r.speculative.speculative for r in records]
         assert all(s is not None for s in stats)
         accepted = sum(s.accepted_tokens for s in stats if s)
@@ -161,7 +161,7 @@ class TestObservePair:
         each arm, zeros inside a verify step's burst, summing to the arm's gaps."""
         records = run_pairs([prompt("code", i) for i in range(4)])
         for record in records:
-            metrics.pairs.observe_pair(record)
+            metrics.pairs.observe_group((record,))
         for arm in ("baseline", "speculative"):
             results = [getattr(r, arm) for r in records]
             gaps = [g for r in results if r.itl is not None for g in r.itl.token_gaps()]
@@ -184,7 +184,7 @@ class TestObservePair:
         the steps whose first draft position was not kept."""
         records = run_pairs([prompt("code", i) for i in range(8)])
         for record in records:
-            metrics.pairs.observe_pair(record)
+            metrics.pairs.observe_group((record,))
         stats = [s for r in records if (s := r.speculative.speculative) is not None]
         c = {"arm": "speculative", "category": "code"}
         fallback = value(
@@ -199,7 +199,7 @@ class TestObservePair:
         """Per-position counters equal the sums of accepted and drafted per position."""
         records = run_pairs([prompt("rag", i) for i in range(5)])
         for record in records:
-            metrics.pairs.observe_pair(record)
+            metrics.pairs.observe_group((record,))
         for index in range(4):
             accepted = drafted = 0
             for r in records:
@@ -233,7 +233,7 @@ class TestObservePair:
         speculative = FakeEngineConfig(speculative=True, num_draft_tokens=20, acceptance_rate=1.0)
         records = run_pairs([prompt("math", i) for i in range(3)], speculative=speculative)
         for record in records:
-            metrics.pairs.observe_pair(record)
+            metrics.pairs.observe_group((record,))
         positions = {
             dict(s)["position"] for s in series(metrics, "canaryd_speculative_position_drafted")
         }
@@ -259,7 +259,7 @@ class TestObservePair:
         """Complete pairs add their speedup and count as compared and (fake: identical) matching."""
         records = run_pairs([prompt("translation", i) for i in range(4)])
         for record in records:
-            metrics.pairs.observe_pair(record)
+            metrics.pairs.observe_group((record,))
         c = {"arm": "speculative", "category": "translation"}
         assert value(metrics, "canaryd_speedup_ratio_count", **c) == 4
         assert value(metrics, "canaryd_speedup_ratio_sum", **c) == pytest.approx(
@@ -274,7 +274,7 @@ class TestObservePair:
         """A speculative arm that corrupts every output is compared and never matches."""
         speculative = FakeEngineConfig(speculative=True, corrupt_rate=1.0)
         for record in run_pairs([prompt("qa", i) for i in range(3)], speculative=speculative):
-            metrics.pairs.observe_pair(record)
+            metrics.pairs.observe_group((record,))
         c = {"arm": "speculative", "category": "qa"}
         assert value(metrics, "canaryd_pairs_compared_total", **c) == 3
         assert value(metrics, "canaryd_pairs_exact_match_total", **c) is None
@@ -283,7 +283,7 @@ class TestObservePair:
         """Prompts without a check or reference observe no quality delta at all."""
         for record in run_pairs([prompt("qa", i) for i in range(3)]):
             assert record.scores is not None and record.scores.task_score_delta is None
-            metrics.pairs.observe_pair(record)
+            metrics.pairs.observe_group((record,))
         assert not series(metrics, "canaryd_task_score_delta")
 
 
@@ -295,7 +295,7 @@ class TestAcceptanceNotReported:
         records = run_pairs([prompt("qa", i) for i in range(4)], speculative=not_reporting)
         assert all(r.speculative.ok and r.speculative.speculative is None for r in records)
         for record in records:
-            metrics.pairs.observe_pair(record)
+            metrics.pairs.observe_group((record,))
         c = {"arm": "speculative", "category": "qa"}
         assert value(metrics, "canaryd_speculative_acceptance_not_reported_total", **c) == 4
         assert value(metrics, "canaryd_speculative_acceptance_length_count", **c) is None
@@ -320,7 +320,7 @@ class TestErrors:
         records = run_pairs([prompt("qa", i) for i in range(3)], speculative=failing)
         for record in records:
             assert pair_outcome(record) == "speculative_error"
-            metrics.pairs.observe_pair(record)
+            metrics.pairs.observe_group((record,))
         assert (
             value(metrics, "canaryd_pairs_total", category="qa", outcome="speculative_error") == 3
         )
@@ -337,7 +337,7 @@ class TestErrors:
         baseline = FakeEngineConfig(timeout_rate=1.0)
         speculative = FakeEngineConfig(speculative=True, timeout_rate=1.0)
         for record in run_pairs([prompt("qa")], baseline=baseline, speculative=speculative):
-            metrics.pairs.observe_pair(record)
+            metrics.pairs.observe_group((record,))
         assert value(metrics, "canaryd_pairs_total", category="qa", outcome="both_error") == 1
         for arm in ARMS:
             assert value(metrics, "canaryd_errors_total", arm=arm, kind="timeout") == 1
@@ -361,7 +361,7 @@ class TestCardinality:
         categories = ["qa", "code", "math", "rag"]
         prompts = [prompt(categories[i % 4], i) for i in range(200)]
         for record in run_pairs(prompts):
-            metrics.pairs.observe_pair(record)
+            metrics.pairs.observe_group((record,))
         expected = {
             (("arm", arm), ("category", category)) for arm in ARMS for category in categories
         }
@@ -374,7 +374,7 @@ class TestCardinality:
         """Past `max_categories` distinct categories, new ones are counted as `other`."""
         metrics = CanarydMetrics(categories=["qa"], max_categories=3)
         for record in run_pairs([prompt(f"cat{i}") for i in range(6)] + [prompt("qa")]):
-            metrics.pairs.observe_pair(record)
+            metrics.pairs.observe_group((record,))
         seen = {dict(s)["category"] for s in series(metrics, "canaryd_pairs")}
         assert seen == {"qa", "cat0", "cat1", "other"}
         assert value(metrics, "canaryd_pairs_total", category="other", outcome="complete") == 4
@@ -492,9 +492,9 @@ class TestDraftedNotReported:
                                          accepted_per_position=())
         )  # fmt: skip
         c = {"arm": "speculative", "category": "qa"}
-        metrics.pairs.observe_pair(reported)
+        metrics.pairs.observe_group((reported,))
         before = value(metrics, "canaryd_speculative_draft_tokens_total", **c)
-        metrics.pairs.observe_pair(unreported)
+        metrics.pairs.observe_group((unreported,))
         assert before == 12
         assert value(metrics, "canaryd_speculative_draft_tokens_total", **c) == 12
         assert value(metrics, "canaryd_speculative_accepted_of_drafted_tokens_total", **c) == 6
@@ -515,6 +515,6 @@ class TestDraftedNotReported:
             record, SpeculativeStats(verify_steps=4, draft_tokens=12, accepted_tokens=6,
                                      accepted_per_position=(), drafted_per_position=(4, 4, 4))
         )  # fmt: skip
-        metrics.pairs.observe_pair(record)
+        metrics.pairs.observe_group((record,))
         assert not series(metrics, "canaryd_speculative_position_drafted")
         assert not series(metrics, "canaryd_speculative_position_accepted")

@@ -19,10 +19,10 @@ from gates.stats.budget import (
     design_pairs_per_minute,
     detector_arl0,
     detector_count,
-    detector_threshold,
     rate_ratio,
     rebudget,
 )
+from gates.stats.sequential import lorden_threshold
 
 
 def config(**sections: object) -> GatesConfig:
@@ -83,8 +83,8 @@ class TestDetectorArl0:
         assert detector_arl0(GatesConfig()) == pytest.approx(pairs * 15.125 / 0.1)
         assert detector_arl0(GatesConfig()) == pytest.approx(39_204_000)
         assert detector_arl0(GatesConfig()) == DEFAULT_ARL0
-        assert detector_threshold(GatesConfig()) == pytest.approx(math.log(DEFAULT_ARL0))
-        assert detector_threshold(GatesConfig()) == pytest.approx(17.48, abs=0.01)
+        assert lorden_threshold(DEFAULT_ARL0) == pytest.approx(math.log(DEFAULT_ARL0))
+        assert lorden_threshold(DEFAULT_ARL0) == pytest.approx(17.48, abs=0.01)
 
     def test_scales_with_the_detector_count(self) -> None:
         """Putting the error gate (2 of 15.125 shares) in warn mode scales ARL0 by
@@ -130,9 +130,8 @@ class TestRebudget:
         assert faster.budget.design_pair_interval_s == pytest.approx(10 / 3)
         assert designed.budget.design_pair_interval_s == 10.0
         assert detector_arl0(faster) == pytest.approx(3 * detector_arl0(designed))
-        assert detector_threshold(faster) - detector_threshold(designed) == pytest.approx(
-            math.log(3.0)
-        )
+        raised = lorden_threshold(detector_arl0(faster)) - lorden_threshold(detector_arl0(designed))
+        assert raised == pytest.approx(math.log(3.0))
         assert design_pairs_per_minute(designed) == 6.0
 
 

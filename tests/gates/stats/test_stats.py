@@ -11,7 +11,6 @@ from scipy.stats import binom
 from gates.stats.descriptive import (
     bootstrap_quantiles,
     clopper_pearson,
-    mcnemar_exact_greater,
     mean,
     mean_t_bounds,
     order_statistic_bounds,
@@ -79,20 +78,6 @@ class TestClopperPearson:
         """More hits than trials is a programming error."""
         with pytest.raises(ValueError, match="hits"):
             clopper_pearson(5, 3, 0.95)
-
-
-class TestMcNemar:
-    def test_one_sided_p_is_binomial_tail(self) -> None:
-        """5 speculative-only vs 0 baseline-only failures: p = 0.5^5 = 0.03125."""
-        assert mcnemar_exact_greater(5, 0) == pytest.approx(0.03125)
-
-    def test_hand_computed_tail_with_both_kinds(self) -> None:
-        """6 vs 2: p = P(Bin(8, ½) ≥ 6) = (28 + 8 + 1) / 256."""
-        assert mcnemar_exact_greater(6, 2) == pytest.approx(37 / 256)
-
-    def test_no_discordant_pairs(self) -> None:
-        """No discordant pairs carry no evidence: p = 1."""
-        assert mcnemar_exact_greater(0, 0) == 1.0
 
 
 class TestMeanTBounds:
