@@ -7,7 +7,7 @@ holds at the stated confidence) and each is justified in docs/gates.md.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -79,11 +79,13 @@ class LatencyGateConfig(GateConfigBase):
         description="the tail detector's alternative: the speculative arm exceeds a tail "
         "level this many times as often as max_ratio × the baseline (an SLO: as 1 − quantile)",
     )
-    shift_alarm_factor: float = Field(
-        default=1.25,
-        gt=1,
-        description="the median detector's alternative: the typical paired ratio at "
-        "max_ratio × this (a second chart watches max_ratio × this²)",
+    median_alarm_share: float = Field(
+        default=0.65,
+        gt=0.5,
+        lt=0.9,
+        description="the median detector's alternative: this share of pairs (of a burst "
+        "cycle's concurrent pairs: of cycles) above max_ratio, 0.5 at the tolerance (a "
+        "second chart watches 0.9)",
     )
     bootstrap_resamples: int = Field(default=1000, ge=100)
     bootstrap_seed: int = 0
@@ -107,6 +109,17 @@ class LatencyGateConfig(GateConfigBase):
         "latency_x1.5, 12 seeds: 500 pairs 408, 1,000 pairs 303); more arm the check later "
         "after each transition (1,000 pairs: 8.3 h on a 30 s schedule)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_shift_alarm_factor(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "shift_alarm_factor" in data:
+            raise ValueError(
+                "shift_alarm_factor was the alternative of a Gaussian median detector, which "
+                "a few stalled pairs could trip; the median detector is a sign test now: "
+                "remove the key (median_alarm_share, default 0.65, is its alternative)"
+            )
+        return data
 
     @model_validator(mode="after")
     def _quantiles_in_range(self) -> LatencyGateConfig:

@@ -1,4 +1,6 @@
-"""Which records a gate reads: the configured window, ordered by start time, as of `now`."""
+"""Which records a gate reads: the configured window, ordered by start time, as of `now`;
+and which of them ran at the same time (`concurrent_groups`), so that a gate can count
+pairs that may share one stall as one piece of evidence."""
 
 from __future__ import annotations
 
@@ -38,6 +40,30 @@ def select(
     if not chosen:
         return Window((), None, None)
     return Window(tuple(chosen), chosen[0].started_at, chosen[-1].started_at)
+
+
+def concurrent_groups(records: Sequence[PairRecord]) -> list[int]:
+    """For each of `records` (ordered by start time), the index of its group of pairs that
+    ran at the same time: a pair joins the group before it when it started while a pair of
+    that group was still running. A pair's arms run one after the other from `started_at`,
+    so it ends baseline e2e + speculative e2e later. The daemon's schedule starts a pair
+    only after the one before it ended (every group one pair); a rollout burst starts
+    `rollout.concurrency` pairs at once (one group per burst cycle), and records of one
+    prompt on several speculative arms share a start. Pairs that overlap in time can share
+    one host stall (a GC pause, a preemption, a neighbour's batch), so their latencies are
+    not independent evidence."""
+    groups: list[int] = []
+    end: datetime | None = None
+    for record in records:
+        if end is None or record.started_at >= end:
+            groups.append(groups[-1] + 1 if groups else 0)
+        else:
+            groups.append(groups[-1])
+        finish = record.started_at + timedelta(
+            seconds=max(record.baseline.e2e_s, 0.0) + max(record.speculative.e2e_s, 0.0)
+        )
+        end = finish if end is None or record.started_at >= end else max(end, finish)
+    return groups
 
 
 def decision(

@@ -53,7 +53,16 @@ Noise models (both arms draw independently):
   (prompt, seed) sequence into one store: every pair appears twice, from two runs, 5 s
   apart (the judging path's de-duplication is what keeps it from doubling every
   detector's statistic).
-  These two, like `deployment_bf16`, are judged at the production budget only.
+- `healthy_stalls`: the embedded_fit arms run as a rollout burst runs them, cycles of 4
+  concurrent pairs (each cycle once the one before has ended, about one pair every 10 s
+  on average), and host stalls (`BurstStalls`): 2 % of the cycles have one arm slowed
+  3–20× (e2e, TTFT, TPOT, inter-token gaps), the same arm in all 4 pairs of the cycle —
+  one hiccup moving four ratios the same way, the pessimistic case. Nothing to roll
+  back: the latency gate counts a cycle's concurrent pairs as one piece of evidence.
+  These three, like `deployment_bf16`, are judged at the production budget only.
+
+Every model's pairs start as the daemon starts them: one every 10 s, or once the pair
+before has ended (its arms run one after the other) when that is later.
 
 Reported (JSON with `--out`, a table on stdout):
 - healthy: per model, trips of the switch over many healthy pairs. A full evaluation of
@@ -192,6 +201,7 @@ from benchmarks.gate_power.faults import (
 from benchmarks.gate_power.fit import fit_embedded
 from benchmarks.gate_power.healthy import healthy_run
 from benchmarks.gate_power.noise import (
+    BurstStalls,
     Collateral,
     DeploymentNoise,
     NoiseModel,
@@ -199,6 +209,7 @@ from benchmarks.gate_power.noise import (
     duplicated_pairs,
     embedded_fit,
     flaky_infra,
+    healthy_stalls,
     realistic,
 )
 from benchmarks.gate_power.pins import drift_pins
@@ -210,6 +221,7 @@ from benchmarks.gate_power.tables import table
 from benchmarks.gate_power.trips import TripCounter, alarms, poisson_upper95
 
 __all__ = [
+    "BurstStalls",
     "Collateral",
     "DeploymentNoise",
     "Fault",
@@ -236,6 +248,7 @@ __all__ = [
     "fit_embedded",
     "flaky_infra",
     "healthy_run",
+    "healthy_stalls",
     "kayenta_edge_test",
     "kayenta_pairs",
     "kayenta_phase",

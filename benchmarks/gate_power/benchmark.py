@@ -25,6 +25,7 @@ from benchmarks.gate_power.noise import (
     duplicated_pairs,
     embedded_fit,
     flaky_infra,
+    healthy_stalls,
     realistic,
 )
 from benchmarks.gate_power.pins import drift_pins
@@ -179,10 +180,11 @@ def run(
         deployment_bf16(),
         flaky_infra(),
         duplicated_pairs(),
+        healthy_stalls(),
     ):
         # the other models are judged at the production budget only: their question is
-        # whether ties, bursts, correlated queueing, flaky infrastructure or replayed
-        # pairs trip anything at all
+        # whether ties, bursts, correlated queueing, flaky infrastructure, replayed pairs
+        # or stalls shared by a burst cycle's pairs trip anything at all
         stressed = stress_budgets if model.name in STRESSED_MODELS else ()
         log(
             f"healthy {model.name}: {healthy_pairs} pairs at most"

@@ -5,7 +5,9 @@ GPU deployment (`DeploymentNoise`: diurnal load and shared queueing, error burst
 timeouts and numeric-tie divergence, applied pair by pair by `Deployed`), `flaky_infra`
 (equal arms each failing 10 % on their own) and `duplicated_pairs` (two daemons replaying
 the same seeds into one store); and `Collateral`, a speculative arm whose failures take
-the baseline's next requests down (`Collateralised`). Simulated time starts at `T0`, one
+the baseline's next requests down (`Collateralised`); `healthy_stalls`, the embedded
+arms run in rollout-burst cycles with shared one-arm stalls (`BurstStalls`, applied by
+`Stalled`). Simulated time starts at `T0`, one
 pair every `DESIGN_SPACING_S` seconds unless a caller says otherwise.
 """
 
@@ -191,6 +193,67 @@ class Collateralised:
 
 
 @dataclass(frozen=True)
+class BurstStalls:
+    """Pairs run as a rollout burst runs them, `concurrency` at once per cycle (each cycle
+    once the one before has ended), and host stalls (a GC pause, a preemption, a
+    neighbour's batch) that hit whatever runs at the time: a share `rate` of the cycles
+    is stalled, one arm slowed by a factor uniform in [`low`, `high`] (its e2e, TTFT,
+    TPOT and inter-token gaps), the same arm in every pair of the cycle — the pessimistic
+    case, in which one stall moves all of a cycle's ratios the same way."""
+
+    concurrency: int = 4
+    rate: float = 0.02
+    low: float = 3.0
+    high: float = 20.0
+
+
+class Stalled:
+    """A `BurstStalls` applied pair by pair with its own seeded generator: the stall, if
+    any, is drawn at each cycle's first pair."""
+
+    def __init__(self, stalls: BurstStalls, seed: int) -> None:
+        self.stalls = stalls
+        self.rng = random.Random(seed * 3_571 + 101)
+        self.arm: str | None = None  # the arm stalled in the current cycle
+        self.factor = 1.0
+
+    @staticmethod
+    def _slowed(result: GenerationResult, factor: float) -> GenerationResult:
+        if not result.ok:
+            return result
+        itl = result.itl
+        if itl is not None:
+            itl = replace(
+                itl,
+                p50_s=itl.p50_s * factor,
+                p95_s=itl.p95_s * factor,
+                p99_s=itl.p99_s * factor,
+                max_s=itl.max_s * factor,
+                arrivals=(),
+            )
+        return replace(
+            result,
+            e2e_s=result.e2e_s * factor,
+            ttft_s=None if result.ttft_s is None else result.ttft_s * factor,
+            tpot_s=None if result.tpot_s is None else result.tpot_s * factor,
+            itl=itl,
+        )
+
+    def apply(self, record: PairRecord, slot: int) -> PairRecord:
+        stalls, rng = self.stalls, self.rng
+        if slot == 0:
+            self.arm = None
+            if rng.random() < stalls.rate:
+                self.arm = "baseline" if rng.random() < 0.5 else "speculative"
+                self.factor = rng.uniform(stalls.low, stalls.high)
+        if self.arm == "baseline":
+            return replace(record, baseline=self._slowed(record.baseline, self.factor))
+        if self.arm == "speculative":
+            return replace(record, speculative=self._slowed(record.speculative, self.factor))
+        return record
+
+
+@dataclass(frozen=True)
 class NoiseModel:
     name: str
     baseline: FakeEngineConfig
@@ -205,6 +268,8 @@ class NoiseModel:
     # How many daemons replay the same (prompt, seed) sequence into one store: each pair
     # appears this many times, from runs of their own, spread over the pair's interval.
     replicas: int = 1
+    # Pairs run in rollout-burst cycles with shared host stalls; None: one at a time.
+    stalls: BurstStalls | None = None
 
     def with_speculative(self, **update: Any) -> NoiseModel:
         return replace(self, speculative=self.speculative.model_copy(update=update))
@@ -234,6 +299,13 @@ def duplicated_pairs() -> NoiseModel:
     """The realistic arms measured by two daemons that replay the same (prompt, seed)
     sequence into one store: every pair appears twice, from two runs."""
     return replace(realistic(), name="duplicated_pairs", replicas=2)
+
+
+def healthy_stalls() -> NoiseModel:
+    """The embedded model's arms (the tightest paired ratios of the healthy models) run
+    in rollout-burst cycles of 4 concurrent pairs, 2 % of the cycles stalled 3–20× on
+    one arm of all 4 pairs (`BurstStalls`): nothing to roll back."""
+    return replace(embedded_fit(), name="healthy_stalls", stalls=BurstStalls())
 
 
 def deployment_bf16() -> NoiseModel:

@@ -1,16 +1,18 @@
 """The daemon's pair loop in simulated time: `PairStream` runs the real `PairRunner` over
 a noise model's seeded fake engines and the shipped prompt suites (`StratifiedSampler`),
-stamping pair i at `first + i` spacings after `T0` (and its replays, when the model has
-several daemons replaying the same seeds, between it and the next); `FaultStream` holds
-the pairs after a fault's onset, generated on demand up to a cap, so that every judge
-reads the same ones.
+stamping pair i at `first + i` spacings after `T0`, or as soon as the pair before it has
+ended (its two arms, one after the other) when that is later, as the daemon's schedule
+does (and its replays, when the model has several daemons replaying the same seeds,
+between it and the next); a model with `BurstStalls` runs its pairs in rollout-burst
+cycles of concurrent pairs instead. `FaultStream` holds the pairs after a fault's onset,
+generated on demand up to a cap, so that every judge reads the same ones.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from benchmarks.gate_power.noise import (
     DESIGN_SPACING_S,
@@ -18,6 +20,7 @@ from benchmarks.gate_power.noise import (
     Collateralised,
     Deployed,
     NoiseModel,
+    Stalled,
 )
 from canaryd.pairs.runner import OwnSampling, PairRunner
 from canaryd.pairs.sampler import StratifiedSampler
@@ -66,6 +69,10 @@ class PairStream:
         self.model = model
         self.sampled = random.Random(seed * 15_485_863 + first)
         self.replays: list[PairRecord] = []  # the other daemons' copies of the last pair
+        self.stalled = Stalled(model.stalls, seed + first) if model.stalls else None
+        self.concurrency = model.stalls.concurrency if model.stalls else 1
+        self.ended = T0  # when the last pair (a burst: the last of its cycle) ended
+        self.cycle_start = T0
 
     def _run(self, prompt: Prompt) -> PairRecord:
         model = self.model
@@ -86,11 +93,16 @@ class PairStream:
                 out.append(self.replays.pop(0))
                 continue
             record = self._run(self.sampler.next())
-            record = replace(record, started_at=T0 + self.index * self.spacing)
+            slot = self.index % self.concurrency
+            record = replace(record, started_at=self._start(slot))
             if self.deployed is not None:
                 record = self.deployed.apply(record)
             if self.collateral is not None:
                 record = self.collateral.apply(record)
+            if self.stalled is not None:
+                record = self.stalled.apply(record, slot)
+            span = timedelta(seconds=record.baseline.e2e_s + record.speculative.e2e_s)
+            self.ended = max(self.ended, record.started_at + span)
             out.append(record)
             replicas = self.model.replicas
             self.replays = [
@@ -104,6 +116,19 @@ class PairStream:
             ]
             self.index += 1
         return out
+
+    def _start(self, slot: int) -> datetime:
+        """When the next pair starts: on the schedule, or once the pair (the cycle) before
+        it ended (and was stored, `SETTLE` later); a burst cycle's pairs start together,
+        `LAUNCH` apart."""
+        if slot == 0:
+            scheduled = T0 + self.index * self.spacing
+            self.cycle_start = max(scheduled, self.ended + SETTLE) if self.ended > T0 else scheduled
+        return self.cycle_start + slot * LAUNCH
+
+
+SETTLE = timedelta(milliseconds=1)  # storing a pair before the next one starts
+LAUNCH = timedelta(milliseconds=3)  # starting one of a burst cycle's threads
 
 
 class FaultStream:

@@ -9,11 +9,35 @@ One decision for the gate, with one component per (metric, quantile) ratio and p
 absolute SLO. Only pairs where both arms succeeded count: failures belong to the error
 gate.
 
-Per metric, a median component watches the whole distribution: Gaussian CUSUMs on the
-paired log ratios, from a typical ratio of exactly `max_ratio` to `max_ratio` ×
-`shift_alarm_factor` (robust scale, clipped); PASS when the median ratio's
-order-statistic upper bound is within `max_ratio`. A slowdown of every request
-shows here long before a noisy, stall-dominated tail can show it.
+Per metric, a median component watches the whole distribution: a sign test of the
+typical paired ratio. FAIL from a Bernoulli CUSUM on "this pair's ratio is above
+`max_ratio`", 1/2 (a median ratio of exactly `max_ratio`) against `median_alarm_share`
+and 0.9 (one bank); PASS when the median ratio's order-statistic upper bound is within
+`max_ratio`. A slowdown of every request shows here long before a noisy,
+stall-dominated tail can show it. Why a sign and not the log ratios themselves: a stall
+(a GC pause, a preemption, a neighbour's batch on the host) hits one arm of a pair and
+makes its ratio anything, and any statistic that weighs how far a pair is above the
+tolerance lets a few stalled pairs decide. On arms whose ratios are tight a Gaussian
+chart on the log ratios, scaled by their spread, gave one stalled pair 13.5 nats against
+a threshold of about 18: two stalls alarmed, and a healthy arm with a median ratio of
+0.63 was rolled back for 4 stalled pairs of 184. A sign is the median's own test: its
+null holds exactly at the tolerance whatever the ratios' shape, it needs no scale, and
+one vote is worth at most log(2 × 0.9) = 0.59 nats, so only a majority of the pairs
+above `max_ratio` — the median having moved — can alarm. Clipping each pair's evidence to
+a fraction of h instead would bound a minority's weight by that fraction, not by what
+the median does. The price: a sign carries about 2/π of the evidence of the log ratios
+under a log-normal core, and a gross slowdown needs about 31 votes (h / 0.59) to FAIL
+instead of 3; the regression check (below) keeps the log ratios for the arm's change
+against itself.
+
+Pairs that ran at the same time (`gates.window.concurrent_groups`: a rollout burst's
+`rollout.concurrency` pairs of one cycle, or several arms' records of one prompt) can
+share one stall, which then hits all of them at once: they are one piece of evidence,
+not several. The median component counts such a group as one vote (the majority of its
+pairs; none on a tie), the tail detector as one vote (the side that exceeded alone in
+more of its pairs) and the regression check as one value (its median). The daemon's
+schedule starts a pair only after the one before ended, so there every group is one
+pair and nothing changes.
 
 FAIL also comes from a sequential detector on the tail, paired so that it needs no
 estimate of either arm's quantile to be calibrated. A level L (the q-quantile of the
@@ -34,7 +58,9 @@ together) or the SLO's order-statistic bound at or below the limit.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from scipy.stats import chi2, norm
@@ -53,6 +79,7 @@ from gates.stats.detectors import (
     CALIBRATION_CONFIDENCE,
     bernoulli_increments,
     cusum_note,
+    rate_alternatives,
     reading,
     sequential_state,
 )
@@ -66,7 +93,7 @@ from gates.stats.sequential import (
     llr_cusum,
     lorden_threshold,
 )
-from gates.window import Window, combined, decision, nodata, select
+from gates.window import Window, combined, concurrent_groups, decision, nodata, select
 
 NAME = "latency"
 _MIN_LOG_SCALE = 0.02  # 2 % timing noise: below it, differences are clock resolution
@@ -96,19 +123,26 @@ def _exceedance(
 
 
 def _tail_discordance(
-    paired: list[tuple[float, float]], max_ratio: float, q: float, factor: float, h: float
+    paired: list[tuple[float, float]],
+    groups: list[int],
+    max_ratio: float,
+    q: float,
+    factor: float,
+    h: float,
 ) -> tuple[LlrCusum | None, float]:
-    """The paired tail detector described above, and its level L."""
+    """The paired tail detector described above, and its level L. A burst cycle's
+    concurrent pairs cast one vote: the side that exceeded alone in more of them."""
     scaled = [(max_ratio * b, s) for b, s in paired]
     level = quantile([v for pair in scaled for v in pair], q)
     assert level is not None  # paired is non-empty
     if len(paired) < math.ceil(2.0 / (1.0 - q)):
         return None, level
+    sides = [int(s > level) - int(b > level) for b, s in scaled]
+    cycles = _cycles(groups)
+    votes = _votes(sides, cycles)
     hit, miss = bernoulli_llr(0.5, factor / (1.0 + factor))
-    increments = [
-        (hit if s > level else miss) if (s > level) != (b > level) else 0.0 for b, s in scaled
-    ]
-    return llr_cusum(increments, h), level
+    increments = [hit if v > 0 else miss if v < 0 else 0.0 for v in votes]
+    return _in_pairs(llr_cusum(increments, h), cycles), level
 
 
 def _state(
@@ -119,6 +153,37 @@ def _state(
             return GateState.NODATA
         return GateState.PASS if passed else GateState.WARN if warned else GateState.INCONCLUSIVE
     return sequential_state(cusum, h, n, min_samples, passed, warned)
+
+
+def _cycles(groups: Sequence[int]) -> list[range]:
+    """The index ranges of the pairs of each concurrent group (`groups` ascending)."""
+    cycles: list[range] = []
+    start = 0
+    for index in range(1, len(groups) + 1):
+        if index == len(groups) or groups[index] != groups[start]:
+            cycles.append(range(start, index))
+            start = index
+    return cycles
+
+
+def _votes(signs: Sequence[int], cycles: Sequence[range]) -> list[int]:
+    """Each cycle's majority of `signs` (+1, −1 or 0 per pair): +1, −1, or 0 on a tie."""
+    votes = []
+    for cycle in cycles:
+        total = sum(signs[i] for i in cycle)
+        votes.append((total > 0) - (total < 0))
+    return votes
+
+
+def _in_pairs(cusum: LlrCusum, cycles: Sequence[range]) -> LlrCusum:
+    """A CUSUM run over cycles with its indices in pairs: an excursion from the cycle's
+    first pair, an alarm at its last."""
+    return replace(
+        cusum,
+        change_index=None if cusum.change_index is None else cycles[cusum.change_index][0],
+        alarm_index=None if cusum.alarm_index is None else cycles[cusum.alarm_index][-1],
+        observations=sum(len(c) for c in cycles),
+    )
 
 
 def latency_gate(
@@ -138,23 +203,26 @@ def latency_gate(
     if not complete:
         return nodata(NAME, config, window, now, 0)
     h = lorden_threshold(arl0)
+    cycles = concurrent_groups(complete)
     components: list[GateDecision] = []
     skipped: list[str] = []
     for metric in config.metrics:
-        paired = [
-            (b, s)
-            for r in complete
+        timed = [
+            (b, s, cycle)
+            for r, cycle in zip(complete, cycles, strict=True)
             if (b := _metric(r.baseline, metric)) is not None
             and (s := _metric(r.speculative, metric)) is not None
         ]
-        if not paired:
+        if not timed:
             skipped.append(f"{metric} not reported")
             continue
-        components.append(_median(config, window, now, metric, paired, h))
+        paired = [(b, s) for b, s, _ in timed]
+        groups = [cycle for _, _, cycle in timed]
+        components.append(_median(config, window, now, metric, paired, groups, h))
         for q in config.quantiles:
-            components.append(_ratio(config, window, now, metric, q, paired, h))
+            components.append(_ratio(config, window, now, metric, q, paired, groups, h))
         if metric in config.regression_metrics:
-            regression = _regression(config, window, now, metric, paired, h, budget_30d)
+            regression = _regression(config, window, now, metric, paired, groups, h, budget_30d)
             if isinstance(regression, str):
                 skipped.append(regression)
             elif regression.state is GateState.NODATA:
@@ -183,31 +251,29 @@ def _median(
     now: datetime,
     metric: LatencyMetric,
     paired: list[tuple[float, float]],
+    groups: list[int],
     h: float,
 ) -> GateDecision:
-    """The whole distribution shifted: a bank of Gaussian CUSUMs on the paired log ratios
-    log(speculative / baseline), from a typical ratio of exactly `max_ratio` to `max_ratio`
-    × `shift_alarm_factor` (and × its square). The scale is robust (the median absolute
-    deviation) and values are clipped three scales outside the two means, so a stall on
-    either arm moves the statistic by a bounded step instead of deciding alone."""
+    """The whole distribution shifted: a sign test of the typical ratio. At a median
+    paired ratio of exactly `max_ratio` a pair is above it with probability 1/2, whatever
+    the shape of the ratios' distribution, so a Bernoulli CUSUM of `median_alarm_share`
+    (and 0.9, a gross chart, in one bank) against 1/2 on "above `max_ratio`" is
+    calibrated with no scale to estimate. A burst cycle's concurrent pairs cast one vote,
+    their majority (none on a tie). One vote moves the statistic by log(2 × 0.9) = 0.59
+    nats at most, so no minority of stalled pairs or cycles can alarm: it takes about
+    h / 0.59 ≈ 31 votes in a row above `max_ratio`."""
     name = f"{NAME}.{metric}.median"
     n = len(paired)
     ratios = [s / b for b, s in paired]
-    logs = [math.log(r) for r in ratios]
-    # Fewer than three pairs say nothing of the spread (one pair's MAD is 0): no evidence
-    # from them. And a chart's scale is at least its shift / GROSS_SEPARATION, so one
-    # pair earns at most 13.5 nats however slow — without it a single cold first request
-    # (TTFT 7.8× on a freshly started vLLM n-gram server) alarmed on its own.
-    sigma = _robust_scale(logs) if n >= GROSS_MIN_VALUES else math.inf
-    m0 = math.log(config.max_ratio)
-    factors = (config.shift_alarm_factor, config.shift_alarm_factor**2)
-    charts = []
-    for factor in factors:
-        m1 = m0 + math.log(factor)
-        scale = max(sigma, (m1 - m0) / GROSS_SEPARATION)
-        clipped = [min(max(x, m0 - 3.0 * scale), m1 + 3.0 * scale) for x in logs]
-        charts.append(gaussian_llr(clipped, m0, m1, scale))
+    cycles = _cycles(groups)
+    votes = _votes([1 if r > config.max_ratio else -1 for r in ratios], cycles)
+    alternatives = rate_alternatives(0.5, config.median_alarm_share)
+    charts = [
+        [hit if v > 0 else miss if v < 0 else 0.0 for v in votes]
+        for hit, miss in (bernoulli_llr(0.5, p1) for p1 in alternatives)
+    ]
     cusum, chart, h = cusum_bank(charts, h)
+    cusum = _in_pairs(cusum, cycles)
     estimate = quantile(ratios, 0.5)
     assert estimate is not None  # paired is non-empty
     lower, upper = order_statistic_bounds(ratios, 0.5, config.confidence)
@@ -220,6 +286,11 @@ def _median(
         warned=estimate > config.max_ratio,
     )
     above = sum(1 for r in ratios if r > config.max_ratio)
+    concurrent = ""
+    shared = [c for c in cycles if len(c) > 1]
+    if shared:
+        grouped = sum(len(c) for c in shared)
+        concurrent = f"; {grouped} pairs ran in {len(shared)} concurrent groups, a vote each"
     return decision(
         name,
         config,
@@ -234,9 +305,10 @@ def _median(
         upper=upper,
         threshold=config.max_ratio,
         detail=f"{metric} median ratio {estimate:.3f} [{_fmt(lower)}, {_fmt(upper)}] vs max "
-        f"{config.max_ratio:g} ({above}/{n} pairs above it); {cusum_note(cusum, h)} "
-        f"for a typical ratio {config.max_ratio:g} → {config.max_ratio * factors[chart]:.3g} "
-        f"(chart {chart + 1} of {len(factors)}), log-ratio scale {sigma:.3f}",
+        f"{config.max_ratio:g} ({above}/{n} pairs above it); sign {cusum_note(cusum, h)} "
+        f"on {len(cycles)} votes ({sum(1 for v in votes if v > 0)} above{concurrent}) for "
+        f"a share above {config.max_ratio:g} of 0.5 → {alternatives[chart]:g} "
+        f"(chart {chart + 1} of {len(alternatives)})",
         detector=reading(cusum, h),
     )
 
@@ -247,6 +319,7 @@ def _regression(
     now: datetime,
     metric: LatencyMetric,
     paired: list[tuple[float, float]],
+    groups: list[int],
     h: float,
     budget_30d: float,
 ) -> GateDecision | str:
@@ -255,9 +328,10 @@ def _regression(
     healthy typical log ratio m̂ and its robust scale; the pairs after them feed a bank of
     Gaussian CUSUMs from m0 = m̂ + a pin margin (the pin's own error, as drift's pins:
     gates.pairs.drift.pin_margin) to m0 + log(1 + `max_regression`) and to 4× that shift,
-    values clipped three scales below m0 and one above the alternative. PASS when the
-    later pairs' median log ratio less m̂ has an upper bound (both medians' standard
-    errors) within log(1 + `max_regression`).
+    values clipped three scales below m0 and one above the alternative; a burst cycle's
+    concurrent pairs feed the charts one value, their median (they may share a stall).
+    PASS when the later pairs' median log ratio less m̂ has an upper bound (both medians'
+    standard errors) within log(1 + `max_regression`).
     Replayable from the window alone: no stored state. A string (why it is not judged
     yet) while the pin is not complete."""
     name = f"{NAME}.{metric}.regression"
@@ -266,6 +340,11 @@ def _regression(
     if len(logs) < pin + GROSS_MIN_VALUES:
         return f"{metric} regression: pinning the arm's own ratio ({len(logs)} of {pin} pairs)"
     reference, later = logs[:pin], logs[pin:]
+    # The charts' values: one per concurrent group (a group straddling the pin is split).
+    # Their scale is the pairs' own, never smaller than that of a group's median: the
+    # charts stay conservative.
+    cycles = _cycles(groups[pin:])
+    typical = [statistics.median(later[i] for i in cycle) for cycle in cycles]
     centre = quantile(reference, 0.5)
     assert centre is not None
     chi = math.sqrt((pin - 1) / float(chi2.ppf(1.0 - CALIBRATION_CONFIDENCE, pin - 1)))
@@ -287,9 +366,10 @@ def _regression(
         # one scale past its alternative, so one pair earns at most 7.5 nats: a stall on
         # the speculative arm, or two in a row, cannot decide alone (a steady arm has a
         # small scale, and the Gaussian model knows nothing of stalls).
-        clipped = [min(max(x, m0 - 3.0 * scale), m0 + size + scale) for x in later]
+        clipped = [min(max(x, m0 - 3.0 * scale), m0 + size + scale) for x in typical]
         charts.append(gaussian_llr(clipped, m0, m0 + size, scale))
     cusum, chart, h = cusum_bank(charts, h)
+    cusum = _in_pairs(cusum, cycles)
     middle = quantile(later, 0.5)
     assert middle is not None
     rise = middle - centre
@@ -352,11 +432,12 @@ def _ratio(
     metric: LatencyMetric,
     q: float,
     paired: list[tuple[float, float]],
+    groups: list[int],
     h: float,
 ) -> GateDecision:
     name = f"{NAME}.{metric}.{_pct(q)}"
     n = len(paired)
-    cusum, level = _tail_discordance(paired, config.max_ratio, q, config.alarm_factor, h)
+    cusum, level = _tail_discordance(paired, groups, config.max_ratio, q, config.alarm_factor, h)
     note = f"; {cusum_note(cusum, h)} on pairs where one side exceeds {level:.4g}s" if cusum else ""
     if n < max(config.min_samples, 2):
         state = _state(cusum, h, n, config.min_samples, passed=False, warned=False)

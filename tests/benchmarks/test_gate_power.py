@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from gates import GatesConfig, SwitchMode, pin_reference
 from gates.pairs.liveness import liveness_gate
 from gates.stats.budget import DEFAULT_ARL0
 from gates.stats.sequential import lorden_threshold
+from gates.window import concurrent_groups
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +42,14 @@ FAULTS = (
     "dead_arm_flaky_baseline",
     "runner_up_bug",
 )
-HEALTHY = ("realistic", "embedded_fit", "deployment_bf16", "flaky_infra_10pct", "duplicated_pairs")
+HEALTHY = (
+    "realistic",
+    "embedded_fit",
+    "deployment_bf16",
+    "flaky_infra_10pct",
+    "duplicated_pairs",
+    "healthy_stalls",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -401,6 +410,43 @@ class TestNewScenarios:
             assert (replay.baseline, replay.speculative) == (first.baseline, first.speculative)
             assert (replay.started_at - first.started_at).total_seconds() == 5.0
         assert (records[2].started_at - records[0].started_at).total_seconds() == 10.0
+
+    def test_healthy_stalls_run_in_burst_cycles_that_share_a_stall(self) -> None:
+        """`healthy_stalls`: pairs start in cycles of 4 (each once the cycle before ended,
+        about one pair every 10 s), and about 2 % of the cycles have one arm slowed 3–20×,
+        the same arm in all 4 pairs; the latency gate sees one concurrent group per cycle."""
+        stalled = gate_power.healthy_stalls()
+        calm = replace(stalled, stalls=replace(stalled.stalls, rate=0.0))
+        records = gate_power.PairStream(stalled, 3).take(8000)
+        baseline = gate_power.PairStream(calm, 3).take(8000)
+        cycles = [records[i : i + 4] for i in range(0, len(records), 4)]
+        assert all(len({r.started_at.replace(microsecond=0) for r in c}) <= 2 for c in cycles)
+        assert concurrent_groups(records) == [i // 4 for i in range(len(records))]
+        hit = 0
+        for k, cycle in enumerate(cycles):
+            calm_cycle = baseline[4 * k : 4 * k + 4]
+            factors = {
+                arm: [
+                    getattr(r, arm).e2e_s / getattr(c, arm).e2e_s
+                    for r, c in zip(cycle, calm_cycle, strict=True)
+                ]
+                for arm in ("baseline", "speculative")
+            }
+            slowed = [arm for arm, f in factors.items() if f[0] > 1.0 + 1e-9]
+            if slowed:
+                hit += 1
+                (arm,) = slowed
+                assert all(3.0 <= f <= 20.0 for f in factors[arm])
+                assert len({round(f, 9) for f in factors[arm]}) == 1
+        assert 0.01 < hit / len(cycles) < 0.03, hit
+        span = (records[-1].started_at - records[0].started_at).total_seconds()
+        assert 9.0 < span / len(records) < 11.0
+
+    def test_scheduled_pairs_never_overlap(self) -> None:
+        """A pair starts once the one before it ended: the realistic model's pairs are a
+        concurrent group each, stalls ×5 and all."""
+        records = gate_power.PairStream(gate_power.realistic(), 0).take(3000)
+        assert concurrent_groups(records) == list(range(len(records)))
 
     def test_flaky_infrastructure_fails_both_arms_alike(self) -> None:
         """`flaky_infra_10pct`: each arm fails about 10 % of its requests, independently."""

@@ -62,6 +62,12 @@ class TestConfig:
         with pytest.raises(ValidationError):
             GatesConfig.model_validate({"latency": {"max_ration": 1.5}})
 
+    def test_the_gaussian_median_alternative_is_gone_with_a_reason(self) -> None:
+        """`latency.shift_alarm_factor` (the Gaussian median chart's alternative) fails
+        with what replaced it, not as a misspelt key."""
+        with pytest.raises(ValidationError, match="sign test now: remove the key"):
+            GatesConfig.model_validate({"latency": {"shift_alarm_factor": 1.25}})
+
     def test_window_needs_a_limit(self) -> None:
         """A gate with neither window_pairs nor window_seconds is rejected."""
         with pytest.raises(ValidationError, match="window"):

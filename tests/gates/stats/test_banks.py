@@ -170,7 +170,7 @@ class TestLatencyShift:
         )
         median = next(c for c in decision.components if c.name == "latency.ttft.median")
         assert median.state is not GateState.FAIL
-        assert "log-ratio scale" in median.detail
+        assert "sign CUSUM" in median.detail
 
     def test_a_slowdown_within_the_tolerance_does_not_alarm(self) -> None:
         rng = random.Random(8)
