@@ -186,7 +186,8 @@ class ScheduleConfig(_Section):
 class RolloutConfig(_Section):
     """The rollout burst: while a rollout tool is judging a revision (a `POST /v1/verdict`
     or a Flagger hook named it within `burst_hold_s`), pairs run faster than the schedule,
-    several at once, until its verdict decides (PASS or FAIL); then the schedule again."""
+    several at once, until its verdict decides (PASS or FAIL); then the schedule again.
+    And how much new evidence a traffic increase needs (`increase_evidence_share`)."""
 
     max_pairs_per_minute: float = Field(
         default=30.0,
@@ -208,6 +209,15 @@ class RolloutConfig(_Section):
         gt=0,
         description="a burst lasts while a verdict request or Flagger hook named the "
         "revision within this many seconds (and its verdict is undecided)",
+    )
+    increase_evidence_share: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="Flagger's confirm-traffic-increase: a weight step needs, measured on "
+        "the revision since the last one, this share of each of the error, latency and "
+        "quality gates' min_samples in new pairs (production requests where a telemetry "
+        "gate covers the gate), besides each of them deciding something (not NODATA)",
     )
 
 

@@ -18,7 +18,10 @@ it before loading engines) or else the first run re-applies the last stored stat
 restarted daemon rewrites the state file from the database even when its engines then
 fail to load, and re-runs hooks whose last attempt failed; only a run that completed
 refreshes the file's `confirmed_at` (and stores its time, which the followers carry
-forward).
+forward). After a completed run the leader latches the FAIL of the revision its arm
+serves (`VerdictService.latch_current`): judged on the revision's own evidence, its own
+judgement's FAIL when all of its evidence lies in the revision's, or the switch's
+rollback while the revision was judged, so that a FAIL outlives the next run's judgement.
 At start and on every run, an emergency rollback the CLI wrote to the state file while
 the database was down (`pending_sync`) is adopted into the database, never reverted. Of
 several daemons on one database only the leader (`canaryd.judging.leader`, taken or re-checked
@@ -37,10 +40,11 @@ from typing import Any
 import structlog
 
 from canaryd.config import Settings
+from canaryd.errors import CannotJudgeError, DatabaseError
 from canaryd.judging.leader import Leadership, leadership_for
 from canaryd.judging.rate import RATE_HORIZON, RATE_REFRESH, pair_rate
 from canaryd.judging.reader import gather
-from canaryd.judging.verdict import MAX_REVISIONS
+from canaryd.judging.verdict import MAX_REVISIONS, VerdictService
 from canaryd.metrics.switch import SwitchMetrics
 from canaryd.parity.routing import route_object
 from canaryd.parity.stored import latest_probe
@@ -48,7 +52,7 @@ from canaryd.store import SqlStore, Store
 from canaryd.switch import SwitchService
 from gates import Evaluation
 from gates.core import checks
-from gates.cycle import advisory, judge
+from gates.cycle import Judgement, advisory, judge
 from gates.parity import ProbeEvidence
 from gates.stats.budget import design_pairs_per_minute
 
@@ -91,6 +95,7 @@ class SwitchGates:
         self._leadership = leadership
         self._leading: bool | None = None  # None: not tried yet
         self._service: SwitchService | None = None
+        self._verdicts: VerdictService | None = None  # latches the current revision's FAIL
         self._lock = threading.Lock()  # one evaluation at a time
         self._pruned_at: datetime | None = None
         self._rebudget_logged: tuple[float, datetime] | None = None  # (ratio, when)
@@ -155,6 +160,7 @@ class SwitchGates:
                 self._store.close()
             self._store = None
             self._service = None
+            self._verdicts = None
         finally:
             self._lock.release()
 
@@ -312,3 +318,16 @@ class SwitchGates:
             self._pruned_at = now
         # Last: a run that raised anywhere above leaves the file's `confirmed_at` to age.
         service.complete_gate_run(now)
+        self._latch(store, now, judged, evidence.start)
+
+    def _latch(
+        self, store: Store, now: datetime, judged: Judgement, since: datetime | None
+    ) -> None:
+        """Latch the FAIL of the revision the arm serves (after the run completed: a
+        failure here is logged and tried again at the next run, never a failed run)."""
+        if self._verdicts is None:
+            self._verdicts = VerdictService(self._settings, store=store)
+        try:
+            self._verdicts.latch_current(now, judged, since)
+        except (DatabaseError, CannotJudgeError) as exc:
+            log.warning("verdict.latch_failed", reason=str(exc))

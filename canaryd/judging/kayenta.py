@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from canaryd.judging.verdict import RevisionVerdict, finite
+from canaryd.judging.revision_verdict import RevisionVerdict, finite
 from gates import GateDecision, GateState
 from gates.core import checks
 

@@ -149,8 +149,9 @@ def gather(
     `config`: the gates config it will be judged under (default `settings.gates`;
     `advisory` for a comparison arm). `state`: the switch's state, for the switch's own
     judgement. `window`: a revision's evidence window, which cuts the pairs and the
-    telemetry and starts the evidence; `category`: only that category's pairs, and no
-    telemetry (production telemetry has no categories). `pin`: pin and grow the drift
+    telemetry and starts the evidence (at its start, or an operator's later restore);
+    `category`: only that category's pairs, and no telemetry (production telemetry has
+    no categories). `pin`: pin and grow the drift
     references from the window first (`pinned_references`; else they are only read).
     `probe`: judge the latest capability probe; `control`: read the A/A control arm's
     pairs (`quality.control_arm`). `rate`: how to read the pair rate (None: judged at the
@@ -159,7 +160,7 @@ def gather(
     evidence in the verdict's reason."""
     config = settings.gates if config is None else config
     tie_margin = tie_margin_for(store, settings, arm, config)
-    start = window.started_at if window is not None else None
+    start = window.evidence_start if window is not None else None
     end = window.ended_at if window is not None else None
     if held is not None:
         records, references, telemetry = held.pairs, held.references, held.telemetry

@@ -14,22 +14,24 @@ canaryd refuses to judge (`CannotJudgeError`) when the database is away or that 
 older than the freshness bound (`gates.policy.evidence_max_age_seconds`, the bound a
 restore's evidence has). `gates.cycle.combine` turns the enforce gates' decisions into one verdict:
 FAIL when any FAILs, PASS when all PASS on at least `min_pairs` pairs, NODATA when too few
-pairs decide anything, INCONCLUSIVE otherwise (WARN included). A verdict is `fresh` only
-while the arm serves its revision and a gate run has completed since its window started.
-Every verdict carries `estimate`: the pairs and minutes still needed for a decision at the
-pair rate of the moment (the daemon's `pace`, a rollout burst's while one runs); `as_json`
-gives the whole body or, `compact`, one under `COMPACT_MAX_BYTES` for a rollout tool's
-measurement history.
+pairs decide anything, INCONCLUSIVE otherwise (WARN included). A revision's FAIL latches
+(`canaryd.judging.latch`): once it FAILed, or the switch rolled speculation back while it
+was judged, it reads FAIL with that time and reason until the arm's next revision opens or
+an operator restores; the writes (`judge(start=True)`, `increase`, the gate job's
+`latch_current`) record it. A verdict is `fresh` only while the arm serves its revision
+and a gate run has completed since its evidence started. Every verdict carries `estimate`:
+the pairs and minutes still needed for a decision at the pair rate of the moment (the
+daemon's `pace`, a rollout burst's while one runs); its body is `canaryd.judging.
+revision_verdict`. `increase` answers Flagger's `confirm-traffic-increase` by the rule of
+`canaryd.judging.increase` and marks each increase it allows.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,14 +39,22 @@ import structlog
 
 from canaryd.config import Settings
 from canaryd.errors import BadRequestError, CannotJudgeError, DatabaseError
+from canaryd.judging.increase import SinceIncrease, hold_reason, since_increase
+from canaryd.judging.latch import (
+    Failure,
+    first_failure,
+    latched_reason,
+    switch_failure,
+    window_failure,
+)
 from canaryd.judging.rate import pair_rate
 from canaryd.judging.reader import gather
+from canaryd.judging.revision_verdict import COMPACT_MAX_BYTES, RevisionVerdict, finite
 from canaryd.redact import redact_value
 from canaryd.store import RevisionWindow, SqlStore, Store
-from gates import GateDecision, SwitchState
+from gates import SwitchState
 from gates.config import GatesConfig
 from gates.cycle import Judgement, Verdict, judge
-from gates.estimate import estimate as estimate_need
 from gates.records import BASELINE_ARM, PairRecord
 
 __all__ = [
@@ -68,29 +78,6 @@ ECHO_CHARS = 64
 # gate runs costs two small reads, not a read and evaluation of the whole window.
 CACHED_VERDICTS = 64
 
-# `?view=compact`: Argo keeps every measurement's body in the AnalysisRun's status, so the
-# compact body stays under this many bytes whatever the revision and the reason.
-COMPACT_MAX_BYTES = 1000
-COMPACT_REASON_CHARS = 160
-
-
-def estimate(
-    judgement: Judgement | None,
-    config: GatesConfig | None,
-    pairs_per_minute: float | None,
-    *,
-    min_pairs: int = 0,
-) -> dict[str, Any]:
-    """`pairs_to_decision` and `minutes_to_decision` at `pairs_per_minute`
-    (`gates.estimate`), and the check `waiting_on`: 0 once the verdict decided (PASS or
-    FAIL); None where no bound on what is still needed is known or no pair runs."""
-    if judgement is None or config is None:
-        return {"pairs_to_decision": None, "minutes_to_decision": None, "waiting_on": None}
-    if judgement.verdict in ("PASS", "FAIL"):
-        return {"pairs_to_decision": 0, "minutes_to_decision": 0.0, "waiting_on": None}
-    need = estimate_need(judgement, config, pairs_per_minute=pairs_per_minute, min_pairs=min_pairs)
-    return need.to_dict()
-
 
 @dataclass(frozen=True, slots=True)
 class VerdictQuery:
@@ -99,100 +86,6 @@ class VerdictQuery:
     revision: str
     min_pairs: int = 0
     category: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RevisionVerdict:
-    """One revision's verdict with everything behind it (`as_json` is the HTTP body)."""
-
-    verdict: Verdict
-    fresh: bool
-    evaluated_at: datetime
-    age_s: float
-    revision: str
-    pairs: int
-    arms: dict[str, Any]
-    speculative_enabled: bool
-    generation: int
-    reason: str
-    gates: tuple[GateDecision, ...] = ()
-    # The pair rate of the moment, for `estimate` (None: no pair runs).
-    pairs_per_minute: float | None = None
-    # The rollout burst's cost on this revision (`canaryd.daemon.burst`), None without one.
-    burst: dict[str, Any] | None = None
-    # Whether the revision's window is open and not superseded (not part of the body).
-    window_current: bool = False
-    judgement: Judgement | None = field(default=None, compare=False, repr=False)
-    gates_config: GatesConfig | None = field(default=None, compare=False, repr=False)
-    min_pairs: int = 0
-
-    @property
-    def decided(self) -> bool:
-        return self.verdict in ("PASS", "FAIL")
-
-    def estimate(self) -> dict[str, Any]:
-        """`pairs_to_decision`, `minutes_to_decision` at the current pair rate, and the
-        check `waiting_on`."""
-        if self.decided:
-            return {"pairs_to_decision": 0, "minutes_to_decision": 0.0, "waiting_on": None}
-        return estimate(
-            self.judgement, self.gates_config, self.pairs_per_minute, min_pairs=self.min_pairs
-        )
-
-    def as_json(self, view: str = "full") -> dict[str, Any]:
-        """The `/v1/verdict` body: these fields exactly, no non-finite number (null);
-        `compact`: verdict, fresh, revision, pairs, a short reason and the estimate, in
-        under `COMPACT_MAX_BYTES` of JSON."""
-        if view == "compact":
-            return self._compact()
-        body = {
-            "verdict": self.verdict,
-            "fresh": self.fresh,
-            "evaluated_at": self.evaluated_at.isoformat(),
-            "age_s": round(self.age_s, 3),
-            "revision": self.revision,
-            "pairs": self.pairs,
-            "arms": self.arms,
-            "speculative_enabled": self.speculative_enabled,
-            "generation": self.generation,
-            "reason": self.reason,
-            "estimate": self.estimate(),
-            "burst": self.burst,
-            "gates": [decision.to_dict() for decision in self.gates],
-        }
-        cleaned: dict[str, Any] = finite(body)
-        return cleaned
-
-    def _compact(self) -> dict[str, Any]:
-        reason = self.reason
-        if len(reason) > COMPACT_REASON_CHARS:
-            reason = reason[: COMPACT_REASON_CHARS - 1] + "…"
-        while True:
-            body: dict[str, Any] = finite(
-                {
-                    "verdict": self.verdict,
-                    "fresh": self.fresh,
-                    "revision": self.revision,
-                    "pairs": self.pairs,
-                    "reason": reason,
-                    "estimate": self.estimate(),
-                }
-            )
-            size = len(json.dumps(body, sort_keys=True, allow_nan=False).encode())
-            if size < COMPACT_MAX_BYTES or not reason:
-                return body
-            reason = reason[: len(reason) // 2] + "…" if len(reason) > 1 else ""
-
-
-def finite(value: Any) -> Any:
-    """`value` with every non-finite float, however deeply nested, replaced by None."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: finite(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(item) for item in value]
-    return value
 
 
 def _utcnow() -> datetime:
@@ -291,17 +184,99 @@ class VerdictService:
 
     def judge(self, query: VerdictQuery, *, start: bool = False) -> RevisionVerdict:
         """The verdict of `query.revision`. With `start` (an authenticated write: a Flagger
-        hook, `POST /v1/verdict`) its window is opened first when none is; without, nothing
-        is written, and a revision nobody opened reads NODATA.
+        hook, `POST /v1/verdict`) its window is opened first when none is, and a FAIL is
+        latched in it; without, nothing is written, and a revision nobody opened reads
+        NODATA.
 
         Raises `CannotJudgeError` when the database is away or no gate run completed within
         the freshness bound, `BadRequestError` for a category the store has never seen."""
         try:
             if start:
                 self._open(query.revision)
-            return self.rated(self._judge(query))
+            verdict = self.rated(self._judge(query))
+            if start:
+                self._latch(verdict)
+            return verdict
         except DatabaseError as exc:
             raise CannotJudgeError(f"the database is away: {exc}") from exc
+
+    def increase(self, query: VerdictQuery) -> tuple[RevisionVerdict, str | None]:
+        """Flagger's `confirm-traffic-increase`, a write: the verdict of `query.revision`
+        (a FAIL latched) and why its traffic must not grow now (`canaryd.judging.increase`);
+        None when it may, and then the increase is marked at the verdict's `evaluated_at`:
+        the next one needs evidence measured after it. Raises as `judge`."""
+        try:
+            verdict = self.rated(self._judge(query))
+            self._latch(verdict)
+            hold = self._hold(verdict)
+            if hold is None:
+                self._opened().mark_increase(
+                    self.settings.switch_arm, verdict.revision, verdict.evaluated_at
+                )
+            return verdict, hold
+        except DatabaseError as exc:
+            raise CannotJudgeError(f"the database is away: {exc}") from exc
+
+    def _hold(self, verdict: RevisionVerdict) -> str | None:
+        judgement, since = verdict.judgement, verdict.since_increase
+        if verdict.verdict == "NODATA" or judgement is None or since is None:
+            return f"nothing is decided yet: {verdict.reason}"
+        return hold_reason(
+            verdict.verdict,
+            verdict.fresh,
+            verdict.gates,
+            judgement.covered,
+            since,
+            verdict.gates_config or self.settings.gates,
+            self.settings.rollout.increase_evidence_share,
+        )
+
+    def latch_current(
+        self, at: datetime, gate_run: Judgement | None = None, since: datetime | None = None
+    ) -> RevisionVerdict | None:
+        """The gate job, after its run of `at` completed: latch the FAIL of the revision the
+        switch's arm serves now, judged on its own evidence, or `gate_run`'s (the gate
+        job's own judgement, on the evidence from `since`) when all of that evidence lies
+        in the revision's. Returns the verdict judged (None: no revision, or its FAIL is
+        latched already). Raises `DatabaseError` and `CannotJudgeError`."""
+        store = self._opened()
+        arm = self.settings.switch_arm
+        window = store.current_revision(arm)
+        if window is None or window.failed_at is not None:
+            return None
+        if (
+            gate_run is not None
+            and gate_run.verdict == "FAIL"
+            and since is not None
+            and since >= window.evidence_start
+        ):
+            reason = f"the gate run at {at.isoformat(timespec='seconds')}: {gate_run.reason}"
+            if store.latch_revision(arm, window.revision, at, reason):
+                self._logged(window.revision, Failure(at, reason))
+            return None
+        verdict = self._judge(VerdictQuery(window.revision))
+        self._latch(verdict)
+        return verdict
+
+    def _latch(self, verdict: RevisionVerdict) -> None:
+        """Record `verdict`'s FAIL in its window when it is not latched there yet."""
+        failure = verdict.failure
+        if failure is None or verdict.latched:
+            return
+        store = self._opened()
+        if store.latch_revision(
+            self.settings.switch_arm, verdict.revision, failure.at, failure.reason
+        ):
+            self._logged(verdict.revision, failure)
+
+    def _logged(self, revision: str, failure: Failure) -> None:
+        log.warning(
+            "verdict.fail_latched",
+            arm=self.settings.switch_arm,
+            revision=revision,
+            failed_at=failure.at.isoformat(),
+            reason=failure.reason,
+        )
 
     def open_revision(self, revision: str) -> RevisionWindow:
         """Open the evidence window of `revision` of the switch's arm now, ending the arm's
@@ -359,6 +334,7 @@ class VerdictService:
             records: Sequence[PairRecord] = (),
             judgement: Judgement | None = None,
             config: GatesConfig = settings.gates,
+            since: SinceIncrease | None = None,
         ) -> RevisionVerdict:
             return RevisionVerdict(
                 verdict=verdict,
@@ -376,6 +352,7 @@ class VerdictService:
                 judgement=judgement,
                 gates_config=config,
                 min_pairs=query.min_pairs,
+                since_increase=since,
             )
 
         served = settings.switch.revision
@@ -388,15 +365,22 @@ class VerdictService:
         window = store.revision_window(arm, revision)
         if window is None:
             return answer("NODATA", _unopened(served, revision))
-        if completed < window.started_at:
-            return answer(
+        failure = first_failure(
+            window_failure(window), switch_failure(window, store.audit(since=window.evidence_start))
+        )
+        if completed < window.evidence_start:
+            judged = answer(
                 "NODATA",
-                f"the evidence window of revision {revision!r} started at "
-                f"{window.started_at.isoformat(timespec='seconds')}; no gate run has completed "
-                f"since (one runs every {settings.schedule.gate_interval_s:g} s)",
+                f"the evidence of revision {revision!r} started at "
+                f"{window.evidence_start.isoformat(timespec='seconds')}; no gate run has "
+                f"completed since (one runs every {settings.schedule.gate_interval_s:g} s)",
                 current=window.current,
             )
-        return self._judge_window(store, settings, query, window, completed, now, state, answer)
+        else:
+            judged = self._judge_window(
+                store, settings, query, window, completed, now, state, answer
+            )
+        return _superseded(_latched(judged, failure, window), window)
 
     def _judge_window(
         self,
@@ -434,21 +418,16 @@ class VerdictService:
             subject=f"revision {revision!r}",
         )
         judged = judge(evidence, settings.gates, at, min_pairs=query.min_pairs)
-        verdict, reason = judged.verdict, judged.reason
-        if window.ended_at is not None:
-            reason = (
-                f"revision {revision!r} was superseded at "
-                f"{window.ended_at.isoformat(timespec='seconds')}; its final verdict: {reason}"
-            )
         answered = answer(
-            verdict,
-            reason,
+            judged.verdict,
+            judged.reason,
             at=at,
             fresh=window.current,
             current=window.current,
             records=evidence.records,
             judgement=judged,
             config=evidence.judged_config(settings.gates),
+            since=since_increase(evidence, window, at),
         )
         with self._lock:
             self._cache[key] = answered
@@ -475,3 +454,33 @@ class VerdictService:
         }
         masked: dict[str, Any] = redact_value(identities)
         return masked
+
+
+def _latched(
+    verdict: RevisionVerdict, failure: Failure | None, window: RevisionWindow
+) -> RevisionVerdict:
+    """`verdict` under the revision's FAIL latch: FAIL with the first failure's time and
+    reason when one stands (`failure`, stored in `window` or the switch's rollback), else
+    a FAIL judged now is the failure."""
+    if failure is None:
+        if verdict.verdict != "FAIL":
+            return verdict
+        return replace(verdict, failure=Failure(verdict.evaluated_at, verdict.reason))
+    return replace(
+        verdict,
+        verdict="FAIL",
+        reason=latched_reason(failure, verdict.reason),
+        failure=failure,
+        latched=window.failed_at is not None and window.failed_at == failure.at,
+    )
+
+
+def _superseded(verdict: RevisionVerdict, window: RevisionWindow) -> RevisionVerdict:
+    """`verdict` of a superseded revision says so, and that it is its final one."""
+    if window.ended_at is None:
+        return verdict
+    return replace(
+        verdict,
+        reason=f"revision {verdict.revision!r} was superseded at "
+        f"{window.ended_at.isoformat(timespec='seconds')}; its final verdict: {verdict.reason}",
+    )

@@ -11,7 +11,9 @@ the burst's cost so far.
 
 Reads never write: `GET /v1/verdict`, `confirm-promotion` and `rollback` judge a revision's
 window as it is, and a revision nobody opened reads NODATA. Only `POST /v1/verdict`,
-`pre-rollout` and `rollout` open a window (guarded by `server.auth_token` when one is set).
+`pre-rollout` and `rollout` open a window (guarded by `server.auth_token` when one is set);
+they and `confirm-traffic-increase` latch a FAIL they judge in the revision's window, and
+`confirm-traffic-increase` marks each increase it allows (`VerdictService.increase`).
 Every input is parsed strictly (whole-string patterns, ASCII digits with bounds) and a bad
 one is answered 400 with a short reason that repeats at most `ECHO_CHARS` of it.
 
@@ -36,7 +38,8 @@ import structlog
 from canaryd.config import REVISION_PATTERN
 from canaryd.errors import BadRequestError, CannotJudgeError
 from canaryd.judging.kayenta import kayenta_result
-from canaryd.judging.verdict import RevisionVerdict, VerdictQuery, VerdictService
+from canaryd.judging.revision_verdict import RevisionVerdict
+from canaryd.judging.verdict import VerdictQuery, VerdictService
 from canaryd.server.app import VERDICT_PATH
 
 __all__ = [
@@ -195,15 +198,15 @@ def flagger_query(body: bytes) -> tuple[VerdictQuery, dict[str, str]]:
     return query, canary
 
 
-def _flagger_yes(hook: str, verdict: RevisionVerdict) -> bool:
-    """Whether a hook's answer is yes: a rollout goes on unless FAIL; more traffic needs
-    fresh evidence that does not fail (PASS, or INCONCLUSIVE: at least one enforce gate
-    decided on at least `min_pairs` of the revision's own pairs and none FAILed); a
-    promotion needs a fresh PASS; a rollback happens only on FAIL."""
+def _flagger_yes(hook: str, verdict: RevisionVerdict, hold: str | None = None) -> bool:
+    """Whether a hook's answer is yes: a rollout goes on unless FAIL; more traffic only
+    when nothing holds it (`hold`: why it must not grow, `canaryd.judging.increase`); a
+    promotion needs a fresh PASS; a rollback happens only on FAIL, latched or the switch's
+    rollback included."""
     if hook in OPENING_HOOKS:
         return verdict.verdict != "FAIL"
     if hook == "confirm-traffic-increase":
-        return verdict.verdict in ("PASS", "INCONCLUSIVE") and verdict.fresh
+        return hold is None
     if hook == "confirm-promotion":
         return verdict.verdict == "PASS" and verdict.fresh
     return verdict.verdict == "FAIL"
@@ -272,14 +275,18 @@ class ProgressiveDelivery:
                     "revision": window.revision,
                     "started_at": window.started_at.isoformat(),
                 }
-            verdict = self.service.judge(query, start=hook in OPENING_HOOKS)
+            hold: str | None = None
+            if hook == "confirm-traffic-increase":
+                verdict, hold = self.service.increase(query)
+            else:
+                verdict = self.service.judge(query, start=hook in OPENING_HOOKS)
         except BadRequestError as exc:
             return 400, {"status": "bad request", "key": exc.key, "reason": str(exc)}
         except CannotJudgeError as exc:
             return 503, {"status": "unavailable", "fresh": False, "reason": exc.reason}
         self._named(query, verdict)
         verdict = self._reported(verdict)
-        yes = _flagger_yes(hook, verdict)
+        yes = _flagger_yes(hook, verdict, hold)
         log.info(
             "verdict.flagger",
             hook=hook,
@@ -289,14 +296,19 @@ class ProgressiveDelivery:
             verdict=verdict.verdict,
             fresh=verdict.fresh,
             answer=200 if yes else 412,
+            **({"hold": hold} if hold is not None else {}),
         )
-        body_out = {
+        body_out: dict[str, Any] = {
             "hook": hook,
             "verdict": verdict.verdict,
             "fresh": verdict.fresh,
             "revision": verdict.revision,
             "pairs": verdict.pairs,
             "reason": verdict.reason,
+            "failed_at": verdict.failed_at.isoformat() if verdict.failed_at else None,
+            "speculative_enabled": verdict.speculative_enabled,
             "estimate": verdict.estimate(),
         }
+        if hook == "confirm-traffic-increase":
+            body_out["hold"] = hold  # why the weight holds; None: it may grow
         return (200 if yes else 412), body_out

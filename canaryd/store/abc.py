@@ -190,7 +190,8 @@ class HistoryStore(Protocol):
 
 class SwitchStore(Protocol):
     """The durable switch: its state under a lock, the audit trail, gate evaluations, the
-    pinned drift references, and the evidence windows of revisions."""
+    pinned drift references, and the evidence windows of revisions with their latched
+    FAILs, operators' restores and confirmed traffic increases."""
 
     def switch(self) -> SwitchRecord: ...
 
@@ -241,6 +242,14 @@ class SwitchStore(Protocol):
     def start_revision(
         self, arm: str, revision: str, at: datetime, *, keep: int | None = None
     ) -> RevisionWindow: ...
+
+    def current_revision(self, arm: str) -> RevisionWindow | None: ...
+
+    def latch_revision(self, arm: str, revision: str, at: datetime, failure: str) -> bool: ...
+
+    def restore_revisions(self, at: datetime, restore: str) -> list[RevisionWindow]: ...
+
+    def mark_increase(self, arm: str, revision: str, at: datetime) -> None: ...
 
     def close(self) -> None: ...
 

@@ -111,6 +111,11 @@ class RevisionRow(Base):
     arm: Mapped[str]
     revision: Mapped[str]
     started_at: Mapped[datetime]
+    failed_at: Mapped[datetime | None]
+    failure: Mapped[str | None]
+    restored_at: Mapped[datetime | None]
+    restore: Mapped[str | None]
+    increased_at: Mapped[datetime | None]
 
 
 class SuiteRow(Base):

@@ -37,17 +37,35 @@ class SwitchRecord:
 class RevisionWindow:
     """The evidence window of one revision of a speculative arm: from the first verdict
     request that named it to the start of the arm's next revision (`ended_at`; None while
-    it is the arm's latest)."""
+    it is the arm's latest).
+
+    `failed_at` and `failure`: the revision's latched FAIL, when and why (None: none
+    stands); `restored_at` and `restore`: an operator's last restore (who and why), which
+    cleared it and where the revision's evidence restarts; `increased_at`: the last
+    traffic increase a rollout tool was told yes to."""
 
     arm: str
     revision: str
     started_at: datetime
     ended_at: datetime | None = None
+    failed_at: datetime | None = None
+    failure: str = ""
+    restored_at: datetime | None = None
+    restore: str = ""
+    increased_at: datetime | None = None
 
     @property
     def current(self) -> bool:
         """Whether the arm still serves this revision (no later one has started)."""
         return self.ended_at is None
+
+    @property
+    def evidence_start(self) -> datetime:
+        """Where the revision's evidence starts: its window's start, or an operator's
+        later restore."""
+        if self.restored_at is not None and self.restored_at > self.started_at:
+            return self.restored_at
+        return self.started_at
 
 
 @dataclass(frozen=True, slots=True)

@@ -272,19 +272,96 @@ class SqlSwitchStore(SqlDatabase):
     def _revision_window(
         self, connection: Connection, arm: str, revision: str
     ) -> RevisionWindow | None:
-        started = connection.scalars(
-            select(revisions.c.started_at).where(
-                revisions.c.arm == arm, revisions.c.revision == revision
-            )
+        row = connection.execute(
+            select(revisions).where(revisions.c.arm == arm, revisions.c.revision == revision)
         ).one_or_none()
-        if started is None:
-            return None
+        return None if row is None else self._window_of(connection, row)
+
+    @staticmethod
+    def _window_of(connection: Connection, row: Row[Any]) -> RevisionWindow:
+        """The window of a `revisions` row: it ends where the arm's next one starts."""
         ended = connection.scalars(
             select(func.min(revisions.c.started_at)).where(
-                revisions.c.arm == arm, revisions.c.started_at > started
+                revisions.c.arm == row.arm, revisions.c.started_at > row.started_at
             )
         ).one_or_none()
-        return RevisionWindow(arm, revision, started, ended)
+        return RevisionWindow(
+            row.arm,
+            row.revision,
+            row.started_at,
+            ended,
+            failed_at=row.failed_at,
+            failure=row.failure or "",
+            restored_at=row.restored_at,
+            restore=row.restore or "",
+            increased_at=row.increased_at,
+        )
+
+    def current_revision(self, arm: str) -> RevisionWindow | None:
+        """The window of the revision `arm` serves now (its latest); None when no request
+        named one yet."""
+        query = (
+            select(revisions)
+            .where(revisions.c.arm == arm)
+            .order_by(revisions.c.started_at.desc())
+            .limit(1)
+        )
+        with self._connection("reading the current revision") as connection:
+            row = connection.execute(query).one_or_none()
+            return None if row is None else self._window_of(connection, row)
+
+    def latch_revision(self, arm: str, revision: str, at: datetime, failure: str) -> bool:
+        """Latch the FAIL of `revision` of `arm` judged at `at`, because of `failure`; the
+        first FAIL stands (a later one changes nothing), and one judged before the
+        operator's last restore is not latched. True when this call latched it."""
+        aware(at, "failure time")
+        table = revisions
+        query = (
+            update(table)
+            .where(
+                table.c.arm == arm,
+                table.c.revision == revision,
+                table.c.failed_at.is_(None),
+                (table.c.restored_at.is_(None)) | (table.c.restored_at <= at),
+            )
+            .values(failed_at=at, failure=failure)
+        )
+        with self._connection(f"latching the FAIL of revision {revision!r}") as connection:
+            return bool(getattr(connection.execute(query), "rowcount", 0))
+
+    def restore_revisions(self, at: datetime, restore: str) -> list[RevisionWindow]:
+        """An operator's restore at `at` (`restore`: who and why) clears the latched FAIL
+        of every arm's current revision, whose evidence restarts at `at`; returns the
+        windows as they were before (those latched are the ones it cleared)."""
+        aware(at, "restore time")
+        table = revisions
+        later = table.alias("later")
+        latest = ~(
+            select(later.c.arm)
+            .where(later.c.arm == table.c.arm, later.c.started_at > table.c.started_at)
+            .exists()
+        )
+        with self._connection("restoring the current revisions") as connection:
+            rows = connection.execute(select(table).where(latest)).all()
+            before = [self._window_of(connection, row) for row in rows]
+            for window in before:
+                connection.execute(
+                    update(table)
+                    .where(table.c.arm == window.arm, table.c.revision == window.revision)
+                    .values(failed_at=None, failure=None, restored_at=at, restore=restore)
+                )
+        return before
+
+    def mark_increase(self, arm: str, revision: str, at: datetime) -> None:
+        """Remember that a traffic increase of `revision` of `arm` was confirmed at `at`."""
+        aware(at, "increase time")
+        query = (
+            update(revisions)
+            .where(revisions.c.arm == arm, revisions.c.revision == revision)
+            .values(increased_at=at)
+        )
+        with self._connection(f"marking a traffic increase of {revision!r}") as connection:
+            connection.execute(query)
 
     def start_revision(
         self, arm: str, revision: str, at: datetime, *, keep: int | None = None

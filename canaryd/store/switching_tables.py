@@ -115,12 +115,21 @@ drift_references = Table(
 )
 
 # When the evidence window of one revision of a speculative arm started: the first
-# verdict request that named it. The arm's next revision's start ends it.
+# verdict request that named it. The arm's next revision's start ends it. `failed_at` and
+# `failure`: the revision's latched FAIL, when and why (NULL: none stands); `restored_at`
+# and `restore`: an operator's last restore, which cleared it and restarts the revision's
+# evidence (who and why); `increased_at`: the last traffic increase a rollout tool was
+# told yes to (Flagger's confirm-traffic-increase).
 revisions = Table(
     "revisions",
     metadata,
     Column("arm", String(32), primary_key=True),
     Column("revision", String(128), primary_key=True),
     Column("started_at", UTCDateTime(), nullable=False),
+    Column("failed_at", UTCDateTime(), nullable=True),
+    Column("failure", Text, nullable=True),
+    Column("restored_at", UTCDateTime(), nullable=True),
+    Column("restore", Text, nullable=True),
+    Column("increased_at", UTCDateTime(), nullable=True),
     Index(None, "arm", "started_at"),
 )

@@ -10,6 +10,10 @@ and on every gate run) re-applies a generation whose last application failed and
 daemon, refreshes the state file's `confirmed_at`. A pending emergency rollback in the
 state file is adopted under the row lock before anything else. CLI and daemon both go
 through it; a daemon that does not lead the gates only adopts and mirrors (`follow()`).
+An operator's top-level restore that the policy does not refuse also restores the
+revisions being judged (`SwitchStore.restore_revisions`): their latched FAIL is cleared
+and their evidence restarts at the restore, even when speculation was on already (a
+rollout tool's FAIL that never tripped the switch).
 """
 
 from __future__ import annotations
@@ -231,8 +235,24 @@ class SwitchService:
             log.warning("switch.refused", reason=refusal)
 
     def command(self, event: SwitchEvent) -> SwitchChange:
-        """A human's rollback, restore or auto, as the policy allows it, then applied."""
-        return self._change([event], self.clock(), actor=f"user:{event.user}")
+        """A human's rollback, restore or auto, as the policy allows it, then applied. A
+        top-level restore that is not refused clears the latched FAIL of every arm's
+        current revision and restarts its evidence at the restore."""
+        now = self.clock()
+        change = self._change([event], now, actor=f"user:{event.user}")
+        if event.action == "restore" and event.category is None and not change.outcome.refused:
+            self._restore_revisions(now, f"user:{event.user}: {event.reason}")
+        return change
+
+    def _restore_revisions(self, now: datetime, restore: str) -> None:
+        for window in self.store.restore_revisions(now, restore):
+            log.warning(
+                "switch.revision_restored",
+                arm=window.arm,
+                revision=window.revision,
+                cleared_failure=window.failure or None,
+                restore=restore,
+            )
 
     def step_gates(self, now: datetime) -> SwitchChange:
         """Let the policy act on the stored evaluations at `now`, then apply. The state

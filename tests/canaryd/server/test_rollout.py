@@ -127,6 +127,7 @@ class TestVerdictEndpoint:
                 "speculative_enabled",
                 "generation",
                 "reason",
+                "failed_at",
                 "estimate",
                 "burst",
                 "gates",

@@ -13,6 +13,7 @@ from gates import GateDecision, GateState, latency_gate
 from gates.config import LatencyGateConfig
 from gates.pairs.testing import T0, record, result
 from gates.records import PairRecord
+from gates.stats.budget import DEFAULT_ARL0, DEFAULT_DETECTOR_BUDGET
 from gates.window import concurrent_groups
 
 CONCURRENCY = 4  # rollout.concurrency's default: pairs started at once in a burst cycle
@@ -59,7 +60,13 @@ def timed_pairs(
 
 def judge(records: list[PairRecord], config: LatencyGateConfig | None = None) -> GateDecision:
     config = config or LatencyGateConfig(metrics=("e2e", "ttft"))
-    return latency_gate(records, config, now=records[-1].started_at)
+    return latency_gate(
+        records,
+        config,
+        now=records[-1].started_at,
+        arl0=DEFAULT_ARL0,
+        budget_30d=DEFAULT_DETECTOR_BUDGET,
+    )
 
 
 def components(decision: GateDecision) -> dict[str, GateDecision]:
