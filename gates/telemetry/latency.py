@@ -55,6 +55,9 @@ the limit `max_ratio` × the baseline's q-quantile; the tolerance is a share of 
 - PASS: the share above `max_ratio` × the baseline quantile's lower bound at most 1 − q
   at the gate's confidence (Clopper–Pearson on requests; each bound at half the error),
   with at least `min_samples` requests per arm at matched load.
+When either arm has had no interval, or served nothing, for longer than the gate's
+silence bound (`gates.telemetry.silence`), the gate is NODATA and says which and since
+when.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ from gates.telemetry.intervals import (
     TelemetryLatencyGateConfig,
     TelemetryLatencyMetric,
 )
+from gates.telemetry.silence import silence
 from gates.window import Window, combined, decision
 
 NAME = "telemetry.latency"
@@ -138,6 +142,22 @@ def telemetry_latency_gate(
     spec = evidence.speculative.window(
         now, window_seconds=config.window_seconds, window_intervals=config.window_pairs, since=since
     )
+    stopped = silence({"baseline": base, "speculative": spec}, now, config)
+    if stopped is not None:
+        return decision(
+            NAME,
+            config,
+            Window(
+                (),
+                min((i.start for i in [*base, *spec]), default=None),
+                max((i.end for i in [*base, *spec]), default=None),
+            ),
+            now,
+            state=GateState.NODATA,
+            statistic="speculative / baseline latency quantile at matched load",
+            threshold=float(config.min_samples),
+            detail=stopped,
+        )
     matched = match_load(base, spec, config.max_load_difference)
     window = Window(
         (),
