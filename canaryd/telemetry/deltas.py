@@ -110,6 +110,7 @@ class TelemetryWindow:
     missing: tuple[Signal, ...] = ()
     requests: int | None = None
     errors: int | None = None
+    client_errors: int | None = None
     e2e: BucketCounts | None = None
     ttft: BucketCounts | None = None
     itl: BucketCounts | None = None
@@ -142,23 +143,27 @@ class TelemetryWindow:
 
     def count_interval(self) -> CountInterval | None:
         """The window as the error gates read it; None without request and error counts.
-        Errors are capped at the requests (two counters read at one instant agree; a
-        reset of one group and not the other could make them disagree)."""
+        Errors and 4xx are capped at the requests (two counters read at one instant
+        agree; a reset of one group and not the other could make them disagree)."""
         if self.requests is None or self.errors is None or self.end <= self.start:
             return None
-        return CountInterval(self.start, self.end, self.requests, min(self.errors, self.requests))
+        return CountInterval(
+            self.start,
+            self.end,
+            self.requests,
+            min(self.errors, self.requests),
+            _capped(self.client_errors, self.requests),
+        )
 
     def interval(self) -> TelemetryInterval:
         """The window as the telemetry gates read it: every signal, None where unknown.
-        Errors are capped at the requests, as in `count_interval`."""
-        errors = self.errors
-        if errors is not None and self.requests is not None:
-            errors = min(errors, self.requests)
+        Errors and 4xx are capped at the requests, as in `count_interval`."""
         return TelemetryInterval(
             start=self.start,
             end=self.end,
             requests=self.requests,
-            errors=errors,
+            errors=_capped(self.errors, self.requests),
+            client_errors=_capped(self.client_errors, self.requests),
             e2e=self.e2e,
             ttft=self.ttft,
             itl=self.itl,
@@ -204,6 +209,7 @@ def telemetry_window(earlier: ArmReading, later: ArmReading) -> TelemetryWindow:
         missing=tuple(s for s in _SIGNALS if s in mapped and s not in seen),
         requests=count("requests"),
         errors=count("errors"),
+        client_errors=count("client_errors"),
         e2e=bucket_counts("e2e"),
         ttft=bucket_counts("ttft"),
         itl=bucket_counts("itl"),
@@ -215,6 +221,10 @@ def telemetry_window(earlier: ArmReading, later: ArmReading) -> TelemetryWindow:
         reported_acceptance_length=_gauge("acceptance_length", pairs),
         reported_acceptance_rate=_gauge("acceptance_rate", pairs),
     )
+
+
+def _capped(count: int | None, requests: int | None) -> int | None:
+    return count if count is None or requests is None else min(count, requests)
 
 
 def _increases(
