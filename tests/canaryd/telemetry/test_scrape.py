@@ -74,7 +74,7 @@ class TestVllmReplica:
         replica.finish(9, reason="error")
         with source(replica.url) as arm:
             first = arm.read(T0)
-            replica.restart(started_at=1_700_000_500.0)
+            replica.restart(started_at=(T0 + STEP / 2).timestamp())
             replica.finish(30)
             replica.finish(2, reason="error")
             window = telemetry_window(first, arm.read(T0 + STEP))
@@ -90,7 +90,7 @@ class TestVllmReplica:
         replica.finish(10)
         with source(replica.url) as arm:
             first = arm.read(T0)
-            replica.restart(started_at=1_700_000_500.0)
+            replica.restart(started_at=(T0 + STEP / 2).timestamp())
             replica.finish(110)
             window = telemetry_window(first, arm.read(T0 + STEP))
         assert window.requests == 110
