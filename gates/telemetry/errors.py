@@ -23,14 +23,14 @@ probability at most `outage_alpha`, and `outage_margin_intervals` on each side, 
 out of the baseline's rate. A speculative interval overlapping one of them is not read
 as is (the outage fails its requests too) but neither is it left out: as the pair error
 gate keeps the speculative failures the baseline does not share, the CUSUM judges its
-failures beyond the outage's own rate there. That rate r is read from the baseline's outage interval (its
-Clopper–Pearson upper bound at the calibration level, less the baseline's calm rate:
-1 − (1 − upper) ÷ (1 − calm)); the interval's n requests and k errors count as
-n·(1 − r) requests, k − n·r of them failed (at least 0): an arm failing as the baseline
-does adds nothing, one failing 80 % of its requests where the baseline fails 20 % adds
-evidence as a calm interval would. PASS reads calm intervals only. A speculative
-interval no baseline interval overlaps (a failed baseline scrape) is left out: without
-the baseline there is no excess to judge.
+failures beyond the outage's own rate there. That rate r is read from the baseline's
+outage interval (its Clopper–Pearson upper bound at the calibration level, less the
+baseline's calm rate: 1 − (1 − upper) ÷ (1 − calm)); the interval's n requests and k
+errors count as n·(1 − r) requests, k − n·r of them failed (at least 0): an arm failing
+as the baseline does adds nothing, one failing 80 % of its requests where the baseline
+fails 20 % adds evidence as a calm interval would. PASS reads calm intervals only. A
+speculative interval no baseline interval overlaps (a failed baseline scrape) is left
+out: without the baseline there is no excess to judge.
 **4xx answers.** Both arms get the same traffic, so a share of requests answered 4xx
 that exceeds the baseline's is the speculative arm's (a rejected request shape, a
 shorter context, shed load). Where both arms' sources count 4xx (`client_errors`: a

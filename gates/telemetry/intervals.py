@@ -318,12 +318,14 @@ class TelemetryLatencyGateConfig(TelemetryGateConfigBase):
         "window (a speculative step streams that many tokens as one observation)",
     )
     max_load_difference: float = Field(
-        default=0.5,
+        default=0.2,
         gt=0,
         lt=1,
-        description="matched load: an interval is compared only when the arms' requests "
-        "running + waiting per replica differ by at most this fraction of the larger (and, "
-        "where both count requests, so do their requests per second per replica)",
+        description="matched load: an interval is compared only when the arms' requests per "
+        "second per replica (over the two minutes around it) differ by at most this "
+        "fraction of the larger; where an arm counts no requests, their requests running + "
+        "waiting per replica. 0.2 keeps a healthy arm within max_ratio 1.2 for latency up "
+        "to ∝ load^0.8",
     )
 
     @model_validator(mode="after")
