@@ -217,7 +217,12 @@ def telemetry_acceptance_gate(
     )
     stopped = silence({"speculative": intervals}, now, config)
     if stopped is not None:
-        return _nodata(config, window, now, stopped)
+        if not counts:
+            return _nodata(config, window, now, stopped)
+        drafts = sum(c.drafts for c in counts)
+        return _nodata(
+            config, window, now, stopped, estimate=_pooled(counts)[0], n_speculative=drafts
+        )
     if config.reference_acceptance_length is not None:
         reference = AcceptanceReference(config.reference_acceptance_length)
     drafts = sum(c.drafts for c in counts)

@@ -116,3 +116,4 @@ class TestGates:
         dark = telemetry_acceptance_gate(gone, ACCEPTANCE, now=end_of(79), reference=reference)
         assert dark.state is GateState.NODATA
         assert "no request served by the speculative arm" in dark.detail
+        assert dark.estimate == judged.estimate  # the window's length, still reported
