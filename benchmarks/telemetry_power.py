@@ -421,7 +421,10 @@ def rollout(
     reference = stable_reference(stable, rng, config, T0)
     intervals = int(cap_minutes * 60 / SCRAPE_S)
     spacing = 60.0 / pairs_per_minute
-    pairs = pairs_for(arms, rng, int((cap_minutes + DARK_MINUTES) * pairs_per_minute) + 1, spacing)
+    # A dark run judges up to DARK_MINUTES longer; the others draw exactly the pairs
+    # (and so the random stream) they always did.
+    longest = cap_minutes + (DARK_MINUTES if dark is not None else 0.0)
+    pairs = pairs_for(arms, rng, int(longest * pairs_per_minute) + 1, spacing)
     baseline: list[TelemetryInterval] = []
     speculative: list[TelemetryInterval] = []
     calls = 0
