@@ -6,7 +6,7 @@ judges errors. Nullable: sources without status codes and rows stored before thi
 revision have none.
 
 Revision ID: 0019
-Revises: 0018
+Revises: 0019
 Create Date: 2026-12-04
 """
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0019"
-down_revision = "0018"
+revision = "0020"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 
