@@ -5,7 +5,7 @@ codes (a gateway); `telemetry.errors` judges their excess over the baseline's as
 judges errors. Nullable: sources without status codes and rows stored before this
 revision have none.
 
-Revision ID: 0019
+Revision ID: 0020
 Revises: 0019
 Create Date: 2026-12-04
 """
