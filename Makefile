@@ -14,7 +14,7 @@ CONSTRAINTS := $(if $(LOCK),--constraint $(LOCK),)
 PYTEST_ARGS ?=
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: venv model demo test lint typecheck unit services llamacpp vllm clean lock gpu-bundle bench-vllm
+.PHONY: venv model demo test lint typecheck unit services llamacpp vllm clean lock gpu-bundle bench-vllm bench-rollout
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -88,6 +88,20 @@ test: model services llamacpp vllm lint typecheck
 # same time (docs/bench.md): about 6 minutes, so not part of `make test`.
 bench-vllm: model vllm
 	$(BIN)/python -m pytest --durations=5 -m bench $(PYTEST_ARGS) tests/integration/test_vllm_bench_side_by_side.py
+
+# A rollout played in real time (benchmarks/rollout_sim, docs/progressive-delivery.md): loopback
+# arms, `canaryd run` with its defaults, the shipped Argo template and Flagger Canary played
+# as each tool counts. Every scenario, 2 runs each, Argo and Flagger side by side: hours,
+# so not part of `make test`. ROLLOUT_SIM_ARGS picks others (e.g. --scenario healthy --runs 1).
+ROLLOUT_SIM_ARGS ?= --scenario all --runs 2
+ROLLOUT_SIM_OUT ?= build/rollout_sim
+bench-rollout: venv
+	mkdir -p $(dir $(ROLLOUT_SIM_OUT))
+	$(BIN)/python benchmarks/rollout_sim --tool argo $(ROLLOUT_SIM_ARGS) \
+	  --out $(ROLLOUT_SIM_OUT)_argo.json > $(ROLLOUT_SIM_OUT)_argo.jsonl & argo=$$!; \
+	$(BIN)/python benchmarks/rollout_sim --tool flagger $(ROLLOUT_SIM_ARGS) \
+	  --out $(ROLLOUT_SIM_OUT)_flagger.json > $(ROLLOUT_SIM_OUT)_flagger.jsonl & flagger=$$!; \
+	wait $$argo; a=$$?; wait $$flagger; f=$$?; test $$a -eq 0 && test $$f -eq 0
 
 unit: venv
 	$(BIN)/python -m pytest -m "not model and not postgres and not slow" $(PYTEST_ARGS)

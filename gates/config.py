@@ -375,9 +375,29 @@ class ParityGateConfig(Strict):
     )
 
 
-class TelemetryErrorGateConfig(GateConfigBase):
+class TelemetryGateConfigBase(GateConfigBase):
+    """What every telemetry gate has besides `GateConfigBase`: how long its evidence may
+    stop before its decision expires (`gates.telemetry.silence`)."""
+
+    max_silence_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="evidence expires: an arm the gate reads with no interval (no successful "
+        "scrape) or no request for this long, or for max_silence_intervals of its scrape "
+        "intervals where that is longer, makes the gate NODATA, naming the arm and why",
+    )
+    max_silence_intervals: int = Field(
+        default=10,
+        ge=1,
+        description="evidence expires after this many of the arm's scrape intervals (its "
+        "median interval) without an interval or a request, where longer than max_silence_s",
+    )
+
+
+class TelemetryErrorGateConfig(TelemetryGateConfigBase):
     """`telemetry.errors`: the speculative arm's error rate per production request may
-    exceed the baseline's by at most `max_excess_rate`. The window is counted in scrape
+    exceed the baseline's by at most `max_excess_rate`, and so may its rate of 4xx answers
+    where both arms' sources report status codes. The window is counted in scrape
     intervals (`window_pairs`) and seconds; `min_samples` in requests per arm."""
 
     min_samples: int = Field(
@@ -409,7 +429,8 @@ class TelemetryErrorGateConfig(GateConfigBase):
         lt=0.5,
         description="shared outages: a baseline interval with more errors than a calm "
         "baseline (failing at the window's rate) makes with probability at most this is "
-        "an outage; speculative intervals overlapping it are left out",
+        "an outage; speculative intervals overlapping it are judged only on the failures "
+        "beyond the outage's own rate there",
     )
     outage_margin_intervals: int = Field(
         default=1,
@@ -422,7 +443,7 @@ class TelemetryErrorGateConfig(GateConfigBase):
 TelemetryLatencyMetric = Literal["e2e", "ttft", "itl"]
 
 
-class TelemetryLatencyGateConfig(GateConfigBase):
+class TelemetryLatencyGateConfig(TelemetryGateConfigBase):
     """`telemetry.latency`: the speculative arm's production latency quantiles (e2e, TTFT,
     ITL) may be at most `max_ratio` × the baseline's, judged from the engines' latency
     histograms over intervals where both arms carried the same load per replica.
@@ -456,12 +477,14 @@ class TelemetryLatencyGateConfig(GateConfigBase):
         "window (a speculative step streams that many tokens as one observation)",
     )
     max_load_difference: float = Field(
-        default=0.5,
+        default=0.2,
         gt=0,
         lt=1,
-        description="matched load: an interval is compared only when the arms' requests "
-        "running + waiting per replica differ by at most this fraction of the larger (and, "
-        "where both count requests, so do their requests per second per replica)",
+        description="matched load: an interval is compared only when the arms' requests per "
+        "second per replica (over the two minutes around it) differ by at most this "
+        "fraction of the larger; where an arm counts no requests, their requests running + "
+        "waiting per replica. 0.2 keeps a healthy arm within max_ratio 1.2 for latency up "
+        "to ∝ load^0.8",
     )
 
     @model_validator(mode="after")
@@ -470,7 +493,7 @@ class TelemetryLatencyGateConfig(GateConfigBase):
         return self
 
 
-class TelemetryAcceptanceGateConfig(GateConfigBase):
+class TelemetryAcceptanceGateConfig(TelemetryGateConfigBase):
     """`telemetry.acceptance`: the speculative arm's acceptance length on all production
     traffic (1 + accepted ÷ drafts, from the engine's counters) may fall at most
     `max_relative_drop` below its reference: `reference_acceptance_length` when set,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # the dev install has no stubs
 
 from benchmarks.rollout_sim.durations import seconds
 
@@ -119,7 +119,9 @@ class _Parser:
                 return left == right
             if op == "!=":
                 return left != right
-            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (left, right)):
+            if not all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in (left, right)
+            ):
                 raise ConditionError(f"invalid operation: {left!r} {op} {right!r}")
             return {"<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right}[
                 op
@@ -144,14 +146,14 @@ class _Parser:
                 return None
             if text != "result":
                 raise ConditionError(f"unknown name {text!r}")
-            value: Any = self.result
+            member: Any = self.result
             while self.peek() == ".":
                 self.take()
                 key_kind, key = self.take()
                 if key_kind != "name":
                     raise ConditionError(f"bad member {key!r}")
-                value = value.get(key) if isinstance(value, Mapping) else None
-            return value
+                member = member.get(key) if isinstance(member, Mapping) else None
+            return member
         raise ConditionError(f"unexpected {text!r}")
 
 
@@ -198,7 +200,9 @@ def load_template(path: Path, args: Mapping[str, str]) -> WebMetric:
     values (an argument with neither, e.g. a Secret's, is an error)."""
     documents = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
     [template] = [d for d in documents if d.get("kind") == "AnalysisTemplate"]
-    values = {a["name"]: a["value"] for a in template["spec"].get("args", ()) if "value" in a}
+    values: dict[str, str] = {
+        str(a["name"]): str(a["value"]) for a in template["spec"].get("args", ()) if "value" in a
+    }
     values.update(args)
 
     def substitute(text: str) -> str:
@@ -229,6 +233,26 @@ def load_template(path: Path, args: Mapping[str, str]) -> WebMetric:
         headers=tuple((h["key"], substitute(h["value"])) for h in web.get("headers", ())),
         json_path=web.get("jsonPath", "{$}"),
     )
+
+
+ROLLOUT_ACTION: dict[Phase, str] = {
+    "Successful": "the Rollout goes on to its next step",
+    "Failed": "the Rollout aborts (traffic back to stable)",
+    "Error": "the Rollout aborts (traffic back to stable)",
+    "Inconclusive": "the Rollout pauses for a human (promote or abort)",
+}
+
+
+def analysis_weight(path: Path) -> int:
+    """The canary weight a Rollout's steps set before its first analysis step (0: none)."""
+    documents = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    [rollout] = [d for d in documents if d.get("kind") == "Rollout"]
+    weight = 0
+    for step in rollout["spec"]["strategy"]["canary"].get("steps", ()):
+        if "analysis" in step:
+            break
+        weight = int(step.get("setWeight", weight))
+    return weight
 
 
 def _json_path(path: str, body: Any) -> Any:
@@ -319,11 +343,15 @@ def assess(metric: WebMetric, result: MetricResult) -> tuple[Phase | None, str]:
     phase: Phase | None = None
     message = ""
     if metric.failure_limit >= 0 and result.failed > metric.failure_limit:
-        phase, message = "Failed", f"failed ({result.failed}) > failureLimit ({metric.failure_limit})"
+        phase, message = (
+            "Failed",
+            f"failed ({result.failed}) > failureLimit ({metric.failure_limit})",
+        )
     if result.inconclusive > metric.inconclusive_limit:
         phase = "Inconclusive"
         message = (
-            f"inconclusive ({result.inconclusive}) > inconclusiveLimit ({metric.inconclusive_limit})"
+            f"inconclusive ({result.inconclusive}) > "
+            f"inconclusiveLimit ({metric.inconclusive_limit})"
         )
     if result.consecutive_error > metric.consecutive_error_limit:
         phase = "Error"

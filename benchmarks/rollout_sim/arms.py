@@ -21,9 +21,25 @@ Arm = Literal["baseline", "speculative"]
 StallArms = Literal["either", "speculative", "baseline"]
 
 _WORDS = (
-    "the", "canary", "answers", "every", "prompt", "with", "measured", "steady", "tokens",
-    "while", "draft", "and", "target", "agree", "on", "each", "verified", "step",
-)  # fmt: skip
+    "the",
+    "canary",
+    "answers",
+    "every",
+    "prompt",
+    "with",
+    "measured",
+    "steady",
+    "tokens",
+    "while",
+    "draft",
+    "and",
+    "target",
+    "agree",
+    "on",
+    "each",
+    "verified",
+    "step",
+)
 OTHER_WORD = "otherwise"  # what an arm that answers other text says from the divergence on
 NUM_SPECULATIVE_TOKENS = 4  # drafts per verify step, as --speculative-config sets k
 ACCEPT_PROBABILITY = 0.6  # each draft position is kept with this chance, until one is not

@@ -109,8 +109,11 @@ class Daemon:
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "canaryd", "run", "--config", str(self.config)],
-            cwd=self.checkout, env=self.environment(), stdout=subprocess.DEVNULL, stderr=self._log,
-        )  # fmt: skip
+            cwd=self.checkout,
+            env=self.environment(),
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+        )
         return self
 
     def __exit__(
@@ -137,7 +140,9 @@ class Daemon:
         while time.monotonic() - started < timeout_s:
             assert self.process is not None
             if self.process.poll() is not None:
-                raise RuntimeError(f"canaryd run exited {self.process.returncode}:\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"canaryd run exited {self.process.returncode}:\n{self.log_tail()}"
+                )
             try:
                 answer = httpx.get(
                     f"{self.url}/v1/verdict",
@@ -156,9 +161,22 @@ class Daemon:
         """`canaryd switch rollback --reason REASON` on the daemon's own config and data
         (the kill switch, as an operator pulls it): exit code and output."""
         done = subprocess.run(
-            [sys.executable, "-m", "canaryd", "switch", "rollback", "--reason", reason,
-             "--config", str(self.config)],
-            cwd=self.checkout, env=self.environment(), capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "canaryd",
+                "switch",
+                "rollback",
+                "--reason",
+                reason,
+                "--config",
+                str(self.config),
+            ],
+            cwd=self.checkout,
+            env=self.environment(),
+            capture_output=True,
+            text=True,
+            timeout=120,
             check=False,
-        )  # fmt: skip
+        )
         return done.returncode, (done.stdout + done.stderr).strip()[-300:]

@@ -31,14 +31,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # the dev install has no stubs
 
 from benchmarks.rollout_sim.durations import seconds
 
 HookType = Literal[
-    "confirm-rollout", "pre-rollout", "rollout", "confirm-traffic-increase",
-    "confirm-promotion", "post-rollout", "rollback", "event",
-]  # fmt: skip
+    "confirm-rollout",
+    "pre-rollout",
+    "rollout",
+    "confirm-traffic-increase",
+    "confirm-promotion",
+    "post-rollout",
+    "rollback",
+    "event",
+]
 CanaryPhase = Literal[
     "Progressing", "WaitingPromotion", "Promoting", "Finalising", "Succeeded", "Failed"
 ]

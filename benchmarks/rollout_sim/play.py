@@ -98,6 +98,12 @@ def _json(body: bytes) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _short(reason: object, limit: int = 240) -> str:
+    """canaryd's reason, cut where a row stays readable (the full one is in its log)."""
+    text = str(reason or "")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _sleep_until(deadline: float) -> None:
     while (left := deadline - time.monotonic()) > 0:
         time.sleep(min(left, 1.0))
@@ -127,15 +133,23 @@ def play_argo(
         )
         if result.phase is None:
             _sleep_until(ended + argo.next_measurement_after(metric, phase) / settings.time_scale)
-    outcome = {"Successful": "Successful", "Failed": "Failed", "Error": "Error",
-               "Inconclusive": "Inconclusive"}[result.phase]  # fmt: skip
+    outcome = {
+        "Successful": "Successful",
+        "Failed": "Failed",
+        "Error": "Error",
+        "Inconclusive": "Inconclusive",
+    }[result.phase]
     return {
         "outcome": outcome,
         "wall_s": ended - started,
         "pairs": last.get("pairs"),
-        "reason": f"{result.message}; canaryd: {last.get('reason', '')}",
+        "reason": f"{result.message}; canaryd: {_short(last.get('reason'))}",
         "verdict": last.get("verdict"),
         "argo": {
+            "rollout": argo.ROLLOUT_ACTION[result.phase],
+            "weight_during_analysis": argo.analysis_weight(
+                settings.examples / "argo" / "rollout.yaml"
+            ),
             "measurements": len(result.phases),
             "count": result.count,
             "successful": result.successful,
@@ -143,11 +157,14 @@ def play_argo(
             "inconclusive": result.inconclusive,
             "error": result.error,
             "phases": "".join(p[0] for p in result.phases),
-            "template": {"interval_s": metric.interval_s, "count": metric.count,
-                         "consecutive_success_limit": metric.consecutive_success_limit,
-                         "failure_limit": metric.failure_limit,
-                         "inconclusive_limit": metric.inconclusive_limit,
-                         "consecutive_error_limit": metric.consecutive_error_limit},  # fmt: skip
+            "template": {
+                "interval_s": metric.interval_s,
+                "count": metric.count,
+                "consecutive_success_limit": metric.consecutive_success_limit,
+                "failure_limit": metric.failure_limit,
+                "inconclusive_limit": metric.inconclusive_limit,
+                "consecutive_error_limit": metric.consecutive_error_limit,
+            },
         },
     }
 
@@ -168,8 +185,13 @@ def play_flagger(
 
     def call(hook: flagger.Webhook, phase: flagger.CanaryPhase) -> flagger.HookAnswer:
         nonlocal last
-        payload = {"name": canary.name, "namespace": canary.namespace, "phase": phase,
-                   "checksum": revision, "metadata": hook.metadata}  # fmt: skip
+        payload = {
+            "name": canary.name,
+            "namespace": canary.namespace,
+            "phase": phase,
+            "checksum": revision,
+            "metadata": hook.metadata,
+        }
         status: int | None = None
         body = b""
         for attempt in range(hook.retries + 1):
@@ -210,15 +232,19 @@ def play_flagger(
         "wall_s": ended - started,
         "pairs": last.get("pairs"),
         "max_weight": run.max_weight_reached,
-        "reason": f"{run.reason}; canaryd: {last.get('reason', '')}",
+        "reason": f"{run.reason}; canaryd: {_short(last.get('reason'))}",
         "verdict": last.get("verdict"),
         "flagger": {
             "iterations": run.ticks,
             "failed_checks": run.failed_checks,
             "phase": run.phase,
             "hooks": [f"{e.tick}:{e.hook}:{e.status}" for e in run.events],
-            "canary": {"interval_s": canary.interval_s, "threshold": canary.threshold,
-                       "step_weight": canary.step_weight, "max_weight": canary.max_weight},  # fmt: skip
+            "canary": {
+                "interval_s": canary.interval_s,
+                "threshold": canary.threshold,
+                "step_weight": canary.step_weight,
+                "max_weight": canary.max_weight,
+            },
         },
     }
 
@@ -233,9 +259,10 @@ def _as_expected(settings: Settings, row: dict[str, Any]) -> bool:
         good = row["outcome"] in ("Successful", "promoted")
     else:
         good = row["outcome"] in ("Failed", "rolled back")
-    weight_ok = scenario.max_flagger_weight is None or (
-        row.get("max_weight") or 0
-    ) <= scenario.max_flagger_weight
+    weight_ok = (
+        scenario.max_flagger_weight is None
+        or (row.get("max_weight") or 0) <= scenario.max_flagger_weight
+    )
     return good and minutes <= scenario.within_minutes and weight_ok
 
 
@@ -249,19 +276,34 @@ def play(settings: Settings, run_index: int, log: Log) -> dict[str, Any]:
     stalls = StallSchedule(scenario.stall_share, arms=settings.stall_arms, seed=seed)
     with tempfile.TemporaryDirectory(prefix="rollout-sim-") as tmp, ExitStack() as stack:
         baseline = stack.enter_context(
-            LoopbackArm("baseline", baseline_behaviour, stalls, seed=seed,
-                        production_rps=settings.production_rps)
-        )  # fmt: skip
+            LoopbackArm(
+                "baseline",
+                baseline_behaviour,
+                stalls,
+                seed=seed,
+                production_rps=settings.production_rps,
+            )
+        )
         speculative = stack.enter_context(
-            LoopbackArm("speculative", speculative_behaviour, stalls, seed=seed,
-                        production_rps=settings.production_rps)
-        )  # fmt: skip
+            LoopbackArm(
+                "speculative",
+                speculative_behaviour,
+                stalls,
+                seed=seed,
+                production_rps=settings.production_rps,
+            )
+        )
         port = free_port()
         config = config_text(
-            baseline.url, speculative.url, port,
-            telemetry=settings.telemetry, extra=settings.extra_config,
-        )  # fmt: skip
-        daemon = stack.enter_context(Daemon(Path(tmp), config, port, secrets.token_hex(16), settings.checkout))
+            baseline.url,
+            speculative.url,
+            port,
+            telemetry=settings.telemetry,
+            extra=settings.extra_config,
+        )
+        daemon = stack.enter_context(
+            Daemon(Path(tmp), config, port, secrets.token_hex(16), settings.checkout)
+        )
         ready_s = daemon.wait_until_judging(settings.ready_timeout_s)
         log(f"canaryd judging after {ready_s:.0f} s; the rollout begins")
         revision = secrets.token_hex(5)
@@ -283,7 +325,8 @@ def play(settings: Settings, run_index: int, log: Log) -> dict[str, Any]:
             "tool": settings.tool,
             "run": run_index,
             "outcome": row.pop("outcome"),
-            "minutes": round(row.pop("wall_s") / 60.0 * settings.time_scale, 2),
+            "minutes": round(row["wall_s"] / 60.0 * settings.time_scale, 2),
+            "wall_minutes": round(row.pop("wall_s") / 60.0, 2),
             **row,
         }
         if kill is not None:

@@ -60,18 +60,42 @@ SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
         Scenario("healthy", "identical text, no stalls"),
-        Scenario("healthy-stalls", "identical text; 2 % of pairs stalled 3-20x on one arm, "
-                 "in the clusters a burst's concurrent pairs share", stall_share=0.02),  # fmt: skip
-        Scenario("other-text-5pct", "5 % of speculative answers part from the baseline's",
-                 other_text_share=0.05, healthy=False, within_minutes=15.0,
-                 max_flagger_weight=10),  # fmt: skip
-        Scenario("http500-5pct", "5 % of speculative requests (pairs and production "
-                 "telemetry) answer HTTP 500", error_share=0.05, healthy=False,
-                 within_minutes=15.0, max_flagger_weight=10),  # fmt: skip
-        Scenario("other-text-100pct", "every speculative answer parts from the baseline's",
-                 other_text_share=1.0, healthy=False, within_minutes=15.0,
-                 max_flagger_weight=10),  # fmt: skip
-        Scenario("kill-switch", "healthy arms; `canaryd switch rollback` mid-rollout",
-                 kill_switch=True, healthy=False, within_minutes=2.0),  # fmt: skip
+        Scenario(
+            "healthy-stalls",
+            "identical text; 2 % of pairs stalled 3-20x on one arm, "
+            "in the clusters a burst's concurrent pairs share",
+            stall_share=0.02,
+        ),
+        Scenario(
+            "other-text-5pct",
+            "5 % of speculative answers part from the baseline's",
+            other_text_share=0.05,
+            healthy=False,
+            within_minutes=15.0,
+            max_flagger_weight=10,
+        ),
+        Scenario(
+            "http500-5pct",
+            "5 % of speculative requests (pairs and production telemetry) answer HTTP 500",
+            error_share=0.05,
+            healthy=False,
+            within_minutes=15.0,
+            max_flagger_weight=10,
+        ),
+        Scenario(
+            "other-text-100pct",
+            "every speculative answer parts from the baseline's",
+            other_text_share=1.0,
+            healthy=False,
+            within_minutes=15.0,
+            max_flagger_weight=10,
+        ),
+        Scenario(
+            "kill-switch",
+            "healthy arms; `canaryd switch rollback` mid-rollout",
+            kill_switch=True,
+            healthy=False,
+            within_minutes=2.0,
+        ),
     )
 }

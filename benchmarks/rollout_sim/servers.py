@@ -41,12 +41,74 @@ from benchmarks.rollout_sim.arms import (
 )
 
 # vLLM's bucket bounds (vllm/v1/metrics/loggers.py, Apache-2.0).
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-               7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-               60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+E2E_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 MODEL = "llama"
 _LABELS = (MODEL, "0")
 
@@ -251,8 +313,13 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if answer.error:
                 time.sleep(answer.pace)
-                error = {"object": "error", "message": "injected", "type": "InternalServerError",
-                         "param": None, "code": 500}  # fmt: skip
+                error = {
+                    "object": "error",
+                    "message": "injected",
+                    "type": "InternalServerError",
+                    "param": None,
+                    "code": 500,
+                }
                 self._send(500, json.dumps(error).encode(), "application/json")
                 arm.metrics.finished("error", time.monotonic() - started, None, [])
                 return
@@ -279,11 +346,19 @@ class _Handler(BaseHTTPRequestHandler):
                 choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
             else:
                 choice = {"index": 0, "text": text or "", "finish_reason": finish}
-            out: dict[str, Any] = {"id": "cmpl-loopback", "object": kind, "created": created,
-                                   "model": MODEL, "choices": [choice]}  # fmt: skip
+            out: dict[str, Any] = {
+                "id": "cmpl-loopback",
+                "object": kind,
+                "created": created,
+                "model": MODEL,
+                "choices": [choice],
+            }
             if continuous:
-                out["usage"] = {"prompt_tokens": 5, "completion_tokens": sent,
-                                "total_tokens": 5 + sent}  # fmt: skip
+                out["usage"] = {
+                    "prompt_tokens": 5,
+                    "completion_tokens": sent,
+                    "total_tokens": 5 + sent,
+                }
             return out
 
         self.send_response(200)
@@ -292,9 +367,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if chat:
             self._chunk(
-                {"id": "cmpl-loopback", "object": kind, "created": created, "model": MODEL,
-                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                              "finish_reason": None}]}  # fmt: skip
+                {
+                    "id": "cmpl-loopback",
+                    "object": kind,
+                    "created": created,
+                    "model": MODEL,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"role": "assistant", "content": ""},
+                            "finish_reason": None,
+                        }
+                    ],
+                }
             )
         step = step_delay(arm.behaviour, answer.pace)
         arrivals: list[float] = []
@@ -311,10 +396,13 @@ class _Handler(BaseHTTPRequestHandler):
         finish = "length" if sent >= max_tokens else "stop"
         self._chunk(piece(None, finish))
         final: dict[str, Any] = {
-            "id": "cmpl-loopback", "object": kind, "created": created, "model": MODEL,
+            "id": "cmpl-loopback",
+            "object": kind,
+            "created": created,
+            "model": MODEL,
             "choices": [],
             "usage": {"prompt_tokens": 5, "completion_tokens": sent, "total_tokens": 5 + sent},
-        }  # fmt: skip
+        }
         if arm.behaviour.speculative:
             final["metrics"] = {"speculative_decoding": spec_decode_metrics(answer.accepted)}
         if options.get("include_usage"):

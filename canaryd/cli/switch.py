@@ -20,6 +20,10 @@ and `auto` refuse without the database.
 master, which still turns speculation off everywhere when rolled back); its restore needs
 fresh PASS evidence for that category, or `--force`. It needs the database: the kill
 switch without it is the master's.
+
+A top-level `restore` that is not refused also restores the revisions a rollout tool is
+judging (every arm's current one), even when speculation was on already: each one's
+latched FAIL is cleared and its evidence restarts now; each is printed.
 """
 
 from __future__ import annotations
@@ -212,6 +216,11 @@ def _report(
         typer.echo(
             f"switch unchanged: mode={state.mode.value} control={state.control.value} "
             f"generation={state.generation} (since {_since(state)})"
+        )
+    for window in change.restored:
+        cleared = f"its FAIL cleared ({window.failure})" if window.failed_at else "no FAIL stood"
+        typer.echo(
+            f"revision {window.revision!r} of {window.arm}: {cleared}; its evidence restarts now"
         )
     report = change.report
     if report is None:

@@ -38,6 +38,7 @@ from canaryd.daemon.reload import Reloading
 from canaryd.daemon.scheduling import start_scheduler
 from canaryd.daemon.telemetry import TelemetryJob
 from canaryd.errors import DatabaseError
+from canaryd.judging.inputs import log_unprovided
 from canaryd.judging.verdict import VerdictService
 from canaryd.metrics import CanarydMetrics
 from canaryd.pairs.plan import suite_sampler
@@ -243,6 +244,8 @@ class Daemon(CycleJobs, Probes, Reloading):
                 database=self._store.url,
                 categories=sampler.categories,
             )
+            # An enforce gate the servers cannot feed would hold every PASS in silence.
+            log_unprovided(settings)
             self._progress.restart()
             if schedule:
                 self._scheduler = self._start_scheduler(settings)

@@ -27,13 +27,14 @@ the database was down (`pending_sync`) is adopted into the database, never rever
 several daemons on one database only the leader (`canaryd.judging.leader`, taken or re-checked
 at start and on every run) evaluates and steps the switch; the others only adopt and
 mirror the stored state into their state file (`SwitchService.follow`), and take over
-when the leader is gone.
+when the leader is gone. A telemetry gate whose evidence stopped (`gates.telemetry.silence`:
+NODATA) is logged once when it stops, and once when it flows again.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -51,10 +52,11 @@ from canaryd.parity.stored import latest_probe
 from canaryd.store import SqlStore, Store
 from canaryd.switch import SwitchService
 from gates import Evaluation
-from gates.core import checks
-from gates.cycle import Judgement, advisory, judge
+from gates.core import GateDecision, checks
+from gates.cycle import TELEMETRY_GATES, Judgement, advisory, judge
 from gates.parity import ProbeEvidence
 from gates.stats.budget import design_pairs_per_minute
+from gates.telemetry.silence import silent
 
 __all__ = ["PRUNE_EVERY", "SwitchGates"]
 
@@ -100,6 +102,7 @@ class SwitchGates:
         self._pruned_at: datetime | None = None
         self._rebudget_logged: tuple[float, datetime] | None = None  # (ratio, when)
         self._rate: tuple[datetime, float] | None = None  # (measured at, pairs a minute)
+        self._silent: set[tuple[str, str]] = set()  # (arm, gate) whose evidence stopped
         # The largest progress (CUSUM / h) of an enforce detector that has not decided,
         # at the last gate run this daemon led; None while it follows (the pace of pairs).
         self.suspicion: float | None = None
@@ -217,12 +220,34 @@ class SwitchGates:
             evidence = gather(store, self.settings, arm, now, config=config, pin=True)
             decisions = judge(evidence, config, now).decisions
             store.save_evaluation(Evaluation(now, decisions), comparison_arm=arm)
+            self._note_silence(arm, decisions)
             log.info(
                 "gates.compared",
                 arm=arm,
                 pairs=len(evidence.records),
                 states={d.name: d.state.value for d in decisions},
             )
+
+    def _note_silence(self, arm: str, decisions: Sequence[GateDecision]) -> None:
+        """Log once when a telemetry gate's evidence stops (`gates.telemetry.silence`: the
+        gate reads NODATA until it flows again), and once when it flows again."""
+        for decision in decisions:
+            if decision.name not in TELEMETRY_GATES:
+                continue
+            key = (arm, decision.name)
+            if silent(decision.detail):
+                if key not in self._silent:
+                    self._silent.add(key)
+                    log.warning(
+                        "telemetry.evidence_stopped",
+                        arm=arm,
+                        gate=decision.name,
+                        reason=decision.detail,
+                        state=decision.state.value,
+                    )
+            elif key in self._silent:
+                self._silent.discard(key)
+                log.info("telemetry.evidence_resumed", arm=arm, gate=decision.name)
 
     def _pair_rate(self, store: Store, arm: str, now: datetime) -> float:
         """The switch arm's pairs a minute on the database, measured again every
@@ -296,6 +321,7 @@ class SwitchGates:
         decisions = judged.decisions
         service.set_routes(_routes(evidence.probe))
         store.save_evaluation(Evaluation(now, decisions))
+        self._note_silence(arm, decisions)
         if self.metrics is not None:
             self.metrics.observe_gates((d.name, d.state.value) for d in decisions)
             self.metrics.observe_detectors(

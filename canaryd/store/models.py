@@ -373,6 +373,7 @@ class TelemetryIntervalRow(Base):
     restarted_replicas: Mapped[int] = mapped_column(Integer)
     requests: Mapped[int | None] = mapped_column(BigInteger)
     errors: Mapped[int | None] = mapped_column(BigInteger)
+    client_errors: Mapped[int | None] = mapped_column(BigInteger)
     drafts: Mapped[int | None] = mapped_column(BigInteger)
     draft_tokens: Mapped[int | None] = mapped_column(BigInteger)
     accepted_tokens: Mapped[int | None] = mapped_column(BigInteger)

@@ -29,7 +29,7 @@ from gates.telemetry.intervals import TelemetryInterval
 __all__ = ["SqlTelemetryStore", "buckets_from_json", "buckets_json"]
 
 _INFINITE = {"+Inf": math.inf, "-Inf": -math.inf}
-_COUNTS = ("requests", "errors", "drafts", "draft_tokens", "accepted_tokens")
+_COUNTS = ("requests", "errors", "client_errors", "drafts", "draft_tokens", "accepted_tokens")
 _GAUGES = ("running", "waiting", "reported_acceptance_length", "reported_acceptance_rate")
 _HISTOGRAMS = ("e2e", "ttft", "itl")
 

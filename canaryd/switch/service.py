@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from canaryd.config import SwitchConfig
 from canaryd.logs import get_logger
-from canaryd.store.switching import SwitchRecord
+from canaryd.store.switching import RevisionWindow, SwitchRecord
 from canaryd.switch.actuators import Actuator, build_actuators, utcnow
 from canaryd.switch.delivery import deliver, newest
 from canaryd.switch.emergency import pending_adoption
@@ -85,6 +85,8 @@ class SwitchChange:
     outcome: SwitchOutcome
     report: ApplyReport | None
     adopted: Transition | None = None  # a pending emergency rollback it synced first
+    # The revisions an operator's restore restored, as they were (a latched FAIL cleared).
+    restored: tuple[RevisionWindow, ...] = ()
 
     @property
     def state(self) -> SwitchState:
@@ -241,18 +243,18 @@ class SwitchService:
         now = self.clock()
         change = self._change([event], now, actor=f"user:{event.user}")
         if event.action == "restore" and event.category is None and not change.outcome.refused:
-            self._restore_revisions(now, f"user:{event.user}: {event.reason}")
+            restore = f"user:{event.user}: {event.reason}"
+            restored = tuple(self.store.restore_revisions(now, restore))
+            for window in restored:
+                log.warning(
+                    "switch.revision_restored",
+                    arm=window.arm,
+                    revision=window.revision,
+                    cleared_failure=window.failure or None,
+                    restore=restore,
+                )
+            change = replace(change, restored=restored)
         return change
-
-    def _restore_revisions(self, now: datetime, restore: str) -> None:
-        for window in self.store.restore_revisions(now, restore):
-            log.warning(
-                "switch.revision_restored",
-                arm=window.arm,
-                revision=window.revision,
-                cleared_failure=window.failure or None,
-                restore=restore,
-            )
 
     def step_gates(self, now: datetime) -> SwitchChange:
         """Let the policy act on the stored evaluations at `now`, then apply. The state

@@ -31,12 +31,15 @@ from engine.bounds import check_bounds
 
 ArmKind = Literal["vllm", "sglang", "gateway", "custom"]
 GatewayFlavour = Literal["istio", "envoy", "ingress-nginx"]
-CounterSignal = Literal["requests", "errors", "drafts", "draft_tokens", "accepted_tokens"]
+CounterSignal = Literal[
+    "requests", "errors", "client_errors", "drafts", "draft_tokens", "accepted_tokens"
+]
 HistogramSignal = Literal["e2e", "ttft", "itl"]
 GaugeSignal = Literal["running", "waiting", "acceptance_length", "acceptance_rate"]
 Signal = Literal[
     "requests",
     "errors",
+    "client_errors",
     "drafts",
     "draft_tokens",
     "accepted_tokens",
@@ -51,6 +54,7 @@ Signal = Literal[
 COUNTER_SIGNALS: tuple[CounterSignal, ...] = (
     "requests",
     "errors",
+    "client_errors",
     "drafts",
     "draft_tokens",
     "accepted_tokens",
@@ -131,14 +135,17 @@ class SeriesSpec(_Strict):
 class SignalMap(_Strict):
     """Which series give each signal; an unset signal is not read (its value is None).
 
-    Counters: `requests` (finished requests), `errors` (those that failed), and the
-    speculative decoding counters `drafts`, `draft_tokens`, `accepted_tokens`.
+    Counters: `requests` (finished requests), `errors` (those that failed),
+    `client_errors` (those answered 4xx, counted among `requests`: a gateway's status
+    codes), and the speculative decoding counters `drafts`, `draft_tokens`,
+    `accepted_tokens`.
     Histograms: `e2e`, `ttft`, `itl` (seconds, or `scale`d). Gauges: `running`, `waiting`
     (requests in the batch and in the queue, summed over replicas), and an engine's own
     `acceptance_length` / `acceptance_rate` where it reports no counters (averaged)."""
 
     requests: SeriesSpec | None = None
     errors: SeriesSpec | None = None
+    client_errors: SeriesSpec | None = None
     drafts: SeriesSpec | None = None
     draft_tokens: SeriesSpec | None = None
     accepted_tokens: SeriesSpec | None = None

@@ -3,10 +3,21 @@
 Counters and histogram buckets are cumulative, so the interval's counts are differences,
 taken per replica and per group of series and then summed, as Prometheus' `increase`
 and `sum` do:
-- a counter that went down restarted, and its new value is the increase (it counted up
-  from zero since); so is every counter of a replica whose `process_start_time_seconds`
-  changed, even one that has grown past its old value. A histogram restarts as a whole:
-  when any bucket went down, or its buckets changed, its new buckets are the increase;
+- a replica restarted when its `process_start_time_seconds` moved forward to a process
+  that started after the previous reading (less `_START_SLACK_S`: clock skew and a
+  Prometheus sample's age): every counter of it counts from zero, even one that has
+  grown past its old value. Without a start time on both readings, a counter (or a
+  histogram's count) restarted when it fell to at most `_RESET_SHARE` of its value: it
+  counted up from zero since. A histogram restarts as a whole: when any bucket went
+  down, or its buckets changed, its new buckets are the increase;
+- any other way of going down is not a restart, and the replica's reading is refused
+  (`contradiction`, named in the window's `refused`): a start time that went back or
+  moved to a process already running at the previous reading (a URL that reaches
+  several processes: a load balancer over pods), or a counter lower than before with
+  the same process start, or lower by less than `_RESET_SHARE` without one (an HA
+  Prometheus pair's skew, a load balancer). Re-zeroing would credit the other process's
+  whole count as one clean interval; the refused reading is not carried forward, so the
+  next interval counts from the last reading that agreed (`carry_forward` keeps it);
 - a group of series first seen in the later scrape (Istio creates a 503 series at the
   first 503) counted up from zero within the interval;
 - only replicas read at both scrapes count: a replica new in the later one has no start
@@ -26,8 +37,9 @@ and `sum` do:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TypeVar
 
 from canaryd.telemetry.config import (
@@ -45,6 +57,7 @@ __all__ = [
     "TelemetryWindow",
     "add_buckets",
     "carry_forward",
+    "contradiction",
     "counter_increase",
     "histogram_increase",
     "histogram_quantile",
@@ -54,6 +67,12 @@ __all__ = [
 
 _V = TypeVar("_V")
 _RESTART_TOLERANCE_S = 1.0  # process_start_time_seconds of one process may wobble
+# A restarted process started after the previous reading, less this: the clocks of the
+# server and canaryd may differ, and a PromQL reading is a sample up to a scrape old.
+_START_SLACK_S = 120.0
+# Without a process start time, a counter that fell to at most this share of its value
+# counted up from zero again (a restart); one that fell less is another source's value.
+_RESET_SHARE = 0.5
 
 
 # --- counters and histograms between two scrapes --------------------------------------
@@ -82,10 +101,72 @@ def histogram_increase(
 
 
 def restarted(before: ReplicaReading, after: ReplicaReading) -> bool:
-    """Whether the replica's process started anew between the two readings."""
+    """Whether the replica's process started anew between the two readings: its start
+    time moved forward (whether to a plausible restart is `contradiction`'s to say)."""
     if before.process_start is None or after.process_start is None:
         return False
-    return abs(after.process_start - before.process_start) > _RESTART_TOLERANCE_S
+    return after.process_start - before.process_start > _RESTART_TOLERANCE_S
+
+
+def contradiction(before: ReplicaReading, after: ReplicaReading, since: datetime) -> str | None:
+    """Why `after` cannot follow `before` (read at `since`) from one serving process, or
+    None when it can (module docstring): a process start time that went back, or moved
+    to a process already running at `since`; a counter that went down without a restart
+    (with the same start time, or by less than `_RESET_SHARE` without one)."""
+    old, new = before.process_start, after.process_start
+    if old is not None and new is not None:
+        if new < old - _RESTART_TOLERANCE_S:
+            return (
+                f"its process start time went back ({old:.0f} → {new:.0f}): the URL reaches "
+                "more than one process (a load balancer over several pods?)"
+            )
+        if new > old + _RESTART_TOLERANCE_S:
+            if new < since.timestamp() - _START_SLACK_S:
+                return (
+                    f"its process start time changed ({old:.0f} → {new:.0f}) to a process "
+                    f"already running at the previous reading ({since.timestamp():.0f}): "
+                    "the URL reaches more than one process (a load balancer over several pods?)"
+                )
+            return None
+    fell = _fallen(before, after)
+    if not fell:
+        return None
+    signal, was, now = fell[0]
+    if old is not None and new is not None:
+        return (
+            f"{signal} went down ({was:g} → {now:g}) with the same process start time: "
+            "not a restart (an HA Prometheus pair's skew, or a URL that reaches more than "
+            "one process?)"
+        )
+    if all(value <= _RESET_SHARE * previous for _, previous, value in fell):
+        return None  # every counter that went down counted up from zero again
+    return (
+        f"{signal} went down ({was:g} → {now:g}) by less than a restart would "
+        f"(to more than {_RESET_SHARE:g} of it, no process start time to show one): an HA "
+        "Prometheus pair's skew, or a URL that reaches more than one process?"
+    )
+
+
+def _fallen(before: ReplicaReading, after: ReplicaReading) -> list[tuple[str, float, float]]:
+    """Each counter group, and each histogram group's count, that is lower in `after`:
+    (signal, value before, value after)."""
+    fell = []
+    for counter, groups in after.counters.items():
+        previous = before.counters.get(counter, {})
+        for key, value in groups.items():
+            was = previous.get(key)
+            if was is not None and value < was:
+                fell.append((str(counter), was, value))
+    for histogram, histogram_groups in after.histograms.items():
+        earlier = before.histograms.get(histogram, {})
+        for key, buckets in histogram_groups.items():
+            old_buckets = earlier.get(key)
+            if not old_buckets or not buckets:
+                continue
+            was, value = max(old_buckets.values()), max(buckets.values())
+            if value < was:
+                fell.append((f"{histogram} (count)", was, value))
+    return fell
 
 
 # --- the window ----------------------------------------------------------------------
@@ -100,11 +181,14 @@ class TelemetryWindow:
     gates read (a signal the arm's table does not name is None; a counter it names but no
     series matched counted 0), and what the two scrapes saw of the arm's replicas — those
     that restarted, those new in the later scrape, those that failed — and the signals
-    its table names that no replica exposed."""
+    its table names that no replica exposed. `refused`: (URL, why) of each replica whose
+    reading contradicts its previous one (`contradiction`); its counts are not in the
+    window."""
 
     arm: str
     interval: TelemetryInterval
     restarted: tuple[str, ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()
     new_replicas: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()
     missing: tuple[Signal, ...] = ()
@@ -120,7 +204,16 @@ def telemetry_window(earlier: ArmReading, later: ArmReading) -> TelemetryWindow:
     if later.at <= earlier.at:
         raise ValueError(f"readings out of order: {earlier.at} is not before {later.at}")
     before = {r.url: r for r in earlier.replicas}
-    pairs = [(before[r.url], r) for r in later.replicas if r.url in before]
+    pairs: _Pairs = []
+    refused: list[tuple[str, str]] = []
+    for replica in later.replicas:
+        if replica.url not in before:
+            continue
+        why = contradiction(before[replica.url], replica, earlier.at)
+        if why is None:
+            pairs.append((before[replica.url], replica))
+        else:
+            refused.append((replica.url, why))
     counters, histograms = _increases(pairs)
     mapped = later.mapped
 
@@ -145,6 +238,7 @@ def telemetry_window(earlier: ArmReading, later: ArmReading) -> TelemetryWindow:
         end=later.at,
         requests=requests,
         errors=errors,
+        client_errors=_capped(count("client_errors"), requests),
         e2e=bucket_counts("e2e"),
         ttft=bucket_counts("ttft"),
         itl=bucket_counts("itl"),
@@ -161,10 +255,15 @@ def telemetry_window(earlier: ArmReading, later: ArmReading) -> TelemetryWindow:
         arm=later.arm,
         interval=interval,
         restarted=tuple(new.url for old, new in pairs if restarted(old, new)),
+        refused=tuple(refused),
         new_replicas=tuple(r.url for r in later.replicas if r.url not in before),
         failed=tuple(f.url for f in later.failures),
         missing=tuple(s for s in _SIGNALS if s in mapped and s not in seen),
     )
+
+
+def _capped(count: int | None, requests: int | None) -> int | None:
+    return count if count is None or requests is None else min(count, requests)
 
 
 def _increases(
@@ -205,13 +304,18 @@ def _gauge(signal: Signal, pairs: _Pairs) -> float | None:
     return sum(values) if values else None
 
 
-def carry_forward(last: ArmReading, reading: ArmReading) -> ArmReading:
+def carry_forward(
+    last: ArmReading, reading: ArmReading, refused: Collection[str] = ()
+) -> ArmReading:
     """`reading` as the start of the next interval: each replica it read, with the counter
     and histogram groups it lacks but had at `last` (unless it restarted) carried over,
-    and each replica of `last` it did not read, carried over whole."""
+    and each replica of `last` it did not read, or whose reading was `refused` (URLs),
+    carried over whole."""
     earlier = {r.url: r for r in last.replicas}
     replicas = []
     for replica in reading.replicas:
+        if replica.url in refused and replica.url in earlier:
+            continue
         old = earlier.pop(replica.url, None)
         if old is None or restarted(old, replica):
             replicas.append(replica)

@@ -77,17 +77,22 @@ GATEWAY_QUERIES: dict[GatewayFlavour, dict[Signal, str]] = {
     "istio": {
         "requests": _counter("istio_requests_total", 'reporter="destination"'),
         "errors": _counter("istio_requests_total", 'reporter="destination",response_code=~"5.."'),
+        "client_errors": _counter(
+            "istio_requests_total", 'reporter="destination",response_code=~"4.."'
+        ),
         # milliseconds: the bounds are scaled by signals.GATEWAYS' `scale`, as on a scrape
         "e2e": _buckets("istio_request_duration_milliseconds", 'reporter="destination"'),
     },
     "envoy": {
         "requests": _counter("envoy_cluster_upstream_rq_total"),
         "errors": _counter("envoy_cluster_upstream_rq_xx", 'envoy_response_code_class="5"'),
+        "client_errors": _counter("envoy_cluster_upstream_rq_xx", 'envoy_response_code_class="4"'),
         "e2e": _buckets("envoy_cluster_upstream_rq_time"),  # milliseconds
     },
     "ingress-nginx": {
         "requests": _counter("nginx_ingress_controller_requests"),
         "errors": _counter("nginx_ingress_controller_requests", 'status=~"5.."'),
+        "client_errors": _counter("nginx_ingress_controller_requests", 'status=~"4.."'),
         "e2e": _buckets("nginx_ingress_controller_request_duration_seconds"),
     },
 }

@@ -20,6 +20,7 @@ from datetime import datetime
 
 import structlog
 
+from canaryd.redact import redact_text
 from canaryd.telemetry.config import TelemetryConfig
 from canaryd.telemetry.deltas import TelemetryWindow, carry_forward, telemetry_window
 from canaryd.telemetry.signals import ArmReading, ReplicaFailure
@@ -51,6 +52,7 @@ class TelemetryScraper:
         self.config = config
         self._sources: dict[str, TelemetrySource] = {}
         self._last: dict[str, ArmReading] = {}
+        self._refusals_logged: set[tuple[str, str, str]] = set()
         try:
             for arm in config.arms:
                 self._sources[arm] = opener(arm, config, source)
@@ -102,9 +104,29 @@ class TelemetryScraper:
     def _advance(self, reading: ArmReading) -> ArmScrape:
         last = self._last.get(reading.arm)
         window = None
+        refused: set[str] = set()
         if last is not None and last.at < reading.at:
             found = telemetry_window(last, reading)
             window = found if found.replicas > 0 else None
+            refused = {url for url, _ in found.refused}
+            self._log_refusals(reading.arm, found.refused)
         if reading.replicas:
-            self._last[reading.arm] = reading if last is None else carry_forward(last, reading)
+            self._last[reading.arm] = (
+                reading if last is None else carry_forward(last, reading, refused)
+            )
         return ArmScrape(reading, window)
+
+    def _log_refusals(self, arm: str, refused: tuple[tuple[str, str], ...]) -> None:
+        """One warning per arm, replica and cause (its first words), however often."""
+        for url, why in refused:
+            key = (arm, url, why.split(" (", 1)[0])
+            if key in self._refusals_logged:
+                continue
+            self._refusals_logged.add(key)
+            log.warning(
+                "telemetry.reading_refused",
+                arm=arm,
+                url=redact_text(url),
+                reason=why,
+                kept="the replica's last reading that agreed, as the next interval's start",
+            )

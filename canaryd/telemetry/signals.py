@@ -6,11 +6,13 @@ latency histograms, scheduler gauges, speculative decoding counters), SGLang (re
 counter, latency histograms, queue gauges, and acceptance as gauges: it exports no
 draft counters, and no error counter, so its errors come from a gateway), and the HTTP
 counters of three gateways (Istio, Envoy, ingress-nginx), which see every answer's status
-but nothing of decoding. `SignalReader` applies one arm's table to a replica's samples
-and keeps only what the deltas need: per signal, the sum of its matching series grouped
-by the labels its matchers name (the few a reset check must keep apart); every other
-label, a request id or a pod name included, is summed away at once, so the state kept
-between two scrapes never grows with the traffic.
+(5xx as `errors`, 4xx as `client_errors`) but nothing of decoding. An engine's own
+counters never see a 4xx: its API server refuses the request before the engine counts
+it. `SignalReader` applies one arm's table to a replica's samples and keeps only what the
+deltas need: per signal, the sum of its matching series grouped by the labels its
+matchers name (the few a reset check must keep apart); every other label, a request id
+or a pod name included, is summed away at once, so the state kept between two scrapes
+never grows with the traffic.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ SGLANG = SignalMap(
 )
 
 _FIVE_XX = "5.."
+_FOUR_XX = "4.."
 GATEWAYS: dict[GatewayFlavour, SignalMap] = {
     # Both sidecars of a request report it: count the destination's report only.
     "istio": SignalMap(
@@ -70,6 +73,10 @@ GATEWAYS: dict[GatewayFlavour, SignalMap] = {
         errors=SeriesSpec(
             series="istio_requests_total",
             labels={"reporter": "destination", "response_code": _FIVE_XX},
+        ),
+        client_errors=SeriesSpec(
+            series="istio_requests_total",
+            labels={"reporter": "destination", "response_code": _FOUR_XX},
         ),
         e2e=SeriesSpec(
             series="istio_request_duration_milliseconds",
@@ -82,11 +89,17 @@ GATEWAYS: dict[GatewayFlavour, SignalMap] = {
         errors=SeriesSpec(
             series="envoy_cluster_upstream_rq_xx", labels={"envoy_response_code_class": "5"}
         ),
+        client_errors=SeriesSpec(
+            series="envoy_cluster_upstream_rq_xx", labels={"envoy_response_code_class": "4"}
+        ),
         e2e=SeriesSpec(series="envoy_cluster_upstream_rq_time", scale=0.001),
     ),
     "ingress-nginx": SignalMap(
         requests=SeriesSpec(series="nginx_ingress_controller_requests"),
         errors=SeriesSpec(series="nginx_ingress_controller_requests", labels={"status": _FIVE_XX}),
+        client_errors=SeriesSpec(
+            series="nginx_ingress_controller_requests", labels={"status": _FOUR_XX}
+        ),
         e2e=SeriesSpec(series="nginx_ingress_controller_request_duration_seconds"),
     ),
 }

@@ -31,6 +31,8 @@ floor. Evidence is thus counted in drafts, weighted by how much they really vary
 - PASS: the lower bound of the window's length minus the edge, both uncertainties
   counted (Welch), at or above zero, with at least `min_samples` drafts over
   `min_intervals` intervals.
+When the speculative arm has had no interval, or served nothing, for longer than the
+gate's silence bound (`gates.telemetry.silence`), the gate is NODATA and says since when.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from gates.telemetry.intervals import (
     TelemetryEvidence,
     TelemetryInterval,
 )
+from gates.telemetry.silence import silence
 from gates.window import Window, decision
 
 NAME = "telemetry.acceptance"
@@ -197,10 +200,11 @@ def telemetry_acceptance_gate(
 ) -> GateDecision:
     """FAIL when the CUSUM alarms, PASS when the window's length credibly holds within
     `max_relative_drop` of the reference; NODATA without draft counters, without a
-    reference (configured or pinned), or below `min_samples` drafts. Reads the
-    speculative arm only. `arl0` is the detector's in-control run length in intervals;
-    `since` (the start of the current evidence) drops intervals that started before it.
-    A configured `reference_acceptance_length` overrides `reference`."""
+    reference (configured or pinned), below `min_samples` drafts, or when the arm's
+    evidence stopped (`gates.telemetry.silence`). Reads the speculative arm only. `arl0`
+    is the detector's in-control run length in intervals; `since` (the start of the
+    current evidence) drops intervals that started before it. A configured
+    `reference_acceptance_length` overrides `reference`."""
     intervals = evidence.speculative.window(
         now, window_seconds=config.window_seconds, window_intervals=config.window_pairs, since=since
     )
@@ -210,6 +214,14 @@ def telemetry_acceptance_gate(
         min((i.start for i in intervals), default=None),
         max((i.end for i in intervals), default=None),
     )
+    stopped = silence({"speculative": intervals}, now, config)
+    if stopped is not None:
+        if not counts:
+            return _nodata(config, window, now, stopped)
+        drafts = sum(c.drafts for c in counts)
+        return _nodata(
+            config, window, now, stopped, estimate=_pooled(counts)[0], n_speculative=drafts
+        )
     if config.reference_acceptance_length is not None:
         reference = AcceptanceReference(config.reference_acceptance_length)
     drafts = sum(c.drafts for c in counts)

@@ -3,7 +3,8 @@ configuration sections live with every other gate's, in `gates.config`).
 
 A serving engine or a gateway counts every production request it answers; canaryd scrapes
 those counters and hands the gates the increase between two scrapes as one
-`CountInterval` (how many requests finished in it, how many of them failed). The unit of
+`CountInterval` (how many requests finished in it, how many of them failed, and how many
+were answered 4xx where the source reports status codes). The unit of
 evidence is the request, not the scrape: an interval of 75 requests weighs 75 times one
 of a single request. A `TelemetryInterval` carries every signal of one interval (counts,
 latency histogram increases, load gauges, speculative-decoding counters; None where the
@@ -23,13 +24,15 @@ from gates.stats.histogram import BucketCounts
 
 @dataclass(frozen=True, slots=True)
 class CountInterval:
-    """The requests an arm finished between two scrapes (`start`, `end`], and how many of
-    them failed (a 5xx answer, or an engine's `error` finish reason)."""
+    """The requests an arm finished between two scrapes (`start`, `end`], how many of them
+    failed (a 5xx answer, or an engine's `error` finish reason) and how many were answered
+    4xx (`client_errors`; None where the source reports no status codes)."""
 
     start: datetime
     end: datetime
     requests: int
     errors: int
+    client_errors: int | None = None
 
     def __post_init__(self) -> None:
         if self.end <= self.start:
@@ -39,6 +42,16 @@ class CountInterval:
                 f"need 0 ≤ errors ≤ requests, got {self.errors!r} errors "
                 f"of {self.requests!r} requests"
             )
+        if self.client_errors is not None and not 0 <= self.client_errors <= self.requests:
+            raise ValueError(
+                f"need 0 ≤ client_errors ≤ requests, got {self.client_errors!r} 4xx "
+                f"of {self.requests!r} requests"
+            )
+
+    @property
+    def served(self) -> bool:
+        """Whether the arm finished any request in the interval."""
+        return self.requests > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,16 +80,18 @@ class TelemetryCounts:
 @dataclass(frozen=True, slots=True)
 class TelemetryInterval:
     """Everything an arm's telemetry said about (`start`, `end`]: requests finished and
-    failed; the increases of the end-to-end, time-to-first-token and inter-token latency
-    histograms; requests running and waiting (the mean of the two scrapes, summed over
-    replicas); speculative drafts, draft tokens and accepted tokens; the acceptance the
-    engine itself reports as a gauge (SGLang); and how many replicas were read at both
-    scrapes. None: the source does not say."""
+    failed, and answered 4xx (`client_errors`, counted among `requests`); the increases
+    of the end-to-end, time-to-first-token and inter-token latency histograms; requests
+    running and waiting (the mean of the two scrapes, summed over replicas); speculative
+    drafts, draft tokens and accepted tokens; the acceptance the engine itself reports as
+    a gauge (SGLang); and how many replicas were read at both scrapes. None: the source
+    does not say."""
 
     start: datetime
     end: datetime
     requests: int | None = None
     errors: int | None = None
+    client_errors: int | None = None
     e2e: BucketCounts | None = None
     ttft: BucketCounts | None = None
     itl: BucketCounts | None = None
@@ -95,6 +110,7 @@ class TelemetryInterval:
         counts = {
             "requests": self.requests,
             "errors": self.errors,
+            "client_errors": self.client_errors,
             "drafts": self.drafts,
             "draft_tokens": self.draft_tokens,
             "accepted_tokens": self.accepted_tokens,
@@ -106,6 +122,24 @@ class TelemetryInterval:
             raise ValueError(
                 f"need errors ≤ requests, got {self.errors!r} errors of {self.requests!r} requests"
             )
+        if (
+            self.requests is not None
+            and self.client_errors is not None
+            and self.client_errors > self.requests
+        ):
+            raise ValueError(
+                f"need client_errors ≤ requests, got {self.client_errors!r} 4xx of "
+                f"{self.requests!r} requests"
+            )
+
+    @property
+    def served(self) -> bool:
+        """Whether the arm served in the interval: requests finished where it counts them,
+        else drafts or latency observations."""
+        if self.requests is not None:
+            return self.requests > 0
+        histograms = (self.e2e, self.ttft, self.itl)
+        return bool(self.drafts) or any(h is not None and h.count > 0 for h in histograms)
 
     @property
     def load(self) -> float | None:
@@ -128,7 +162,7 @@ class TelemetryInterval:
         """The interval as `telemetry.errors` reads it; None without both counts."""
         if self.requests is None or self.errors is None:
             return None
-        return CountInterval(self.start, self.end, self.requests, self.errors)
+        return CountInterval(self.start, self.end, self.requests, self.errors, self.client_errors)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,15 +6,21 @@ from their serving engines, interval by interval, and compares each metric's med
 P99 (`quantiles`) as a ratio speculative ÷ baseline against `max_ratio`.
 
 **Matched load.** Speculative decoding most often loses at high batch sizes, so a
-comparison is fair only where both arms carry the same load. A speculative interval is
-compared when the requests running + waiting per replica on each arm (the baseline's
-taken over the intervals beside it, weighted by overlap) differ by at most
-`max_load_difference` of the larger, or by at most one request. By Little's law an arm
-that is slower at the same arrival rate holds more requests in flight, so where both
-arms count requests an in-flight gap with requests per second per replica matched within
-the same tolerance is the slowness under judgement, not a mismatch: an interval is left
-out only when both measures disagree. With too few requests left at matched load the
-decision is NODATA and its detail counts what was left out and why.
+comparison is fair only where both arms carry the same load. Where both arms count
+requests, the load is what they are given: requests per second per replica, each arm's
+over its intervals within two minutes of the speculative interval (a single 15 s
+interval at a few requests a second is too noisy to match on). A speculative interval
+is compared when the two differ by at most `max_load_difference` (0.2) of the larger.
+Requests in flight are no such measure there: by Little's law an arm that is slower at
+the same arrivals holds more of them, and that slowness is what is judged. Only where
+an arm counts no requests are the requests running + waiting per replica matched
+instead (within the same tolerance, or one request), so there a slower arm reads as a
+busier one and is left out, never compared at a load it did not carry. The tolerance
+bounds what load alone can move: with latency ∝ load^γ, a load ratio of 1 ÷ (1 − 0.2)
+= 1.25 moves latency by 1.25^γ, within `max_ratio` 1.2 for γ up to 0.8 (1.12 at γ =
+0.5); a 2× load difference (latency ×1.41 at γ = 0.5, a false FAIL, or a 1.4× slower
+arm hidden behind half the load) is left out. With too few requests left at matched
+load the decision is NODATA and its detail counts what was left out and why.
 
 **Inter-token latency per token.** vLLM observes one inter-token latency per engine step
 and request; a speculative verify step streams several tokens at once and takes longer
@@ -55,6 +61,9 @@ the limit `max_ratio` × the baseline's q-quantile; the tolerance is a share of 
 - PASS: the share above `max_ratio` × the baseline quantile's lower bound at most 1 − q
   at the gate's confidence (Clopper–Pearson on requests; each bound at half the error),
   with at least `min_samples` requests per arm at matched load.
+When either arm has had no interval, or served nothing, for longer than the gate's
+silence bound (`gates.telemetry.silence`), the gate is NODATA and says which and since
+when.
 """
 
 from __future__ import annotations
@@ -85,6 +94,7 @@ from gates.telemetry.intervals import (
     TelemetryEvidence,
     TelemetryInterval,
 )
+from gates.telemetry.silence import silence
 from gates.window import Window, combined, decision
 
 NAME = "telemetry.latency"
@@ -136,6 +146,22 @@ def telemetry_latency_gate(
     spec = evidence.speculative.window(
         now, window_seconds=config.window_seconds, window_intervals=config.window_pairs, since=since
     )
+    stopped = silence({"baseline": base, "speculative": spec}, now, config)
+    if stopped is not None:
+        return decision(
+            NAME,
+            config,
+            Window(
+                (),
+                min((i.start for i in [*base, *spec]), default=None),
+                max((i.end for i in [*base, *spec]), default=None),
+            ),
+            now,
+            state=GateState.NODATA,
+            statistic="speculative / baseline latency quantile at matched load",
+            threshold=float(config.min_samples),
+            detail=stopped,
+        )
     matched = match_load(base, spec, config.max_load_difference)
     window = Window(
         (),
@@ -178,6 +204,8 @@ def match_load(
     beside: dict[int, TelemetryInterval] = {}
     mismatched = unknown = uncovered = 0
     ends = [b.end for b in baseline]
+    spec_load = _Smoothed(speculative)
+    base_load = _Smoothed(baseline)
     for interval in speculative:
         near = []
         index = bisect.bisect_right(ends, interval.start)
@@ -188,15 +216,20 @@ def match_load(
         if not near:
             uncovered += 1
             continue
-        spec_load, spec_rate = _load(interval), _rate(interval)
-        base_load = _weighted([(w, _load(b)) for w, _, b in near])
-        base_rate = _weighted([(w, _rate(b)) for w, _, b in near])
-        in_flight = _differs(spec_load, base_load, tolerance, _LOAD_FLOOR)
-        arrivals = _differs(spec_rate, base_rate, tolerance, 0.0)
-        if in_flight is None and arrivals is None:
+        middle = _middle(interval)
+        spec_rate, base_rate = spec_load.rate(middle), base_load.rate(middle)
+        if spec_rate is not None and base_rate is not None:
+            # Arrivals are the load both arms are given; in flight is also how slowly
+            # an arm serves them, which is what is judged.
+            differs = _differs(spec_rate, base_rate, tolerance, 0.0)
+        else:
+            differs = _differs(
+                spec_load.in_flight(middle), base_load.in_flight(middle), tolerance, _LOAD_FLOOR
+            )
+        if differs is None:
             unknown += 1
             continue
-        if in_flight is not False and arrivals is not False:
+        if differs:
             mismatched += 1
             continue
         judged.append(interval)
@@ -210,6 +243,38 @@ def match_load(
     )
 
 
+class _Smoothed:
+    """One arm's load per replica around a moment: over its intervals whose middles lie
+    within `_LOCAL_SECONDS` of it, weighted by their lengths (one 15 s interval at a few
+    requests a second is Poisson noise of a third)."""
+
+    def __init__(self, intervals: Sequence[TelemetryInterval]) -> None:
+        self._intervals = sorted(intervals, key=_middle)
+        self._middles = [_middle(i) for i in self._intervals]
+
+    def _near(self, middle: datetime) -> Sequence[TelemetryInterval]:
+        reach = timedelta(seconds=_LOCAL_SECONDS)
+        lo = bisect.bisect_left(self._middles, middle - reach)
+        hi = bisect.bisect_right(self._middles, middle + reach)
+        return self._intervals[lo:hi]
+
+    def rate(self, middle: datetime) -> float | None:
+        """Requests finished per second per replica; None where none is counted."""
+        counted = [i for i in self._near(middle) if i.requests is not None]
+        seconds = sum(i.seconds for i in counted)
+        if not counted or seconds <= 0:
+            return None
+        return sum(i.per_replica(float(i.requests or 0)) for i in counted) / seconds
+
+    def in_flight(self, middle: datetime) -> float | None:
+        """Requests running + waiting per replica; None where unknown."""
+        return _weighted([(i.seconds, _load(i)) for i in self._near(middle)])
+
+
+def _middle(interval: TelemetryInterval) -> datetime:
+    return interval.start + (interval.end - interval.start) / 2
+
+
 def _overlap(a: TelemetryInterval, b: TelemetryInterval) -> float:
     return (min(a.end, b.end) - max(a.start, b.start)).total_seconds()
 
@@ -217,12 +282,6 @@ def _overlap(a: TelemetryInterval, b: TelemetryInterval) -> float:
 def _load(interval: TelemetryInterval) -> float | None:
     load = interval.load
     return None if load is None else interval.per_replica(load)
-
-
-def _rate(interval: TelemetryInterval) -> float | None:
-    if interval.requests is None:
-        return None
-    return interval.per_replica(interval.requests / interval.seconds)
 
 
 def _weighted(values: Sequence[tuple[float, float | None]]) -> float | None:

@@ -1,6 +1,8 @@
-"""The telemetry power benchmark at tiny sizes: its JSON has the documented shape, a gross
-fault FAILs through the production judging path, and a healthy revision PASSes without
-a trip."""
+"""The telemetry power benchmark at tiny sizes: its JSON has the documented shape (the
+figures labelled measured or a floor of arithmetic), a gross fault FAILs through the
+production judging path, a healthy revision PASSes without a trip, and the blind spots
+decide: a correlated outage fault and a 4xx excess FAIL, a canary gone dark after PASS
+reads NODATA within five minutes."""
 
 from __future__ import annotations
 
@@ -12,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.telemetry_power import Outcome, censored_median, plan_for, rollout
+from benchmarks.telemetry_power import (
+    Outcome,
+    censored_median,
+    config_for,
+    pair_floor,
+    plan_for,
+    rollout,
+)
 from gates import GatesConfig
 
 pytestmark = pytest.mark.slow
@@ -56,8 +65,58 @@ class TestRollouts:
         outcome = rollout(
             plan.healthy, plan.healthy, 1, cap_minutes=15, pairs_per_minute=40, config=GatesConfig()
         )
-        assert outcome == Outcome("PASS", outcome.minutes, (), outcome.judgements)
+        assert outcome == Outcome(
+            "PASS", outcome.minutes, (), outcome.judgements, outcome.telemetry_pass_minutes
+        )
         assert outcome.minutes is not None and 5.0 <= outcome.minutes <= 12.0
+        # the telemetry's own PASS comes first; the verdict waits on the pairs
+        assert outcome.telemetry_pass_minutes is not None
+        assert outcome.telemetry_pass_minutes <= outcome.minutes
+
+    def test_the_pair_floor_is_arithmetic(self) -> None:
+        """322 exact pairs bound the greedy mismatch rate within 0.005 at 0.8: 10.73
+        minutes at 30 a minute, the 15 s judgement at 10.75."""
+        pairs, minutes, judged = pair_floor(GatesConfig(), 30.0)
+        assert pairs == 322
+        assert minutes == pytest.approx(322 / 30)
+        assert judged == 10.75
+
+    def test_a_correlated_outage_fault_fails(self) -> None:
+        """Outages in 5 % of intervals, the speculative arm failing 80–100 % in them:
+        telemetry.errors FAILs with the outage screen on, as with it off."""
+        plan = plan_for(5)
+        arms = plan.faults["correlated_outage_fault"]
+        for scenario in ("correlated_outage_fault", "correlated_outage_fault_screen_off"):
+            outcome = rollout(
+                arms, plan.healthy, 5, cap_minutes=15, pairs_per_minute=30,
+                config=config_for(scenario),
+            )  # fmt: skip
+            assert outcome.verdict == "FAIL", scenario
+            assert "telemetry.errors" in outcome.failed_by
+
+    def test_a_4xx_excess_fails(self) -> None:
+        """The speculative arm answering 30 % of requests 4xx, the baseline 2 %: FAIL
+        within a minute."""
+        plan = plan_for(5)
+        outcome = rollout(
+            plan.faults["errors_4xx_30pct"], plan.healthy, 5, cap_minutes=5,
+            pairs_per_minute=30, config=GatesConfig(),
+        )  # fmt: skip
+        assert outcome.verdict == "FAIL" and "telemetry.errors" in outcome.failed_by
+        assert outcome.minutes is not None and outcome.minutes <= 1.0
+
+    @pytest.mark.parametrize("dark", ["no_requests", "scrapes_fail"])
+    def test_a_canary_gone_dark_after_pass_is_nodata_within_five_minutes(self, dark: str) -> None:
+        """After the verdict PASSes the speculative arm goes dark: every telemetry gate
+        reads NODATA within five minutes, and the verdict is no longer PASS."""
+        plan = plan_for(5)
+        outcome = rollout(
+            plan.faults["canary_goes_dark"], plan.healthy, 5, cap_minutes=15,
+            pairs_per_minute=40, config=GatesConfig(), dark=dark,
+        )  # fmt: skip
+        assert outcome.verdict == "NODATA" and outcome.dark_mode == dark
+        assert outcome.minutes is not None and outcome.minutes <= 5.0
+        assert outcome.verdict_after != "PASS"
 
 
 class TestReport:
@@ -82,6 +141,7 @@ class TestReport:
                 "50",
                 "--faults",
                 "errors_5pct",
+                "--blind-spots",
                 "--out",
                 str(out),
             ],
@@ -105,3 +165,8 @@ class TestReport:
         stress = report["budget_stress"]
         assert stress["soak_hours"] == 1.0 and stress["within_share"] is True
         assert "rps" in completed.stdout
+        assert report["pair_floor"]["exact_pairs"] == 322
+        assert "floor of arithmetic" in report["figures"]["healthy.minutes_to_pass"]
+        assert report["figures"]["healthy.telemetry_minutes_to_pass"].startswith("measured")
+        assert "telemetry_minutes_to_pass" in figures["healthy"]
+        assert "blind_spots" not in figures  # none asked for, and not at 5 requests/s

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -26,7 +26,7 @@ from gates.cycle import (
     window_bounds,
 )
 from gates.evidence import Evidence
-from gates.pairs.testing import at, record, result
+from gates.pairs.testing import T0, at, record, result
 from gates.records import PairRecord
 from gates.stats.budget import budget_shares, detector_arl0, detector_count, telemetry_arl0
 from gates.telemetry.acceptance import AcceptanceReference, pin_acceptance_reference
@@ -51,15 +51,24 @@ def with_errors(arm: ArmTelemetry, rate: float, rng: np.random.Generator) -> Arm
 
 
 def evidence(
-    intervals: int, *, speculative_error_rate: float = 0.005, seed: int = 0
+    intervals: int,
+    *,
+    speculative_error_rate: float = 0.005,
+    seed: int = 0,
+    ending: datetime | None = None,
 ) -> TelemetryEvidence:
-    """Both arms at 5 requests per second, 15 s scrapes from T0: the baseline failing
-    0.5 % of its requests, the speculative arm 20 % faster with acceptance length about
-    2.5 (3 draft tokens a step)."""
+    """Both arms at 5 requests per second, 15 s scrapes from T0 (or up to `ending`, the
+    judgement's time: evidence that stopped long before it has expired): the baseline
+    failing 0.5 % of its requests, the speculative arm 20 % faster with acceptance length
+    about 2.5 (3 draft tokens a step)."""
     rng = np.random.default_rng(seed)
-    baseline = simulate_arm(rng, ArmTraffic(rps=5.0), intervals=intervals)
+    start = T0 if ending is None else ending - timedelta(seconds=intervals * SCRAPE_S)
+    baseline = simulate_arm(rng, ArmTraffic(rps=5.0), intervals=intervals, start=start)
     speculative = simulate_arm(
-        rng, ArmTraffic(rps=5.0, slowdown=0.8, draft_tokens=3, acceptance=0.69), intervals=intervals
+        rng,
+        ArmTraffic(rps=5.0, slowdown=0.8, draft_tokens=3, acceptance=0.69),
+        intervals=intervals,
+        start=start,
     )
     return TelemetryEvidence(
         with_errors(baseline, 0.005, rng), with_errors(speculative, speculative_error_rate, rng)
@@ -179,7 +188,9 @@ class TestTelemetry:
         )
         records = healthy(200)
         plain = judge(Evidence(records), config, at(199))
-        shared = judge(Evidence(records, **judged_with(evidence(100))), config, at(199))
+        shared = judge(
+            Evidence(records, **judged_with(evidence(100, ending=at(199)))), config, at(199)
+        )
         threshold = {d.name: d.detector.threshold for d in plain.decisions if d.detector}
         for decision in shared.decisions:
             if decision.detector and decision.name in threshold:
@@ -193,7 +204,7 @@ class TestTelemetry:
     def test_a_telemetry_fail_fails_the_verdict(self) -> None:
         """Healthy pairs, but the speculative arm fails 30 % of its production requests:
         FAIL, named after telemetry.errors."""
-        failing = judged_with(evidence(40, speculative_error_rate=0.3))
+        failing = judged_with(evidence(40, speculative_error_rate=0.3, ending=at(399)))
         judged = judge(
             Evidence(healthy(400), subject="revision 'r1'", **failing), NO_DRIFT, at(399)
         )
@@ -204,7 +215,7 @@ class TestTelemetry:
     def test_healthy_telemetry_and_healthy_pairs_pass(self) -> None:
         """Quality PASSes on the pairs and every telemetry gate on production requests:
         PASS, the pair gates the telemetry covers left to it."""
-        telemetry = evidence(200)
+        telemetry = evidence(200, ending=at(399))
         judged = judge(Evidence(healthy(400), **judged_with(telemetry)), NO_DRIFT, at(399))
         states = {d.name: d.state for d in judged.decisions}
         assert states["quality"] is GateState.PASS
@@ -222,7 +233,9 @@ class TestTelemetry:
         )
         alone = judge(Evidence(records), config, at(399))
         assert alone.verdict == "INCONCLUSIVE" and "error" in alone.reason
-        judged = judge(Evidence(records, **judged_with(evidence(200))), config, at(399))
+        judged = judge(
+            Evidence(records, **judged_with(evidence(200, ending=at(399)))), config, at(399)
+        )
         assert judged.verdict == "PASS"
 
     def test_quality_still_decides(self) -> None:
@@ -243,7 +256,7 @@ class TestTelemetry:
         """In warn mode a telemetry FAIL alerts only, and the pair gates decide alone."""
         warn = {name: {"mode": "warn"} for name in TelemetryGatesConfig.model_fields}
         config = GatesConfig.model_validate({"drift": {"mode": "warn"}, "telemetry": warn})
-        failing = judged_with(evidence(40, speculative_error_rate=0.3))
+        failing = judged_with(evidence(40, speculative_error_rate=0.3, ending=at(399)))
         judged = judge(Evidence(healthy(400), **failing), config, at(399))
         assert judged.covered == ()
         assert judged.verdict == "PASS"

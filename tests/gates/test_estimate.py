@@ -10,7 +10,7 @@ from gates.config import GatesConfig
 from gates.cycle import judge
 from gates.estimate import estimate, unit_of
 from gates.evidence import Evidence
-from gates.pairs.testing import T0, at, record, result
+from gates.pairs.testing import at, record, result
 from gates.telemetry.intervals import ArmTelemetry, TelemetryEvidence, TelemetryInterval
 
 NO_DRIFT = GatesConfig.model_validate({"drift": {"mode": "warn"}})
@@ -28,10 +28,12 @@ def healthy(n: int) -> list:
 
 
 def telemetry(intervals: int, requests: int = 10) -> TelemetryEvidence:
+    """Both arms' last `intervals` 15 s scrapes up to the judgements' time, at(399)."""
+    start = at(399) - timedelta(seconds=15 * intervals)
     arm = ArmTelemetry.of(
         TelemetryInterval(
-            T0 + timedelta(seconds=15 * k),
-            T0 + timedelta(seconds=15 * (k + 1)),
+            start + timedelta(seconds=15 * k),
+            start + timedelta(seconds=15 * (k + 1)),
             requests=requests,
             errors=0,
         )

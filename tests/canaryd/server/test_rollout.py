@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from canaryd.config import Settings
 from canaryd.judging.verdict import VerdictService
 from canaryd.metrics import CanarydMetrics
 from canaryd.server.app import MAX_BODY_BYTES, StatusServer
@@ -30,13 +31,19 @@ class World:
     """A store, a clock, the verdict service and the status server serving it."""
 
     def __init__(
-        self, tmp_path: Path, *, gate_run: bool = True, burst: Burst | None = None
+        self,
+        tmp_path: Path,
+        *,
+        gate_run: bool = True,
+        burst: Burst | None = None,
+        configured: Settings | None = None,
     ) -> None:
-        url = f"sqlite:///{tmp_path / 'canaryd.db'}"
-        self.store = SqlStore.open(url, create=True)
+        self.url = f"sqlite:///{tmp_path / 'canaryd.db'}"
+        self.settings = configured or settings(self.url, tmp_path)
+        self.store = SqlStore.open(self.url, create=True)
         self.soak = Soak(self.store)
         self.clock = Clock(self.soak.base)
-        self.service = VerdictService(settings(url, tmp_path), store=self.store, clock=self.clock)
+        self.service = VerdictService(self.settings, store=self.store, clock=self.clock)
         if gate_run:
             self.store.record_gate_run(self.soak.base - timedelta(seconds=1))
 

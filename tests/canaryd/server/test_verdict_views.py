@@ -57,16 +57,28 @@ def verdict(reason: str, revision: str = WORST_REVISION, **fields: Any) -> Revis
 
 class TestCompactView:
     def test_a_decided_revision_in_under_1_kb(self, world: World) -> None:
-        """`view=compact` answers verdict, fresh, revision, pairs, reason and estimate
-        only; a FAIL and a PASS both fit in 1 KB, and the full body is larger."""
+        """`view=compact` answers verdict, fresh, revision, pairs, speculative_enabled,
+        failed_at, reason and estimate only; a FAIL and a PASS both fit in 1 KB, and the
+        full body is larger."""
         world.open(revision="bad")
         world.pairs(10, error_rate=1.0)
         full = world.verdict(revision="bad").json()
         compact = world.verdict(revision="bad", view="compact")
         assert compact.status_code == 200
         body = compact.json()
-        assert set(body) == {"verdict", "fresh", "revision", "pairs", "reason", "estimate"}
+        assert set(body) == {
+            "verdict",
+            "fresh",
+            "revision",
+            "pairs",
+            "speculative_enabled",
+            "failed_at",
+            "reason",
+            "estimate",
+        }
         assert (body["verdict"], body["fresh"], body["pairs"]) == ("FAIL", True, 10)
+        assert body["speculative_enabled"] is True  # no gate job here rolled it back
+        assert body["failed_at"] == full["evaluated_at"]  # judged FAIL by this gate run
         assert body["estimate"]["pairs_to_decision"] == 0
         assert body["estimate"]["minutes_to_decision"] == 0.0
         assert len(compact.content) < COMPACT_MAX_BYTES < len(json.dumps(full))
@@ -147,9 +159,10 @@ class TestEstimate:
 
 
 class TestConfirmTrafficIncrease:
-    def test_weight_is_held_until_there_is_evidence_that_does_not_fail(self, world: World) -> None:
-        """NODATA holds the weight (412), a fresh PASS lets it grow (200), a FAIL and a
-        superseded revision's PASS hold it; each answer carries the estimate."""
+    def test_the_weight_holds_without_evidence_that_does_not_fail(self, world: World) -> None:
+        """NODATA holds the weight (412), and so do liveness alone deciding (error, latency
+        and quality still NODATA), a FAIL and a superseded revision; each answer carries
+        the estimate and why the weight holds (`hold`)."""
         world.flagger("pre-rollout", "good")
         held = world.flagger("confirm-traffic-increase", "good")
         assert held.status_code == 412 and held.json()["verdict"] == "NODATA"
@@ -158,30 +171,24 @@ class TestConfirmTrafficIncrease:
             "minutes_to_decision",
             "waiting_on",
         }
+        assert held.json()["hold"].startswith("nothing is decided yet")
         world.pairs(10)
-        assert world.flagger("confirm-traffic-increase", "good").status_code == 200
+        alive = world.flagger("confirm-traffic-increase", "good")
+        assert (alive.status_code, alive.json()["verdict"]) == (412, "PASS")
+        assert "error NODATA; latency NODATA; quality NODATA" in alive.json()["hold"]
         world.later()
         world.flagger("pre-rollout", "bad")
         world.pairs(10, error_rate=1.0)
-        assert world.flagger("confirm-traffic-increase", "bad").status_code == 412
-        assert world.flagger("confirm-traffic-increase", "good").status_code == 412  # stale
+        failed = world.flagger("confirm-traffic-increase", "bad")
+        assert (failed.status_code, failed.json()["hold"]) == (412, "the revision FAILed")
+        stale = world.flagger("confirm-traffic-increase", "good")
+        assert stale.status_code == 412 and "not fresh" in stale.json()["hold"]
 
-    @pytest.mark.parametrize(
-        ("state", "fresh", "yes"),
-        [
-            ("PASS", True, True),
-            ("INCONCLUSIVE", True, True),
-            ("INCONCLUSIVE", False, False),
-            ("NODATA", True, False),
-            ("FAIL", True, False),
-        ],
-    )
-    def test_the_rule(self, state: str, fresh: bool, yes: bool) -> None:
-        """Yes exactly on fresh evidence that does not fail: PASS or INCONCLUSIVE."""
-        assert (
-            _flagger_yes("confirm-traffic-increase", verdict("r", verdict=state, fresh=fresh))
-            is yes
-        )
+    @pytest.mark.parametrize(("hold", "yes"), [(None, True), ("error NODATA", False)])
+    def test_the_rule(self, hold: str | None, yes: bool) -> None:
+        """Yes exactly when nothing holds the weight (`canaryd.judging.increase`)."""
+        answer = _flagger_yes("confirm-traffic-increase", verdict("r", verdict="PASS"), hold)
+        assert answer is yes
 
 
 class TestBurstNaming:

@@ -52,6 +52,7 @@ class TestTelemetryStore:
                 end=T0 + STEP,
                 requests=60,
                 errors=2,
+                client_errors=5,
                 e2e=E2E,
                 ttft=BucketCounts((0.1, math.inf), (50.0, 60.0)),
                 running=6.5,

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,29 @@ class TestKillSwitch:
         assert result.exit_code == 0, result.output
         data = read_state_file(state_file)
         assert data is not None and data["control"] == "gates" and data["mode"] == "rolled_back"
+
+    def test_restore_clears_the_latched_fail_of_the_revision_being_judged(
+        self, cli: Cli, database_url: str
+    ) -> None:
+        """A restore with a reason (speculation on: nothing to refuse) clears the FAIL a
+        rollout tool's revision latched, says so, and records who and why; a rollback
+        latches nothing by itself (the verdict reads the switch's rollback)."""
+        runner, url, env, _ = cli
+        now = datetime.now(UTC)
+        with SqlStore.open(database_url) as store:
+            store.start_revision("speculative", "rev", now - timedelta(minutes=5))
+            store.latch_revision("speculative", "rev", now - timedelta(minutes=1), "error FAIL")
+        result = runner.invoke(app, ["switch", "restore", "--reason", "draft fixed", *url], env=env)
+        assert result.exit_code == 0, result.output
+        assert (
+            "revision 'rev' of speculative: its FAIL cleared (error FAIL); its evidence "
+            "restarts now"
+        ) in result.output
+        with SqlStore.open(database_url) as store:
+            window = store.revision_window("speculative", "rev")
+        assert window is not None and window.failed_at is None
+        assert window.restore == f"user:{getpass.getuser()}: draft fixed"
+        assert window.restored_at is not None and window.restored_at >= now
 
 
 @pytest.fixture

@@ -209,8 +209,9 @@ class TestCarryForward:
         ones before it saw (as canaryd.telemetry.scraper does)."""
         last, windows = readings[0], []
         for reading in readings[1:]:
-            windows.append(telemetry_window(last, reading))
-            last = carry_forward(last, reading)
+            window = telemetry_window(last, reading)
+            windows.append(window)
+            last = carry_forward(last, reading, {url for url, _ in window.refused})
         return windows
 
     def test_a_series_absent_from_one_reading_is_not_counted_again(self) -> None:
@@ -246,3 +247,98 @@ class TestCarryForward:
         )
         assert [w.interval.requests for w in windows] == [4, 1 + 6, 2 + 3]
         assert all(w.new_replicas == () for w in windows)
+
+
+class TestRestarts:
+    """A restart is believed only when the process start time says so or the series
+    really reset; any other fall of a counter refuses the replica's reading, and the next
+    interval counts from the last reading that agreed."""
+
+    START = T0.timestamp() - 86_400.0  # the process started a day before T0
+
+    @staticmethod
+    def text(requests: float, errors: float = 0.0, started: float | None = None) -> str:
+        lines = [
+            f'vllm:request_success_total{{finished_reason="stop"}} {requests - errors}',
+            f'vllm:request_success_total{{finished_reason="error"}} {errors}',
+        ]
+        if started is not None:
+            lines.append(f"process_start_time_seconds {started}")
+        return "\n".join(lines) + "\n"
+
+    def walk(self, *texts: str) -> list[TelemetryWindow]:
+        readings = [
+            TestCarryForward.reading(T0 + timedelta(seconds=15 * k), {"a": text})
+            for k, text in enumerate(texts)
+        ]
+        return TestCarryForward().walk(*readings)
+
+    def test_one_value_a_little_low_is_refused_not_a_restart(self) -> None:
+        """An HA Prometheus pair's skew: 108,000 requests, then 107,999 from the other
+        member (same process start), then 108,150. The low reading is refused (no
+        interval, the cause named), not read as a restart crediting 107,999 clean
+        requests; the next interval counts the 150 from the reading that agreed."""
+        low, back = self.walk(
+            self.text(108_000, 100, self.START),
+            self.text(107_999, 100, self.START),
+            self.text(108_150, 130, self.START),
+        )
+        assert low.replicas == 0 and low.interval.requests is None
+        ((url, why),) = low.refused
+        assert (
+            url == "a" and "requests went down (108000 → 107999) with the same process start" in why
+        )
+        assert (back.interval.requests, back.interval.errors, back.refused) == (150, 30, ())
+
+    def test_without_a_start_time_a_small_fall_is_refused_a_reset_believed(self) -> None:
+        """No process start time: 1,000 → 990 is another source's value (refused);
+        1,000 → 12 counted up from zero again (a restart: 12 requests)."""
+        (skewed,) = self.walk(self.text(1000), self.text(990))
+        assert skewed.replicas == 0 and "by less than a restart would" in skewed.refused[0][1]
+        (reset,) = self.walk(self.text(1000), self.text(12))
+        assert (reset.interval.requests, reset.refused) == (12, ())
+
+    def test_a_start_time_that_went_back_is_another_process(self) -> None:
+        """A URL that reaches two pods: the start time alternates between them. Going
+        back is no restart (refused); moving to a pod already running at the previous
+        reading is none either (refused); neither credits the other pod's count."""
+        older, younger = self.START, self.START + 3600.0
+        back, forward = self.walk(
+            self.text(5000, 0, younger), self.text(90_000, 0, older), self.text(5050, 0, younger)
+        )
+        assert back.replicas == 0 and "start time went back" in back.refused[0][1]
+        # the held reading is the younger pod's, and it agrees: 50 requests
+        assert (forward.interval.requests, forward.refused) == (50, ())
+        (jump,) = self.walk(self.text(90_000, 0, older), self.text(5000, 0, younger))
+        assert (
+            jump.replicas == 0 and "already running at the previous reading" in (jump.refused[0][1])
+        )
+
+    def test_a_process_started_since_the_previous_reading_is_a_restart(self) -> None:
+        """The start time moved to a moment after the previous reading: a restart, its
+        counters counted from zero (even grown past their old values)."""
+        restarted_at = T0.timestamp() + 5.0
+        (window,) = self.walk(self.text(50, 0, self.START), self.text(80, 4, restarted_at))
+        assert (window.interval.requests, window.interval.errors, window.restarted, window.refused) == (
+            80, 4, ("a",), (),
+        )  # fmt: skip
+
+    def test_a_load_balanced_url_never_credits_a_huge_interval(self) -> None:
+        """Scrapes alternate between two pods behind one URL (each failing 20 % of its
+        requests, each 75 requests a scrape): every interval that is not refused counts
+        one pod's own 75 requests a scrape, 20 % failed; nothing is re-zeroed."""
+        pods = {"old": (500_000.0, self.START), "young": (2_000.0, self.START + 7200.0)}
+        texts = []
+        for k in range(12):
+            name = "old" if k % 3 else "young"
+            pods = {n: (count + 75.0, started) for n, (count, started) in pods.items()}
+            count, started = pods[name]
+            texts.append(self.text(count, count * 0.2, started))
+        walked = self.walk(*texts)
+        assert any(w.refused for w in walked)
+        windows = [w for w in walked if w.replicas]
+        assert windows
+        for window in windows:
+            assert window.interval.requests is not None and window.interval.errors is not None
+            assert window.interval.requests % 75 == 0 and window.interval.requests <= 75 * 3
+            assert window.interval.errors == pytest.approx(0.2 * window.interval.requests, abs=1)

@@ -255,7 +255,7 @@ class TestAgainstPrometheus:
         with promql(fleet.prometheus.url, selector=CANARY) as source:
             fleet.settled()
             first = source.read(now())
-            fleet.canary.restart(started_at=1_700_000_900.0)
+            fleet.canary.restart(started_at=now().timestamp())
             fleet.canary.finish(30)
             fleet.canary.finish(2, reason="error")
             fleet.settled()

@@ -72,7 +72,7 @@ class TestVllmReplica:
         replica.finish(9, reason="error")
         with source(replica.url) as arm:
             first = arm.read(T0)
-            replica.restart(started_at=1_700_000_500.0)
+            replica.restart(started_at=(T0 + STEP / 2).timestamp())
             replica.finish(30)
             replica.finish(2, reason="error")
             window = telemetry_window(first, arm.read(T0 + STEP))
@@ -89,7 +89,7 @@ class TestVllmReplica:
         replica.finish(10)
         with source(replica.url) as arm:
             first = arm.read(T0)
-            replica.restart(started_at=1_700_000_500.0)
+            replica.restart(started_at=(T0 + STEP / 2).timestamp())
             replica.finish(110)
             window = telemetry_window(first, arm.read(T0 + STEP))
         interval = window.interval
@@ -164,6 +164,47 @@ class TestGateways:
         assert (interval.requests, interval.errors) == (57, 7)
         assert interval.e2e is not None and interval.e2e.bounds == (0.25, float("inf"))
         assert interval.e2e.quantile(0.5) == pytest.approx(0.125)
+
+    def test_istio_counts_4xx_apart_from_5xx(self) -> None:
+        """A gateway reports every answer's status: 4xx are `client_errors`, counted
+        among the requests and apart from the 5xx errors, and carried into the interval
+        the telemetry gates read."""
+        line = 'istio_requests_total{{reporter="destination",response_code="{c}"}} {v}\n'
+
+        def exposition(ok: int, refused: int, failed: int) -> str:
+            return "# TYPE istio_requests_total counter\n" + "".join(
+                line.format(c=code, v=value)
+                for code, value in (
+                    ("200", ok),
+                    ("404", refused),
+                    ("429", refused),
+                    ("503", failed),
+                )
+            )
+
+        with (
+            TextReplica(exposition(100, 10, 2)) as gateway,
+            source(gateway.url, kind="gateway", gateway="istio") as arm,
+        ):
+            first = arm.read(T0)
+            gateway.text = exposition(160, 25, 3)
+            window = telemetry_window(first, arm.read(T0 + STEP))
+        assert (
+            window.interval.requests,
+            window.interval.errors,
+            window.interval.client_errors,
+        ) == (91, 1, 30)
+        counted = window.interval.count_interval()
+        assert counted is not None and counted.client_errors == 30
+
+    def test_an_engine_counts_no_4xx(self, replica: VllmReplica) -> None:
+        """vLLM's own counters never see a 4xx (its API server refuses the request before
+        the engine counts it): `client_errors` stays None, not 0."""
+        with source(replica.url) as arm:
+            first = arm.read(T0)
+            replica.finish(5)
+            window = telemetry_window(first, arm.read(T0 + STEP))
+        assert window.interval.requests == 5 and window.interval.client_errors is None
 
     def test_a_go_counter_without_total_is_read(self) -> None:
         """ingress-nginx exposes `nginx_ingress_controller_requests` without `_total`;

@@ -2,7 +2,9 @@
 loopback serving vLLM's series: the first scrape gives no window, the next one a window
 per arm over the same interval; two baseline replicas are summed, a restarted one counts
 from zero; a replica down costs only its own counts, an arm with every replica down keeps
-its last reading, so the next window spans the gap and loses nothing."""
+its last reading, so the next window spans the gap and loses nothing; a URL that reaches
+two pods by turns is refused, logged once, and never credits one pod's count to the
+other."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from prometheus_client import generate_latest
+from structlog.testing import capture_logs
 
 from canaryd.telemetry.config import TelemetryConfig
 from canaryd.telemetry.scraper import TelemetryScraper
@@ -82,7 +86,7 @@ class TestTelemetryScraper:
         second.finish(500)
         with scraper([first.url, second.url], [speculative.url]) as arms:
             arms.scrape(T0)
-            first.restart(started_at=1_700_009_000.0)
+            first.restart(started_at=(T0 + STEP / 2).timestamp())
             first.finish(12)
             second.finish(20)
             window = arms.scrape(T0 + STEP)["baseline"].window
@@ -138,3 +142,36 @@ class TestTelemetryScraper:
         (failure,) = scrapes["baseline"].reading.failures
         assert "parser refuses" in failure.reason
         assert scrapes["speculative"].reading.replicas
+
+    def test_a_load_balanced_url_is_refused_and_logged_once(
+        self, replicas: tuple[VllmReplica, VllmReplica, VllmReplica]
+    ) -> None:
+        """One `metrics_url` that a Service balances over two pods (each failing 20 % of
+        its requests, one started long before the other): scrapes alternate between
+        them. The readings of the other pod are refused with one log line naming the
+        cause, and every window counts one pod's own requests, 20 % failed: never the
+        other pod's whole count re-zeroed into one clean interval."""
+        old, young, _ = replicas
+        old.finish(50_000)
+        young.finish(100)
+        with TextReplica() as service, scraper([service.url], [service.url]) as arms:
+            windows = []
+            with capture_logs() as logs:
+                for k in range(8):
+                    pod = old if k % 2 else young
+                    for each in (old, young):
+                        each.finish(60)
+                        each.finish(15, reason="error")
+                    service.text = generate_latest(pod.registry).decode()
+                    if (window := arms.scrape(T0 + k * STEP)["speculative"].window) is not None:
+                        windows.append(window)
+        refusals = [
+            e
+            for e in logs
+            if e["event"] == "telemetry.reading_refused" and e["arm"] == "speculative"
+        ]
+        assert len(refusals) == 1, refusals
+        assert "start time went back" in refusals[0]["reason"]
+        assert windows
+        for window in windows:
+            assert window.interval.requests == 150 and window.interval.errors == 30

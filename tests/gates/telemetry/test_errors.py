@@ -1,8 +1,11 @@
 """The `telemetry.errors` gate (gates/telemetry/errors.py) on simulated production traffic:
 equal arms PASS once both have `min_samples` requests and never alarm over six hours; a
 speculative arm failing 5 % more of its requests FAILs within the requests the CUSUM's
-drift predicts; shared outages and intervals without a baseline are left out; the
-decision carries its evidence under the name `telemetry.errors`."""
+drift predicts; in shared outages only the speculative failures beyond the outage's rate
+count (a canary failing with the baseline PASSes, one failing 80–100 % there FAILs);
+intervals without a baseline are left out; 4xx answers in excess of the baseline's FAIL
+their own check; a decision whose evidence stopped is NODATA; the decision carries its
+evidence under the name `telemetry.errors`."""
 
 from __future__ import annotations
 
@@ -19,7 +22,12 @@ from gates.stats.budget import DEFAULT_ARL0
 from gates.stats.descriptive import clopper_pearson
 from gates.stats.detectors import CALIBRATION_CONFIDENCE
 from gates.stats.sequential import bernoulli_llr, lorden_threshold
-from gates.telemetry.errors import excess_bounds, shared_outages, telemetry_errors_gate
+from gates.telemetry.errors import (
+    beyond_outage,
+    excess_bounds,
+    shared_outages,
+    telemetry_errors_gate,
+)
 from gates.telemetry.intervals import CountInterval, TelemetryCounts
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -29,10 +37,14 @@ PER_INTERVAL = int(RPS * SCRAPE_S)  # 75 requests per arm per scrape interval
 CONFIG = TelemetryErrorGateConfig()
 
 
-def interval(index: int, errors: int, requests: int = PER_INTERVAL) -> CountInterval:
+def interval(
+    index: int, errors: int, requests: int = PER_INTERVAL, client_errors: int | None = None
+) -> CountInterval:
     """Scrape interval number `index` (15 s each from T0) with its counts."""
     start = T0 + timedelta(seconds=index * SCRAPE_S)
-    return CountInterval(start, start + timedelta(seconds=SCRAPE_S), requests, errors)
+    return CountInterval(
+        start, start + timedelta(seconds=SCRAPE_S), requests, errors, client_errors
+    )
 
 
 def end_of(index: int) -> datetime:
@@ -134,10 +146,40 @@ class TestFivePercentExcess:
         assert "excursion from interval 8" in decision.detail
 
 
-class TestLeftOut:
-    def test_a_shared_outage_is_left_out(self) -> None:
+def correlated_outages(seed: int, speculative_in_outage: tuple[float, float], intervals: int):
+    """Both arms at 0.5 % errors, except in outages (5 % of intervals) where the baseline
+    fails 20 % of its requests and the speculative arm a share drawn uniformly from
+    `speculative_in_outage`."""
+    rng = np.random.default_rng(seed)
+    outage = rng.random(intervals) < 0.05
+    base = [int(rng.binomial(PER_INTERVAL, 0.2 if out else 0.005)) for out in outage]
+    spec = [
+        int(rng.binomial(PER_INTERVAL, rng.uniform(*speculative_in_outage) if out else 0.005))
+        for out in outage
+    ]
+    return base, spec
+
+
+def first_fail(
+    base: list[int], spec: list[int], config: TelemetryErrorGateConfig = CONFIG, every: int = 1
+) -> int | None:
+    """The first interval after which the gate FAILs, judged after every `every`
+    intervals (None: never)."""
+    for k in range(every - 1, len(base), every):
+        judged = telemetry_errors_gate(
+            counts(base[: k + 1]), counts(spec[: k + 1]), config, now=end_of(k), arl0=DEFAULT_ARL0
+        )
+        if judged.state is GateState.FAIL:
+            return k
+    return None
+
+
+class TestSharedOutages:
+    def test_a_canary_failing_with_the_outage_passes(self) -> None:
         """An interval where both arms fail half their requests (a gateway outage) is a
-        shared outage: it and its neighbours are left out, and the gate PASSes."""
+        shared outage: the baseline's interval and its neighbours are left out of its
+        rate, the speculative ones are judged only on failures beyond the outage's rate
+        (none here), and the gate PASSes on the calm intervals."""
         base = [0] * 20
         spec = [0] * 20
         base[10] = spec[10] = 38
@@ -145,9 +187,59 @@ class TestLeftOut:
             counts(base), counts(spec), CONFIG, now=end_of(19), arl0=DEFAULT_ARL0
         )
         assert decision.state is GateState.PASS
-        assert "3 baseline intervals in shared outages, 3 speculative" in decision.detail
+        assert "3 baseline intervals in shared outages" in decision.detail
+        assert "3 speculative intervals overlapping an outage judged on their errors" in (
+            decision.detail
+        )
         assert decision.n_speculative == 17 * PER_INTERVAL
 
+    def test_a_canary_failing_beyond_the_outage_fails(self) -> None:
+        """The same outage, the baseline failing 20 % of that interval and the speculative
+        arm all of it: its failures beyond the outage's rate are its own, and the gate
+        FAILs on that interval though every calm interval is clean."""
+        base = [0] * 20
+        spec = [0] * 20
+        base[10], spec[10] = 15, PER_INTERVAL
+        decision = telemetry_errors_gate(
+            counts(base), counts(spec), CONFIG, now=end_of(19), arl0=DEFAULT_ARL0
+        )
+        assert decision.state is GateState.FAIL, decision.detail
+        assert "excursion from interval 11" in decision.detail
+
+    @pytest.mark.parametrize("seed", range(4))
+    def test_correlated_outage_fault_fails_as_fast_as_without_the_screen(self, seed: int) -> None:
+        """Outages in 5 % of intervals (baseline failing 20 % there) and a speculative arm
+        failing 80–100 % in them: FAIL within 1.5× the intervals the gate takes with the
+        screen off (outage_alpha so small that nothing is an outage), and within 20
+        minutes."""
+        base, spec = correlated_outages(seed, (0.8, 1.0), 80)
+        screened = first_fail(base, spec)
+        unscreened = first_fail(base, spec, CONFIG.model_copy(update={"outage_alpha": 1e-300}))
+        assert screened is not None and unscreened is not None, (screened, unscreened)
+        assert screened + 1 <= 1.5 * (unscreened + 1)
+
+    @pytest.mark.parametrize("seed", range(4))
+    def test_correlated_outage_healthy_never_fails(self, seed: int) -> None:
+        """The same outages with a speculative arm failing as the baseline does in them
+        (20 %): no FAIL in two hours (judged every 5 minutes), and a PASS at the end whose
+        detector never reached half its threshold."""
+        base, spec = correlated_outages(seed, (0.2, 0.2), 480)
+        assert first_fail(base, spec, every=20) is None
+        decision = telemetry_errors_gate(
+            counts(base), counts(spec), CONFIG, now=end_of(479), arl0=DEFAULT_ARL0
+        )
+        assert decision.state is GateState.PASS, decision.detail
+        assert decision.detector is not None
+        assert decision.detector.peak < decision.detector.threshold / 2
+
+    def test_beyond_the_outage_counts_only_the_unshared_failures(self) -> None:
+        """An interval of 100 requests in an outage failing 20 %: 25 failures count as 5 of
+        80 requests; 10 failures count as none of 80."""
+        assert beyond_outage(interval(0, 25, 100), 0.2) == pytest.approx((5.0, 80.0))
+        assert beyond_outage(interval(0, 10, 100), 0.2) == pytest.approx((0.0, 80.0))
+
+
+class TestLeftOut:
     def test_the_outage_screen_reads_the_baseline_only(self) -> None:
         """Calm baseline intervals are never outages, whatever their neighbours hold; a
         burst is one, with `margin` intervals on each side."""
@@ -163,7 +255,7 @@ class TestLeftOut:
         base = TelemetryCounts.of(interval(i, 0) for i in range(10) if i not in {3, 4})
         decision = telemetry_errors_gate(base, spec, CONFIG, now=end_of(9), arl0=DEFAULT_ARL0)
         assert decision.n_speculative == 8 * PER_INTERVAL
-        assert "2 with no baseline interval beside them" in decision.detail
+        assert "2 speculative intervals with no baseline interval beside them" in decision.detail
         empty = telemetry_errors_gate(
             TelemetryCounts(), spec, CONFIG, now=end_of(9), arl0=DEFAULT_ARL0
         )
@@ -187,6 +279,128 @@ class TestLeftOut:
         )
         assert since.n_speculative == 5 * PER_INTERVAL
         assert since.window_start == T0 + timedelta(seconds=25 * SCRAPE_S)
+
+
+def client_counts(errors: list[int], client: list[int | None]) -> TelemetryCounts:
+    return TelemetryCounts.of(
+        interval(i, e, client_errors=c) for i, (e, c) in enumerate(zip(errors, client, strict=True))
+    )
+
+
+class TestClientErrors:
+    def test_a_canary_refusing_thirty_percent_with_4xx_fails(self) -> None:
+        """Both arms' sources count 4xx; the baseline answers 1 % of requests 4xx and the
+        speculative arm 30 %: the 4xx check FAILs within the first minutes, while the
+        5xx check (no excess) does not."""
+        rng = np.random.default_rng(4)
+        n = 20
+        base_4xx = rng.binomial(PER_INTERVAL, 0.01, n).tolist()
+        spec_4xx = rng.binomial(PER_INTERVAL, 0.30, n).tolist()
+        decision = telemetry_errors_gate(
+            client_counts([0] * n, base_4xx), client_counts([0] * n, spec_4xx), CONFIG,
+            now=end_of(n - 1), arl0=DEFAULT_ARL0,
+        )  # fmt: skip
+        assert decision.state is GateState.FAIL, decision.detail
+        states = {c.name: c.state for c in decision.components}
+        assert states["telemetry.errors.4xx"] is GateState.FAIL
+        assert states["telemetry.errors.5xx"] is not GateState.FAIL
+        assert decision.detail.startswith("FAIL by telemetry.errors.4xx")
+        assert "excess 4xx rate per request" in decision.detail
+
+    def test_4xx_both_arms_share_count_for_nothing(self) -> None:
+        """Both arms answering 10 % of requests 4xx (the clients' own bad requests): both
+        checks PASS, over an hour."""
+        rng = np.random.default_rng(5)
+        n = 240
+        base_4xx = rng.binomial(PER_INTERVAL, 0.10, n).tolist()
+        spec_4xx = rng.binomial(PER_INTERVAL, 0.10, n).tolist()
+        decision = telemetry_errors_gate(
+            client_counts([0] * n, base_4xx), client_counts([0] * n, spec_4xx), CONFIG,
+            now=end_of(n - 1), arl0=DEFAULT_ARL0,
+        )  # fmt: skip
+        assert decision.state is GateState.PASS, decision.detail
+        assert [c.name for c in decision.components] == [
+            "telemetry.errors.5xx",
+            "telemetry.errors.4xx",
+        ]
+        for check in decision.components:
+            assert check.detector is not None
+            assert check.detector.peak < check.detector.threshold / 2
+
+    def test_without_4xx_on_both_arms_the_gate_is_one_check(self) -> None:
+        """4xx counted on the speculative arm only: no 4xx check (no baseline to compare
+        with), the gate the one check named `telemetry.errors`, unchanged."""
+        n = 10
+        decision = telemetry_errors_gate(
+            counts([0] * n),
+            client_counts([0] * n, [20] * n),
+            CONFIG,
+            now=end_of(n - 1),
+            arl0=DEFAULT_ARL0,
+        )
+        assert decision.components == ()
+        assert decision.name == "telemetry.errors"
+        assert decision.state is GateState.PASS
+
+    def test_4xx_checks_share_the_gates_budget(self) -> None:
+        """With two checks each detector's threshold is log(2 × arl0): the gate's share
+        of the false-alarm budget split between them."""
+        n = 10
+        decision = telemetry_errors_gate(
+            client_counts([0] * n, [1] * n), client_counts([0] * n, [1] * n), CONFIG,
+            now=end_of(n - 1), arl0=1000.0,
+        )  # fmt: skip
+        for check in decision.components:
+            assert check.detector is not None
+            # a bank of three charts adds log 3 to the threshold
+            assert check.detector.threshold == pytest.approx(lorden_threshold(2000.0) + math.log(3))
+
+
+class TestSilence:
+    def test_a_canary_gone_dark_after_pass_is_nodata_within_five_minutes(self) -> None:
+        """Both arms PASS for half an hour; then the speculative arm's scrapes stop (no
+        interval arrives): the gate still PASSes 4.75 minutes later, and is NODATA at 5
+        minutes, naming the arm."""
+        base, spec = simulate(1, 0.005, 0.005, 120)
+        judged = telemetry_errors_gate(
+            counts(base), counts(spec[:120]), CONFIG, now=end_of(119), arl0=DEFAULT_ARL0
+        )
+        assert judged.state is GateState.PASS
+        more_base, _ = simulate(2, 0.005, 0.005, 20)
+        longer = counts(base + more_base)
+        before = telemetry_errors_gate(
+            longer, counts(spec), CONFIG, now=end_of(119 + 19), arl0=DEFAULT_ARL0
+        )
+        after = telemetry_errors_gate(
+            longer, counts(spec), CONFIG, now=end_of(119 + 20), arl0=DEFAULT_ARL0
+        )
+        assert before.state is GateState.PASS
+        assert after.state is GateState.NODATA
+        assert after.detail.startswith("evidence stopped: no interval from the speculative arm")
+
+    def test_a_canary_that_serves_nothing_is_nodata(self) -> None:
+        """Intervals keep arriving from the speculative arm but hold no request (its
+        traffic routed away): NODATA once five minutes pass without one."""
+        base, spec = simulate(3, 0.005, 0.005, 140)
+        dark = TelemetryCounts.of(
+            interval(i, e if i < 120 else 0, PER_INTERVAL if i < 120 else 0)
+            for i, e in enumerate(spec)
+        )
+        decision = telemetry_errors_gate(
+            counts(base), dark, CONFIG, now=end_of(139), arl0=DEFAULT_ARL0
+        )
+        assert decision.state is GateState.NODATA
+        assert "no request served by the speculative arm" in decision.detail
+
+    def test_a_baseline_gone_dark_is_nodata_too(self) -> None:
+        """Without the baseline's evidence there is no excess to judge: NODATA naming
+        the baseline."""
+        base, spec = simulate(4, 0.005, 0.005, 140)
+        decision = telemetry_errors_gate(
+            counts(base[:100]), counts(spec), CONFIG, now=end_of(139), arl0=DEFAULT_ARL0
+        )
+        assert decision.state is GateState.NODATA
+        assert "no interval from the baseline arm" in decision.detail
 
 
 class TestDecision:

@@ -201,18 +201,19 @@ class TestMatchedLoad:
         assert f"{TEN_MINUTES} at mismatched load" in decision.detail
 
     def test_too_few_matched_requests_is_nodata(self) -> None:
-        """Only a few intervals at matched load (the rest at triple load): the checks
-        are NODATA below min_samples, and the detail counts what was left out."""
-        plan = [HEALTHY] * 4 + [replace(HEALTHY, rps=15.0)] * 20
+        """Only a few intervals at matched load (the rest at triple load, and the load
+        read over the two minutes around each): the checks are NODATA below
+        min_samples, and the detail counts what was left out."""
+        plan = [HEALTHY] * 12 + [replace(HEALTHY, rps=15.0)] * 24
         rng = np.random.default_rng(5)
-        base = simulate_arm(rng, HEALTHY, intervals=24)
-        spec = simulate_arm(rng, plan, intervals=24)
+        base = simulate_arm(rng, HEALTHY, intervals=36)
+        spec = simulate_arm(rng, plan, intervals=36)
         decision = telemetry_latency_gate(
-            TelemetryEvidence(base, spec), CONFIG, now=end_of(23), arl0=DEFAULT_ARL0
+            TelemetryEvidence(base, spec), CONFIG, now=end_of(35), arl0=DEFAULT_ARL0
         )
         assert decision.state is GateState.NODATA
-        assert "4 speculative intervals at matched load" in decision.detail
-        assert "20 at mismatched load" in decision.detail
+        assert "5 speculative intervals at matched load" in decision.detail
+        assert "31 at mismatched load" in decision.detail
 
     def test_load_is_per_replica(self) -> None:
         """A canary on one replica taking a tenth of the traffic beside a baseline on
@@ -222,6 +223,62 @@ class TestMatchedLoad:
         evidence = arms(2, base, spec, 8)
         matched = match_load(evidence.baseline.intervals, evidence.speculative.intervals, 0.5)
         assert (len(matched.speculative), matched.mismatched) == (8, 0)
+
+    # Latency ∝ load^0.5: an arm at `ratio` times the baseline's load per replica is
+    # ratio^0.5 slower for that alone.
+    @staticmethod
+    def at_load(ratio: float, slower: float = 1.0) -> ArmTraffic:
+        return replace(HEALTHY, rps=HEALTHY.rps * ratio, slowdown=slower * ratio**0.5)
+
+    @pytest.mark.parametrize("seed", range(3))
+    def test_a_healthy_arm_at_twice_the_load_never_fails(self, seed: int) -> None:
+        """A healthy speculative arm given 1.97× the baseline's requests per replica
+        (so 1.40× slower, for the load alone) is left out, not compared: NODATA for
+        thirty minutes, never FAIL. Matched within the old tolerance (0.5), it FAILs."""
+        evidence = arms(30 + seed, HEALTHY, self.at_load(1.97), 120)
+        decision = telemetry_latency_gate(evidence, CONFIG, now=end_of(119), arl0=DEFAULT_ARL0)
+        assert decision.state is GateState.NODATA, decision.detail
+        assert "120 at mismatched load" in decision.detail
+        loose = CONFIG.model_copy(update={"max_load_difference": 0.5})
+        assert (
+            telemetry_latency_gate(evidence, loose, now=end_of(119), arl0=DEFAULT_ARL0).state
+            is GateState.FAIL
+        )
+
+    @pytest.mark.parametrize("seed", range(3))
+    def test_a_slow_arm_at_half_the_load_never_passes(self, seed: int) -> None:
+        """A speculative arm 1.4× slower than the baseline at the same load, given 0.575×
+        its requests per replica (so 1.06× slower in all): left out, NODATA, never
+        PASS. Matched within the old tolerance (0.5), it never FAILs."""
+        evidence = arms(40 + seed, HEALTHY, self.at_load(0.575, slower=1.4), 120)
+        decision = telemetry_latency_gate(evidence, CONFIG, now=end_of(119), arl0=DEFAULT_ARL0)
+        assert decision.state is GateState.NODATA, decision.detail
+        loose = CONFIG.model_copy(update={"max_load_difference": 0.5})
+        hidden = telemetry_latency_gate(evidence, loose, now=end_of(119), arl0=DEFAULT_ARL0).state
+        assert hidden in (GateState.PASS, GateState.INCONCLUSIVE)
+
+    def test_a_healthy_arm_at_the_edge_of_the_tolerance_never_trips(self) -> None:
+        """1.2× the baseline's load per replica (1.10× slower for it): compared, never
+        FAIL or WARN, no detector past a third of its threshold (vLLM's coarse TTFT
+        bucket around the median keeps it from PASSing)."""
+        evidence = arms(50, HEALTHY, self.at_load(1.2), 120)
+        decision = telemetry_latency_gate(evidence, CONFIG, now=end_of(119), arl0=DEFAULT_ARL0)
+        assert decision.state in (GateState.PASS, GateState.INCONCLUSIVE), decision.detail
+        assert "at mismatched load" in decision.detail
+        for check in decision.components:
+            assert check.detector is not None
+            assert check.detector.peak < check.detector.threshold / 3, check.detail
+
+    def test_equal_load_matches_despite_poisson_noise_at_one_request_a_second(self) -> None:
+        """At 1 request per second a 15 s interval's count varies by a quarter, more than
+        the tolerance; read over two minutes, equal arms match in at least 90 % of
+        intervals."""
+        slow = replace(HEALTHY, rps=1.0)
+        evidence = arms(6, slow, slow, 240)
+        matched = match_load(
+            evidence.baseline.intervals, evidence.speculative.intervals, CONFIG.max_load_difference
+        )
+        assert len(matched.speculative) >= 0.9 * 240, matched.note
 
     def test_no_load_signal_is_left_out(self) -> None:
         """Intervals with neither gauges nor request counts on an arm are left out as
