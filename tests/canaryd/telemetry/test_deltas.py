@@ -319,9 +319,8 @@ class TestRestarts:
         counters counted from zero (even grown past their old values)."""
         restarted_at = T0.timestamp() + 5.0
         (window,) = self.walk(self.text(50, 0, self.START), self.text(80, 4, restarted_at))
-        assert (window.interval.requests, window.interval.errors, window.restarted, window.refused) == (
-            80, 4, ("a",), (),
-        )  # fmt: skip
+        counts = (window.interval.requests, window.interval.errors)
+        assert (counts, window.restarted, window.refused) == ((80, 4), ("a",), ())
 
     def test_a_load_balanced_url_never_credits_a_huge_interval(self) -> None:
         """Scrapes alternate between two pods behind one URL (each failing 20 % of its
