@@ -107,12 +107,12 @@ def _api_base_url(url: str) -> str:
     parts = urlsplit(_http_url(url))
     if parts.query or parts.fragment or url.endswith(("?", "#")):
         raise ValueError(
-            f"{url!r} has a query string or fragment: give the API's base URL alone "
-            "(scheme, host and any path before /api/v1; /api/v1/query is appended)"
+            "a query string or fragment would send every query astray: give the API's base "
+            "URL alone (scheme, host and any path before /api/v1; /api/v1/query is appended)"
         )
     if parts.path.rstrip("/").endswith(("/api/v1", "/api/v1/query")):
         raise ValueError(
-            f"{url!r} names the query API itself: give the base URL before /api/v1 "
+            "this names the query API itself: give the base URL before /api/v1 "
             "(/api/v1/query is appended)"
         )
     return url
@@ -123,7 +123,7 @@ def _selector(selector: str) -> str:
     `name!~"re"`), as put inside a template's braces; empty for none."""
     if not _SELECTOR.fullmatch(selector):
         raise ValueError(
-            f"{selector!r} is not a list of PromQL label matchers: write "
+            "not a list of PromQL label matchers: write "
             'name="value", name=~"regex", name!="value" or name!~"regex", joined by commas'
         )
     return selector
