@@ -56,7 +56,7 @@ __all__ = [
 ACCEPT = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
 # gzip only: it is what Prometheus itself asks for, and the one decoder capped here.
 ACCEPT_ENCODING = "gzip"
-# zlib's window bits per content coding: gzip's header, or (deflate) zlib's; 32 detects either.
+# zlib's window bits per content coding: gzip (32 + 15 also takes a zlib header), deflate (zlib).
 _DECODERS = {"gzip": 32 + zlib.MAX_WBITS, "x-gzip": 32 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 _CHUNK_BYTES = 64 * 1024  # decoded at a time: the byte cap and the deadline act between them
 MAX_LINE_BYTES = 256 * 1024  # a label value of this size is no telemetry
@@ -199,31 +199,27 @@ def exposition_samples(answer: BoundedAnswer) -> Iterator[Sample]:
 
 
 def _sample_lines(answer: BoundedAnswer) -> Iterator[str]:
-    """The exposition's sample lines (no comments, no blank lines), decoded."""
-    url, pending, parsed = answer.url, b"", 0
-    for chunk in _chunks_then_end(answer):
-        if chunk is None:
-            lines, pending = [pending], b""
-        else:
-            lines = (pending + chunk).split(b"\n")
-            pending = lines.pop()
-            if len(pending) > MAX_LINE_BYTES:
-                raise ReadRefusedError(
-                    "bytes", f"{url} sent a line longer than {MAX_LINE_BYTES} bytes"
-                )
-        for raw in lines:
-            line = _decoded_line(raw, url).strip()
-            if not line or line.startswith("#"):
-                continue
-            parsed += 1
-            if parsed % _LINES_PER_CHECK == 0:
-                answer.deadline.check(url)
+    """The exposition's sample lines (no comments, no blank lines), decoded; the deadline
+    looked at every `_LINES_PER_CHECK` lines, whatever they hold."""
+    for number, raw in enumerate(_lines(answer), start=1):
+        if number % _LINES_PER_CHECK == 0:
+            answer.deadline.check(answer.url)
+        line = _decoded_line(raw, answer.url).strip()
+        if line and not line.startswith("#"):
             yield line
 
 
-def _chunks_then_end(answer: BoundedAnswer) -> Iterator[bytes | None]:
-    yield from answer.chunks()
-    yield None
+def _lines(answer: BoundedAnswer) -> Iterator[bytes]:
+    """The answer's lines as they arrive; `ReadRefusedError` for one over `MAX_LINE_BYTES`."""
+    pending = b""
+    for chunk in answer.chunks():
+        *lines, pending = (pending + chunk).split(b"\n")
+        if len(pending) > MAX_LINE_BYTES:
+            raise ReadRefusedError(
+                "bytes", f"{answer.url} sent a line longer than {MAX_LINE_BYTES} bytes"
+            )
+        yield from lines
+    yield pending
 
 
 def _decoded_line(raw: bytes, url: str) -> str:

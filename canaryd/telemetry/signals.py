@@ -294,7 +294,7 @@ class _Caps:
         if len(bounds) > self.max_buckets:
             raise ReadRefusedError(
                 "buckets",
-                f"{self.url} sent a {signal} histogram with more than {self.max_buckets} "
+                f"{self.url} sent a histogram of {signal} with more than {self.max_buckets} "
                 "distinct le bounds (telemetry.max_buckets)",
             )
 

@@ -80,7 +80,7 @@ class TestSeriesAndBuckets:
         ):
             failure = refusal(arm.read(T0))
         assert failure.refusal == "buckets"
-        assert f"e2e histogram with more than {DEFAULT_MAX_BUCKETS}" in failure.reason
+        assert f"a histogram of e2e with more than {DEFAULT_MAX_BUCKETS}" in failure.reason
 
     def test_a_histogram_at_the_cap_is_read(self) -> None:
         """`max_buckets` bounds, +Inf included, are read; one more is refused."""
