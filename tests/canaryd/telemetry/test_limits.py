@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -27,7 +28,7 @@ from canaryd.telemetry.config import TelemetryArmConfig, TelemetryConfig
 from canaryd.telemetry.deltas import telemetry_window
 from canaryd.telemetry.limits import DEFAULT_MAX_BUCKETS, DEFAULT_MAX_SERIES
 from canaryd.telemetry.promql_source import PromqlSource
-from canaryd.telemetry.scrape import MAX_LINE_BYTES, ScrapeSource
+from canaryd.telemetry.scrape import MAX_LINE_BYTES, ScrapeSource, parse_exposition
 from canaryd.telemetry.scraper import SUMMED, TelemetryScraper
 from canaryd.telemetry.signals import ArmReading, ReplicaFailure
 from tests.support.hostile_metrics import (
@@ -42,6 +43,7 @@ from tests.support.hostile_metrics import (
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 STEP = timedelta(seconds=15)
 MiB = 1 << 20
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "servers"
 
 
 def source(*urls: str, timeout_s: float = 10.0, max_bytes: int = 8 * MiB) -> ScrapeSource:
@@ -151,6 +153,23 @@ class TestBytes:
                 windows.append(telemetry_window(first, arm.read(T0 + STEP)).interval)
         assert windows[0] == windows[1]
         assert (windows[1].requests, windows[1].errors) == (100, 1)
+
+    @pytest.mark.parametrize("gzip", [False, True], ids=["plain", "gzip"])
+    @pytest.mark.parametrize(
+        "name", ["vllm_metrics_before.txt", "vllm_metrics_after.txt", "vllm_metrics_restarted.txt"]
+    )
+    def test_the_streamed_parse_reads_what_the_whole_parse_reads(
+        self, name: str, gzip: bool
+    ) -> None:
+        """Recorded vLLM expositions (HELP and TYPE lines, `_created` samples, two engines):
+        read as they arrive, without their TYPE lines, they give the reading a parse of the
+        whole text gives."""
+        text = (FIXTURES / name).read_text()
+        with MetricsEndpoint(lambda n: text, gzip=gzip) as endpoint, source(endpoint.url) as arm:
+            streamed = arm.read(T0)
+            whole = arm.reader.read(endpoint.url, parse_exposition(text))
+        assert streamed.failures == () and streamed.replicas == (whole,)
+        assert whole.counters["drafts"]
 
     def test_a_line_longer_than_the_line_cap_is_refused(self) -> None:
         """A label value of a megabyte is no telemetry: refused before it is held whole."""
