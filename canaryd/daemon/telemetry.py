@@ -13,9 +13,12 @@ keep their readings current, so that a follower that takes over stores from its 
 scrape, but never store twice what the leader stores. Nothing a server does, or the
 database, stops the job: a replica that cannot be read is counted
 (`canaryd_telemetry_scrapes_total{outcome="failed"}`) and logged once per
-`FAILURE_LOG_EVERY_S` per replica with the number of failures since; a database that is
-away loses the interval (counted as a store error). Every hour the job deletes intervals
-older than `telemetry.retention_days`.
+`FAILURE_LOG_EVERY_S` per replica with the number of failures since; a read refused for
+passing a bound of `[telemetry]` (`canaryd.telemetry.limits`) is counted by its reason
+(`canaryd_telemetry_refused_total`) and logged once (`telemetry.source_refused`), again
+only after the replica was read in between; a database that is away loses the interval
+(counted as a store error). Every hour the job deletes intervals older than
+`telemetry.retention_days`.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from canaryd.metrics.telemetry import TelemetryMetrics
 from canaryd.redact import redact_text
 from canaryd.store import StoredInterval, TelemetryStore
 from canaryd.telemetry.config import TelemetryConfig
-from canaryd.telemetry.scraper import ArmScrape, TelemetryScraper
+from canaryd.telemetry.limits import RefusalReason
+from canaryd.telemetry.scraper import SUMMED, ArmScrape, TelemetryScraper
+from canaryd.telemetry.signals import ReplicaFailure
 
 __all__ = ["FAILURE_LOG_EVERY_S", "PRUNE_EVERY", "TELEMETRY_JOB", "TelemetryJob"]
 
@@ -94,6 +99,7 @@ class TelemetryJob:
         self._scraper: TelemetryScraper | None = None
         self._scheduler: BackgroundScheduler | None = None
         self._throttle = _Throttle(FAILURE_LOG_EVERY_S)
+        self._refusals_logged: set[tuple[str, str, str]] = set()  # (arm, url, reason)
         self._pruned_at: datetime | None = None
         self.scrapes = 0  # scrapes run (for tests and /healthz-style checks)
 
@@ -211,7 +217,17 @@ class TelemetryJob:
         self.metrics.scraped(
             arm, ok=len(reading.replicas), failed=len(reading.failures), timestamp=clock
         )
-        for failure in reading.failures:
+        read = {replica.url for replica in reading.replicas}
+        if scrape.window is not None:
+            read.add(SUMMED)
+        self._refusals_logged = {
+            key for key in self._refusals_logged if key[0] != arm or key[1] not in read
+        }
+        refusals = () if scrape.refusal is None else (scrape.refusal,)
+        for failure in (*reading.failures, *refusals):
+            if failure.refusal is not None:
+                self._refused(arm, failure, failure.refusal)
+                continue
             held = self._throttle.due(f"{arm} {failure.url}", clock)
             if held is not None:
                 log.warning(
@@ -221,6 +237,22 @@ class TelemetryJob:
                     reason=redact_text(failure.reason),
                     failures_since_last_logged=held,
                 )
+
+    def _refused(self, arm: str, failure: ReplicaFailure, bound: RefusalReason) -> None:
+        """Count a read refused for passing `bound`; log it unless that is logged already."""
+        self.metrics.refused(arm, bound)
+        key = (arm, failure.url, bound)
+        if key in self._refusals_logged:
+            return
+        self._refusals_logged.add(key)
+        log.warning(
+            "telemetry.source_refused",
+            arm=arm,
+            url=redact_text(failure.url),
+            bound=bound,
+            reason=redact_text(failure.reason),
+            stored="nothing of this read, and nothing more is logged until it is read again",
+        )
 
     def _prune(self, settings: Settings, now: datetime) -> None:
         if self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY:

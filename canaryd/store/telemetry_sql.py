@@ -7,11 +7,16 @@ arms configuration, oldest first, and deleting the old ones. A `StoredInterval` 
 row field for field; a latency histogram's bucket increases are JSON,
 `{"le": [upper bounds], "count": [cumulative counts]}`, with an infinite bound written as
 `"+Inf"` (JSON has no infinity; PostgreSQL's JSONB refuses one). The interval's replica
-count is the row's (`StoredInterval.replicas`).
+count is the row's (`StoredInterval.replicas`). Those histograms are the only part of a row
+whose size an endpoint sets: an interval whose histograms take more than
+`MAX_INTERVAL_BYTES` of JSON is refused (ValueError). The scrape never makes one: it refuses
+a histogram of more than `telemetry.max_buckets` bounds (at most 256), and three of those
+take under 40 KB.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from datetime import datetime
@@ -26,7 +31,15 @@ from canaryd.store.sql_base import SqlDatabase
 from gates.stats.histogram import BucketCounts
 from gates.telemetry.intervals import TelemetryInterval
 
-__all__ = ["SqlTelemetryStore", "buckets_from_json", "buckets_json"]
+__all__ = [
+    "MAX_INTERVAL_BYTES",
+    "SqlTelemetryStore",
+    "buckets_from_json",
+    "buckets_json",
+    "interval_json_bytes",
+]
+
+MAX_INTERVAL_BYTES = 64 * 1024
 
 _INFINITE = {"+Inf": math.inf, "-Inf": -math.inf}
 _COUNTS = ("requests", "errors", "client_errors", "drafts", "draft_tokens", "accepted_tokens")
@@ -55,10 +68,23 @@ def buckets_from_json(value: dict[str, Any] | None) -> BucketCounts | None:
     return BucketCounts(bounds, tuple(float(count) for count in value["count"]))
 
 
+def interval_json_bytes(interval: TelemetryInterval) -> int:
+    """The bytes of JSON an interval's histograms take in its row."""
+    return sum(
+        len(json.dumps(buckets_json(getattr(interval, name))).encode()) for name in _HISTOGRAMS
+    )
+
+
 def interval_row(stored: StoredInterval) -> TelemetryIntervalRow:
     interval = stored.interval
     aware(interval.start, "telemetry interval start")
     aware(interval.end, "telemetry interval end")
+    size = interval_json_bytes(interval)
+    if size > MAX_INTERVAL_BYTES:
+        raise ValueError(
+            f"a telemetry interval of {stored.arm!r} with {size} bytes of histograms, over "
+            f"{MAX_INTERVAL_BYTES}: the scrape should have refused it (telemetry.max_buckets)"
+        )
     values: dict[str, Any] = {name: getattr(interval, name) for name in (*_COUNTS, *_GAUGES)}
     values.update({name: buckets_json(getattr(interval, name)) for name in _HISTOGRAMS})
     return TelemetryIntervalRow(

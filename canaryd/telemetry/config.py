@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from canaryd.telemetry.limits import DEFAULT_MAX_BUCKETS, DEFAULT_MAX_SERIES
 from engine.bounds import check_bounds
 
 ArmKind = Literal["vllm", "sglang", "gateway", "custom"]
@@ -69,6 +70,13 @@ GAUGE_SIGNALS: tuple[GaugeSignal, ...] = (
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+# One PromQL label matcher: a label name, `=`, `!=`, `=~` or `!~`, and a string literal in
+# double quotes, single quotes (both with backslash escapes) or backticks (raw).
+_MATCHER = (
+    r"\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*"
+    r"""(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|`[^`]*`)\s*"""
+)
+_SELECTOR = re.compile(rf"(?:{_MATCHER}(?:,{_MATCHER})*)?")
 
 
 class _Strict(BaseModel):
@@ -95,6 +103,34 @@ def _http_url(url: str) -> str:
     if parts.scheme not in {"http", "https"} or not parts.netloc:
         raise ValueError(f"{url!r} is not an http:// or https:// URL with a host")
     return url
+
+
+def _api_base_url(url: str) -> str:
+    """A Prometheus-compatible API's base URL: http(s), a host, a path base kept (a
+    querier behind `/prometheus`), and nothing `/api/v1/query` could not be appended to."""
+    parts = urlsplit(_http_url(url))
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise ValueError(
+            "a query string or fragment would send every query astray: give the API's base "
+            "URL alone (scheme, host and any path before /api/v1; /api/v1/query is appended)"
+        )
+    if parts.path.rstrip("/").endswith(("/api/v1", "/api/v1/query")):
+        raise ValueError(
+            "this names the query API itself: give the base URL before /api/v1 "
+            "(/api/v1/query is appended)"
+        )
+    return url
+
+
+def _selector(selector: str) -> str:
+    """PromQL label matchers joined by commas (`name="v"`, `name=~"re"`, `name!="v"`,
+    `name!~"re"`), as put inside a template's braces; empty for none."""
+    if not _SELECTOR.fullmatch(selector):
+        raise ValueError(
+            "not a list of PromQL label matchers: write "
+            'name="value", name=~"regex", name!="value" or name!~"regex", joined by commas'
+        )
+    return selector
 
 
 class SeriesSpec(_Strict):
@@ -199,14 +235,16 @@ class TelemetryArmConfig(_Strict):
     )
     prometheus_url: str | None = Field(
         default=None,
-        description="PromQL source: the base URL of a Prometheus-compatible API "
-        "(`/api/v1/query` is appended)",
+        description="PromQL source: the base URL of a Prometheus-compatible API, a path "
+        "base kept (`http://thanos:9090`, `http://gateway/prometheus`; `/api/v1/query` is "
+        "appended); no query string or fragment",
     )
     selector: str = Field(
         default="",
         max_length=1000,
         description="PromQL source: label matchers naming this arm's series, put inside "
-        'each template\'s braces (e.g. `namespace="llm",pod=~"spec-.*"`)',
+        'each template\'s braces: `name="v"`, `name=~"re"`, `name!="v"` or `name!~"re"`, '
+        'joined by commas (e.g. `namespace="llm",pod=~"spec-.*"`)',
     )
     queries: dict[Signal, str] = Field(
         default_factory=dict,
@@ -233,7 +271,12 @@ class TelemetryArmConfig(_Strict):
     @field_validator("prometheus_url")
     @classmethod
     def _prometheus(cls, url: str | None) -> str | None:
-        return None if url is None else _http_url(url)
+        return None if url is None else _api_base_url(url)
+
+    @field_validator("selector")
+    @classmethod
+    def _label_matcher_list(cls, selector: str) -> str:
+        return _selector(selector)
 
     @field_validator("labels")
     @classmethod
@@ -295,15 +338,29 @@ class TelemetryConfig(_Strict):
     timeout_s: float = Field(
         default=5.0,
         gt=0,
-        description="a replica's whole answer, connection included (PromQL: all of an arm's "
-        "queries)",
+        description="a replica's whole answer, connection and parsing included (PromQL: all "
+        "of an arm's queries); a read still going then is refused",
     )
     max_bytes: int = Field(
         default=8 * 1024 * 1024,
         ge=64 * 1024,
         le=256 * 1024 * 1024,
-        description="a larger exposition, or PromQL answer, is refused (counted as a failed "
-        "scrape)",
+        description="a replica's exposition (PromQL: all of an arm's answers together) larger "
+        "than this once decompressed is refused, the decompression stopped there",
+    )
+    max_series: int = Field(
+        default=DEFAULT_MAX_SERIES,
+        ge=16,
+        le=65536,
+        description="a replica (PromQL: an arm) with more series matching one signal is "
+        "refused; a histogram's series counts once, whatever its buckets",
+    )
+    max_buckets: int = Field(
+        default=DEFAULT_MAX_BUCKETS,
+        ge=2,
+        le=256,
+        description="a histogram with more distinct `le` bounds is refused: one replica's "
+        "(any of its series), or the arm's replicas summed over an interval",
     )
     retention_days: float = Field(
         default=7.0,

@@ -3,8 +3,11 @@
 
 Each of the arm's queries (`promql.templates`, rendered with its `selector`) is asked of
 `GET /api/v1/query` with `time` set to the scrape instant, all at once, under one deadline
-of `timeout_s` and at most `max_bytes` of answer each (httpx, as the direct scrape reads an
-exposition); the JSON answer is read by pydantic models of the API's envelope. The
+of `timeout_s` and one budget of `max_bytes` of (decoded) answer for them all (httpx, as the
+direct scrape reads an exposition); the JSON answer is read by pydantic models of the API's
+envelope, once its result is known to hold no more series than the caps allow. An arm with
+more than `max_series` series of one signal, or a histogram with more than `max_buckets`
+bounds on one serving process, is refused whole (`limits.ReadRefusedError`). The
 series that come back become `ReplicaReading`s, one per value of the `instance` label (one
 serving process), grouped by their other labels; from there on a reading is what a
 direct scrape gives, and `deltas.telemetry_window` turns two of them into an interval.
@@ -33,6 +36,13 @@ from canaryd.telemetry.config import (
     HISTOGRAM_SIGNALS,
     Signal,
     TelemetryArmConfig,
+)
+from canaryd.telemetry.limits import (
+    DEFAULT_MAX_BUCKETS,
+    DEFAULT_MAX_SERIES,
+    ByteBudget,
+    ReadRefusedError,
+    RefusalReason,
 )
 from canaryd.telemetry.promql import (
     REPLICA_LABEL,
@@ -104,9 +114,11 @@ def _finite(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def parse_answer(body: bytes, query: str) -> list[Series]:
+def parse_answer(body: bytes, query: str, *, max_results: int | None = None) -> list[Series]:
     """The series of an instant query's answer (a scalar is one unlabelled series);
-    non-finite values and native histograms skipped; `QueryFailedError` otherwise."""
+    non-finite values and native histograms skipped; `QueryFailedError` otherwise, and
+    `ReadRefusedError` for a result of more than `max_results` series (checked before the
+    result is validated, which costs several times its JSON)."""
     try:
         answer = QueryResponse.model_validate(json.loads(body))
     except (ValueError, ValidationError) as exc:
@@ -123,6 +135,13 @@ def parse_answer(body: bytes, query: str) -> list[Series]:
             raise QueryFailedError(
                 f"{query!r} returned a {data.resultType}, not an instant vector "
                 "(no range selector outside a function)"
+            )
+        too_many = isinstance(data.result, list) and len(data.result) > (max_results or math.inf)
+        if too_many:
+            raise ReadRefusedError(
+                "series",
+                f"{len(data.result)} series for {query!r}, more than the {max_results} "
+                "telemetry.max_series (× max_buckets for a histogram) allows",
             )
         samples = _VECTOR.validate_python(data.result)
     except ValidationError as exc:
@@ -143,9 +162,12 @@ def instant_query(
     at: datetime,
     timeout_s: float,
     max_bytes: int,
+    budget: ByteBudget | None = None,
+    max_results: int | None = None,
 ) -> list[Series]:
     """`query` evaluated at `at` by the API at `base_url`; `QueryFailedError` (with the
-    reason) when there is no answer or it says `status: error`."""
+    reason) when there is no answer or it says `status: error`; `ReadRefusedError` past a
+    bound (`budget`: bytes shared with other queries)."""
     url = base_url.rstrip("/") + QUERY_PATH
     # Prometheus' durations are whole numbers of a unit
     timeout = f"{max(int(timeout_s * 1000), 1)}ms"
@@ -156,13 +178,16 @@ def instant_query(
             url,
             timeout_s=timeout_s,
             max_bytes=max_bytes,
+            budget=budget,
             headers={"Accept": "application/json"},
             params=params,
             ok_statuses=_API_STATUSES,
         )
+    except ReadRefusedError:
+        raise
     except ScrapeFailedError as exc:
         raise QueryFailedError(str(exc)) from exc
-    return parse_answer(body, query)
+    return parse_answer(body, query, max_results=max_results)
 
 
 class PromqlSource(HttpSource):
@@ -177,12 +202,15 @@ class PromqlSource(HttpSource):
         timeout_s: float,
         max_bytes: int,
         range_s: float,
+        max_series: int = DEFAULT_MAX_SERIES,
+        max_buckets: int = DEFAULT_MAX_BUCKETS,
         client: httpx.Client | None = None,
     ) -> None:
         if config.prometheus_url is None:
             raise ValueError(f"telemetry arm {arm!r} has no prometheus_url to query")
         self.arm, self.url = arm, config.prometheus_url
         self.timeout_s, self.max_bytes = timeout_s, max_bytes
+        self.max_series, self.max_buckets = max_series, max_buckets
         self.queries: dict[Signal, str] = {
             signal: render(template, selector=config.selector, range_s=range_s)
             for signal, template in templates(config).items()
@@ -204,13 +232,16 @@ class PromqlSource(HttpSource):
     def read(self, now: datetime) -> ArmReading:
         """Every serving process's reading at `now`, or one failure naming why none."""
         deadline = time.monotonic() + self.timeout_s
+        budget = ByteBudget(self.max_bytes)
         jobs: list[tuple[str, str]] = list(self.queries.items())
         if self.process_start_query is not None:
             jobs.append((PROCESS_START, self.process_start_query))
         with ThreadPoolExecutor(min(len(jobs), _MAX_PARALLEL)) as pool:
-            outcomes = list(pool.map(lambda job: self._query(job[1], now, deadline), jobs))
+            outcomes = list(pool.map(lambda job: self._query(job, now, deadline, budget), jobs))
         answers: dict[str, list[Series]] = {}
         for (name, _), outcome in zip(jobs, outcomes, strict=True):
+            if isinstance(outcome, ReadRefusedError):
+                return self._failed(now, f"{self.url}: {name}: {outcome}", outcome.reason)
             if isinstance(outcome, QueryFailedError):
                 return self._failed(now, f"{self.url}: {name}: {outcome}")
             answers[name] = outcome
@@ -222,27 +253,44 @@ class PromqlSource(HttpSource):
                 "(check selector and that Prometheus scrapes the arm)",
             )
         signals = {signal: answers[signal] for signal in self.queries}
-        return ArmReading(
-            arm=self.arm, at=now, mapped=self.mapped, replicas=self._replicas(signals, starts)
-        )
+        try:
+            replicas = self._replicas(signals, starts)
+        except ReadRefusedError as exc:
+            return self._failed(now, f"{self.url}: {exc}", exc.reason)
+        return ArmReading(arm=self.arm, at=now, mapped=self.mapped, replicas=replicas)
 
-    def _query(self, query: str, now: datetime, deadline: float) -> list[Series] | QueryFailedError:
+    def _query(
+        self, job: tuple[str, str], now: datetime, deadline: float, budget: ByteBudget
+    ) -> list[Series] | QueryFailedError | ReadRefusedError:
+        name, query = job
         left = deadline - time.monotonic()
         if left <= 0:
-            return QueryFailedError(f"no answer within {self.timeout_s:g} s")
+            return ReadRefusedError(
+                "deadline", f"no answer within {self.timeout_s:g} s (telemetry.timeout_s)"
+            )
+        histogram = name in HISTOGRAM_SIGNALS
         try:
             return instant_query(
-                self._client, self.url, query, at=now, timeout_s=left, max_bytes=self.max_bytes
+                self._client,
+                self.url,
+                query,
+                at=now,
+                timeout_s=left,
+                max_bytes=self.max_bytes,
+                budget=budget,
+                max_results=self.max_series * (self.max_buckets if histogram else 1),
             )
-        except QueryFailedError as exc:
+        except (QueryFailedError, ReadRefusedError) as exc:
             return exc
 
-    def _failed(self, now: datetime, reason: str) -> ArmReading:
+    def _failed(
+        self, now: datetime, reason: str, refusal: RefusalReason | None = None
+    ) -> ArmReading:
         return ArmReading(
             arm=self.arm,
             at=now,
             mapped=self.mapped,
-            failures=(ReplicaFailure(self.url, reason),),
+            failures=(ReplicaFailure(self.url, reason, refusal),),
         )
 
     def _replicas(
@@ -250,7 +298,11 @@ class PromqlSource(HttpSource):
     ) -> tuple[ReplicaReading, ...]:
         """The answers split by serving process (`instance`; the API's URL when a query
         keeps no such label), each series' other labels its group; `starts` the
-        processes' start times."""
+        processes' start times. `ReadRefusedError` past `max_series` series of a signal
+        (a histogram's series once, not per bucket) or `max_buckets` bounds of one
+        process's histogram."""
+        series_seen: dict[Signal, set[GroupKey]] = {}
+        bounds: dict[tuple[str, Signal], set[float]] = {}
         counters: dict[str, dict[Signal, dict[GroupKey, float]]] = {}
         histograms: dict[str, dict[Signal, dict[GroupKey, dict[float, float]]]] = {}
         gauges: dict[str, dict[Signal, tuple[float, int]]] = {}
@@ -264,17 +316,29 @@ class PromqlSource(HttpSource):
                         if name not in {REPLICA_LABEL, "le", "__name__"}
                     )
                 )
+                seen = series_seen.setdefault(signal, set())
+                seen.add((*key, (REPLICA_LABEL, replica)))
+                if len(seen) > self.max_series:
+                    raise ReadRefusedError(
+                        "series",
+                        f"more than {self.max_series} series of {signal} (telemetry.max_series)",
+                    )
                 if signal in HISTOGRAM_SIGNALS:
                     bound = bucket_bound(labels.get("le"))
                     if bound is None:
                         continue
                     upper = bound * self.scales.get(signal, 1.0)
-                    buckets = (
-                        histograms.setdefault(replica, {})
-                        .setdefault(signal, {})
-                        .setdefault(key, {})
-                    )
+                    by_group = histograms.setdefault(replica, {}).setdefault(signal, {})
+                    buckets = by_group.setdefault(key, {})
                     buckets[upper] = buckets.get(upper, 0.0) + value
+                    distinct = bounds.setdefault((replica, signal), set())
+                    distinct.add(upper)
+                    if len(distinct) > self.max_buckets:
+                        raise ReadRefusedError(
+                            "buckets",
+                            f"{replica}'s {signal} histogram has more than {self.max_buckets} "
+                            "distinct le bounds (telemetry.max_buckets)",
+                        )
                 elif signal in GAUGE_SIGNALS:
                     total, series = gauges.setdefault(replica, {}).get(signal, (0.0, 0))
                     gauges[replica][signal] = (total + value, series + 1)

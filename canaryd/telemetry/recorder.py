@@ -4,8 +4,9 @@
 storing the same arms' intervals already). The recorder scrapes every configured arm at
 start, then every `scrape_interval_s` on a thread of its own, and keeps each arm's
 intervals since; `evidence(arm)` is what the gates read for the baseline and `arm`. A
-replica that cannot be read is logged once, with its reason; its counts are missing from
-the intervals, as in the daemon.
+replica that cannot be read is logged once, with its reason (`telemetry.source_refused`
+with the bound for a read refused for passing one of `[telemetry]`); its counts are missing
+from the intervals, as in the daemon.
 """
 
 from __future__ import annotations
@@ -64,11 +65,14 @@ class TelemetryRecorder:
     def scrape(self, now: datetime) -> None:
         """One scrape of every arm at `now`; each arm's new interval kept."""
         for arm, scrape in self._scraper.scrape(now).items():
-            for failure in scrape.reading.failures:
+            refusals = () if scrape.refusal is None else (scrape.refusal,)
+            for failure in (*scrape.reading.failures, *refusals):
                 if (arm, failure.url) not in self._logged:
                     self._logged.add((arm, failure.url))
                     log.warning(
-                        "telemetry.replica_failed",
+                        "telemetry.replica_failed"
+                        if failure.refusal is None
+                        else "telemetry.source_refused",
                         arm=arm,
                         url=redact_text(failure.url),
                         reason=redact_text(failure.reason),

@@ -7,8 +7,12 @@ reading: the window of an arm is what happened between it and the new one
 (`deltas.telemetry_window`), so the first scrape after start gives no window. A reading in
 which no replica answered keeps the last one standing (the next window then spans the gap,
 and nothing counted meanwhile is lost); a source that raises, which none should, counts
-as such a reading, with the exception as its reason. Nothing here touches the database:
-the daemon's scrape job stores the windows, `canaryd judge` keeps them in memory.
+as such a reading, with the exception as its reason. A window whose summed histogram
+(the arm's replicas together) has more `le` bounds than `telemetry.max_buckets` is refused
+(`ArmScrape.refusal`; each replica passed the cap, but their layouts differ): no window
+of any arm holds more bounds than the cap, so a stored interval stays small whatever the
+replicas send. Nothing here touches the database: the daemon's scrape job stores the
+windows, `canaryd judge` keeps them in memory.
 """
 
 from __future__ import annotations
@@ -26,20 +30,23 @@ from canaryd.telemetry.deltas import TelemetryWindow, carry_forward, telemetry_w
 from canaryd.telemetry.signals import ArmReading, ReplicaFailure
 from canaryd.telemetry.sources import TelemetrySource, open_source
 
-__all__ = ["ArmScrape", "TelemetryScraper"]
+__all__ = ["SUMMED", "ArmScrape", "TelemetryScraper"]
 
 log = structlog.get_logger(__name__)
 
+SUMMED = "(replicas summed)"  # the url of a refusal of the replicas' window together
 Opener = Callable[[str, TelemetryConfig, str], TelemetrySource]
 
 
 @dataclass(frozen=True, slots=True)
 class ArmScrape:
     """One arm at one scrape: what its replicas said, and the window since the arm's last
-    reading (None on the first, or when no replica was read at both ends)."""
+    reading (None on the first, when no replica was read at both ends, or when it was
+    refused: `refusal` then says why)."""
 
     reading: ArmReading
     window: TelemetryWindow | None
+    refusal: ReplicaFailure | None = None
 
 
 class TelemetryScraper:
@@ -114,7 +121,25 @@ class TelemetryScraper:
             self._last[reading.arm] = (
                 reading if last is None else carry_forward(last, reading, refused)
             )
-        return ArmScrape(reading, window)
+        refusal = None if window is None else self._oversized(window)
+        return ArmScrape(reading, None if refusal else window, refusal)
+
+    def _oversized(self, window: TelemetryWindow) -> ReplicaFailure | None:
+        """The refusal of a window with a histogram of more bounds than the cap."""
+        cap = self.config.max_buckets
+        interval = window.interval
+        for signal, buckets in (
+            ("e2e", interval.e2e),
+            ("ttft", interval.ttft),
+            ("itl", interval.itl),
+        ):
+            if buckets is not None and len(buckets.bounds) > cap:
+                reason = (
+                    f"the replicas' {signal} histograms have {len(buckets.bounds)} distinct le "
+                    f"bounds together, more than {cap} (telemetry.max_buckets)"
+                )
+                return ReplicaFailure(SUMMED, reason, refusal="buckets")
+        return None
 
     def _log_refusals(self, arm: str, refused: tuple[tuple[str, str], ...]) -> None:
         """One warning per arm, replica and cause (its first words), however often."""

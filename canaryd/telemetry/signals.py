@@ -12,7 +12,10 @@ it. `SignalReader` applies one arm's table to a replica's samples and keeps only
 deltas need: per signal, the sum of its matching series grouped by the labels its
 matchers name (the few a reset check must keep apart); every other label, a request id
 or a pod name included, is summed away at once, so the state kept between two scrapes
-never grows with the traffic.
+never grows with the traffic. It reads at most `max_series` series of one signal and
+`max_buckets` distinct `le` bounds of one histogram from a replica, and refuses the
+replica (`limits.ReadRefusedError`) past either: a fabricated exposition can neither
+credit requests by the hundred thousand nor store a histogram of every bound.
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ from canaryd.telemetry.config import (
     Signal,
     SignalMap,
     TelemetryArmConfig,
+)
+from canaryd.telemetry.limits import (
+    DEFAULT_MAX_BUCKETS,
+    DEFAULT_MAX_SERIES,
+    ReadRefusedError,
+    RefusalReason,
 )
 
 # --- the shipped tables -------------------------------------------------------------------
@@ -144,10 +153,12 @@ class ReplicaReading:
 
 @dataclass(frozen=True, slots=True)
 class ReplicaFailure:
-    """A replica that gave no reading, and why (one line)."""
+    """A replica that gave no reading, and why (one line); `refusal` names the bound it
+    passed when it was refused for one (`limits.RefusalReason`)."""
 
     url: str
     reason: str
+    refusal: RefusalReason | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,9 +189,18 @@ class _Compiled:
 
 
 class SignalReader:
-    """One arm's table, compiled: `read` turns a replica's samples into its reading."""
+    """One arm's table, compiled: `read` turns a replica's samples into its reading, at most
+    `max_series` series of each signal and `max_buckets` bounds of each histogram."""
 
-    def __init__(self, signals: SignalMap, labels: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        signals: SignalMap,
+        labels: Mapping[str, str] | None = None,
+        *,
+        max_series: int = DEFAULT_MAX_SERIES,
+        max_buckets: int = DEFAULT_MAX_BUCKETS,
+    ) -> None:
+        self.max_series, self.max_buckets = max_series, max_buckets
         arm_matchers = dict(labels or {})
         self._compiled: dict[Signal, _Compiled] = {}
         for signal in (*COUNTER_SIGNALS, *HISTOGRAM_SIGNALS, *GAUGE_SIGNALS):
@@ -202,16 +222,27 @@ class SignalReader:
                 self._by_name.setdefault(name, []).append(compiled)
 
     @classmethod
-    def for_arm(cls, config: TelemetryArmConfig) -> SignalReader:
-        return cls(signal_map(config), config.labels)
+    def for_arm(
+        cls,
+        config: TelemetryArmConfig,
+        *,
+        max_series: int = DEFAULT_MAX_SERIES,
+        max_buckets: int = DEFAULT_MAX_BUCKETS,
+    ) -> SignalReader:
+        return cls(
+            signal_map(config), config.labels, max_series=max_series, max_buckets=max_buckets
+        )
 
     def read(self, url: str, samples: Iterable[Sample]) -> ReplicaReading:
         """The replica's reading: matching series summed per signal and group; samples
-        that are not finite numbers are skipped."""
+        that are not finite numbers are skipped. `ReadRefusedError` past `max_series`
+        series of a signal or `max_buckets` bounds of a histogram (`samples` may be a
+        stream: it is read no further)."""
         counters: dict[Signal, dict[GroupKey, float]] = {}
         histograms: dict[Signal, dict[GroupKey, dict[float, float]]] = {}
         gauges: dict[Signal, tuple[float, int]] = {}
         process_start: float | None = None
+        caps = _Caps(url, self.max_series, self.max_buckets)
         for sample in samples:
             if sample.name == PROCESS_START and math.isfinite(sample.value):
                 process_start = min(
@@ -226,12 +257,15 @@ class SignalReader:
                     bound = bucket_bound(sample.labels.get("le"))
                     if bound is None:
                         continue
+                    caps.bucket(signal, sample.labels, bound)
                     buckets = histograms.setdefault(signal, {}).setdefault(
                         compiled.key(sample.labels), {}
                     )
                     upper = bound * compiled.scale
                     buckets[upper] = buckets.get(upper, 0.0) + sample.value
-                elif signal in GAUGE_SIGNALS:
+                    continue
+                caps.series(signal)
+                if signal in GAUGE_SIGNALS:
                     total, series = gauges.get(signal, (0.0, 0))
                     gauges[signal] = (total + sample.value, series + 1)
                 else:
@@ -239,6 +273,50 @@ class SignalReader:
                     key = compiled.key(sample.labels)
                     groups[key] = groups.get(key, 0.0) + sample.value
         return ReplicaReading(url, process_start, counters, histograms, gauges)
+
+
+class _Caps:
+    """The bounds of one replica's reading: series per signal (a histogram's series once,
+    whatever its buckets) and distinct `le` bounds per histogram signal, over all its
+    series. The state is bounded too: at most `max_series` + 1 series keys and
+    `max_buckets` + 1 bounds per signal before the replica is refused."""
+
+    def __init__(self, url: str, max_series: int, max_buckets: int) -> None:
+        self.url, self.max_series, self.max_buckets = url, max_series, max_buckets
+        self._series: dict[Signal, int] = {}
+        self._histogram_series: dict[Signal, set[int]] = {}
+        self._bounds: dict[Signal, set[float]] = {}
+
+    def series(self, signal: Signal) -> None:
+        """One more series of a counter or gauge signal."""
+        count = self._series.get(signal, 0) + 1
+        self._series[signal] = count
+        if count > self.max_series:
+            self._too_many_series(signal)
+
+    def bucket(self, signal: Signal, labels: Mapping[str, str], bound: float) -> None:
+        """One bucket of a histogram signal: its series (the labels but `le`) and bound."""
+        # A hash, not the labels: the keys are only counted, and this keeps them small.
+        key = hash(frozenset(item for item in labels.items() if item[0] != "le"))
+        series = self._histogram_series.setdefault(signal, set())
+        series.add(key)
+        if len(series) > self.max_series:
+            self._too_many_series(signal)
+        bounds = self._bounds.setdefault(signal, set())
+        bounds.add(bound)
+        if len(bounds) > self.max_buckets:
+            raise ReadRefusedError(
+                "buckets",
+                f"{self.url} sent a histogram of {signal} with more than {self.max_buckets} "
+                "distinct le bounds (telemetry.max_buckets)",
+            )
+
+    def _too_many_series(self, signal: Signal) -> None:
+        raise ReadRefusedError(
+            "series",
+            f"{self.url} sent more than {self.max_series} series of {signal} "
+            "(telemetry.max_series)",
+        )
 
 
 def sample_names(signal: Signal, series: str) -> tuple[str, ...]:

@@ -45,6 +45,15 @@ def open_source(arm: str, config: TelemetryConfig, source: str = "[telemetry]") 
             arm_config,
             timeout_s=config.timeout_s,
             max_bytes=config.max_bytes,
+            max_series=config.max_series,
+            max_buckets=config.max_buckets,
             range_s=config.scrape_interval_s,
         )
-    return ScrapeSource(arm, arm_config, timeout_s=config.timeout_s, max_bytes=config.max_bytes)
+    return ScrapeSource(
+        arm,
+        arm_config,
+        timeout_s=config.timeout_s,
+        max_bytes=config.max_bytes,
+        max_series=config.max_series,
+        max_buckets=config.max_buckets,
+    )

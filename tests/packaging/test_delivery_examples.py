@@ -14,6 +14,8 @@ import jsonschema
 import pytest
 import yaml
 
+from canaryd.config import load_settings
+from canaryd.judging.inputs import unprovided
 from canaryd.server.rollout import FLAGGER_HOOKS, QUERY_KEYS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,3 +101,23 @@ class TestFlagger:
         for kind, hook in hooks.items():
             assert urlsplit(hook["url"]).path == f"/v1/flagger/{kind}"
             assert set(hook.get("metadata", {})) <= {"min_pairs", "category"}
+
+
+class TestCanarydSide:
+    @pytest.mark.parametrize("example", ["argo", "flagger"])
+    def test_the_config_feeds_every_enforce_gate(self, example: str) -> None:
+        """Each example's canaryd.toml loads, reads both arms' production telemetry, and
+        leaves no enforce gate without its input (`canaryd.judging.inputs`): a healthy
+        canary can PASS."""
+        settings = load_settings(EXAMPLES / example / "canaryd.toml")
+        assert set(settings.telemetry.arms) == {"baseline", "speculative"}
+        assert settings.arms.arm("speculative").speculative  # type: ignore[union-attr]
+        assert unprovided(settings) == []
+
+    def test_the_argo_rollout_runs_a_vllm_that_reports_acceptance(self) -> None:
+        """The Rollout's vLLM is 0.32 or later and asks for per-request acceptance."""
+        rollout = load("argo/rollout.yaml")
+        (container,) = rollout["spec"]["template"]["spec"]["containers"]
+        version = container["image"].rsplit(":v", 1)[1]
+        assert tuple(int(part) for part in version.split(".")[:2]) >= (0, 32)
+        assert "--per-request-spec-decode-metrics=summary" in container["args"]

@@ -1,7 +1,8 @@
 """The daemon's telemetry scrape job (canaryd.daemon.telemetry) on a real SQLite store and
 real replicas on loopback: each scrape after the first stores one interval per arm under
 the arm's key; a follower stores nothing; a replica that keeps failing is counted every
-time and logged once per period; a database that is away loses the interval and the job
+time and logged once per period, one refused for passing a bound counted by the bound and
+logged once; a database that is away loses the interval and the job
 goes on; old intervals are pruned. In a running daemon the job is scheduled on
 `scrape_interval_s` (absent without `[telemetry]`), runs while the pair cycle holds its
 lock, and a reload that adds `[telemetry]` starts it."""
@@ -25,6 +26,7 @@ from canaryd.daemon.telemetry import TELEMETRY_JOB, TelemetryJob
 from canaryd.metrics import CanarydMetrics
 from canaryd.store import SqlStore
 from tests.canaryd.telemetry.replica import VllmReplica
+from tests.support.hostile_metrics import MetricsEndpoint, many_bounds
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 STEP = timedelta(seconds=15)
@@ -173,6 +175,44 @@ class TestTelemetryJob:
         )
         assert len(harness.store.telemetry("baseline")) == 4
         assert harness.store.telemetry("speculative") == []
+
+    def test_a_refused_replica_is_counted_every_time_and_logged_once_per_episode(
+        self, tmp_path: Path, replicas: tuple[VllmReplica, VllmReplica]
+    ) -> None:
+        """A replica whose histogram passes `max_buckets`: every scrape counts one refusal
+        by its bound, one line says so (no throttled failure line besides), and nothing of
+        it is stored; once it is read again, a new refusal is logged anew."""
+        baseline, _ = replicas
+        hostile = {"on": True}
+
+        def exposition(n: int) -> str:
+            return many_bounds(200 if hostile["on"] else 20, 100 * n)
+
+        with MetricsEndpoint(exposition) as endpoint:
+            section = telemetry_section(baseline.url, endpoint.url)
+            settings = load_settings(write_config(tmp_path, section))
+            with SqlStore.open(settings.storage.resolved_url(), create=True) as store:
+                harness = Harness(settings, store)
+                try:
+                    with capture_logs() as logs:
+                        for index in range(4):
+                            harness.job.run(T0 + index * STEP)
+                        stored = store.telemetry("speculative")
+                        hostile["on"] = False
+                        harness.job.run(T0 + 4 * STEP)
+                        hostile["on"] = True
+                        harness.job.run(T0 + 5 * STEP)
+                finally:
+                    harness.job.close()
+        refused = [entry for entry in logs if entry["event"] == "telemetry.source_refused"]
+        assert len(refused) == 2 and refused[0]["bound"] == "buckets"
+        assert "telemetry.max_buckets" in refused[0]["reason"]
+        assert not [entry for entry in logs if entry["event"] == "telemetry.replica_failed"]
+        assert stored == []
+        assert (
+            harness.sample("canaryd_telemetry_refused_total", arm="speculative", reason="buckets")
+            == 5
+        )
 
     def test_a_database_away_loses_the_interval_not_the_job(
         self, harness: Harness, tmp_path: Path

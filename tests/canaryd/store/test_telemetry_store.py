@@ -1,7 +1,8 @@
 """The arms' telemetry in SQL (canaryd.store.telemetry_sql), on SQLite and PostgreSQL: an
 interval round-trips field for field (histograms with their +inf bound, unknown signals
 as NULL); a read picks one arm, one arms key and a window, oldest first; pruning deletes
-what ended before a time and nothing else."""
+what ended before a time and nothing else; no interval's histograms take more than 64 KB,
+and the most bounds the scrape lets through take less."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from canaryd.store import SqlStore, StoredInterval
-from canaryd.store.telemetry_sql import buckets_from_json, buckets_json
+from canaryd.store.telemetry_sql import (
+    MAX_INTERVAL_BYTES,
+    buckets_from_json,
+    buckets_json,
+    interval_json_bytes,
+)
+from canaryd.telemetry.config import TelemetryConfig
 from gates.stats.histogram import BucketCounts
 from gates.telemetry.intervals import TelemetryInterval
 
@@ -38,6 +45,31 @@ class TestHistogramJson:
         assert encoded == {"le": [0.5, 1.0, 2.5, "+Inf"], "count": [3.0, 40.0, 58.0, 60.0]}
         assert buckets_from_json(encoded) == E2E
         assert buckets_json(None) is None and buckets_from_json(None) is None
+
+
+def widest(bounds: int) -> BucketCounts:
+    """A histogram of `bounds` bounds, each bound and count as long as a float prints."""
+    finite = tuple(1.2345678901234567e-05 * (1 + i / 7) for i in range(bounds - 1))
+    return BucketCounts(
+        (*finite, math.inf), tuple(1.2345678901234567e17 + i for i in range(bounds))
+    )
+
+
+class TestIntervalSize:
+    def test_the_most_bounds_the_scrape_allows_store_under_64_kb(self, store: SqlStore) -> None:
+        """Three histograms at the largest `telemetry.max_buckets` allowed: under 64 KB."""
+        cap = TelemetryConfig(max_buckets=256).max_buckets  # the most it takes (257 is refused)
+        histograms = {name: widest(cap) for name in ("e2e", "ttft", "itl")}
+        interval = stored(0, **histograms)
+        assert interval_json_bytes(interval.interval) < MAX_INTERVAL_BYTES
+        store.save_telemetry([interval])
+        assert store.telemetry("speculative")[0].interval.e2e == histograms["e2e"]
+
+    def test_an_interval_over_64_kb_is_refused(self, store: SqlStore) -> None:
+        """139,000 bounds would take megabytes a row: the store refuses it, naming why."""
+        with pytest.raises(ValueError, match="over 65536: the scrape should have refused it"):
+            store.save_telemetry([stored(0, e2e=widest(2000))])
+        assert store.telemetry("speculative") == []
 
 
 class TestTelemetryStore:

@@ -76,7 +76,8 @@ def _handler(server: _Server) -> type[BaseHTTPRequestHandler]:
             if self.path != "/metrics":
                 self.send_error(404)
                 return
-            body = server.body() + b"#" * server.padding_bytes
+            # padding: comment lines of 1 KiB, which a parser skips but still reads
+            body = server.body() + (b"#" * 1023 + b"\n") * (server.padding_bytes // 1024)
             self.send_response(server.status)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))

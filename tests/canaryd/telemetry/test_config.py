@@ -5,6 +5,7 @@ matchers and names refused with the key; the tables name the series the servers 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -275,3 +276,85 @@ class TestSettings:
         monkeypatch.setenv("CANARYD_TELEMETRY__SCRAPE_INTERVAL_S", "0.5")
         with pytest.raises(ConfigError, match="CANARYD_TELEMETRY__SCRAPE_INTERVAL_S"):
             self.load(tmp_path, "[telemetry]\nscrape_interval_s = 30\n")
+
+
+class TestStrictPromqlSource:
+    """`prometheus_url` parsed strictly and `selector` checked as PromQL label matchers, in
+    canaryd.toml: a bad one is a one-line error naming the file, the key and the fix."""
+
+    @staticmethod
+    def error(tmp_path: Path, key: str, value: str) -> str:
+        path = tmp_path / "canaryd.toml"
+        fields = {"prometheus_url": "http://prom:9090", "selector": "", key: value}
+        path.write_text(
+            "[telemetry.arms.speculative]\n"
+            + "".join(f"{name} = {json.dumps(text)}\n" for name, text in fields.items())
+        )
+        with pytest.raises(ConfigError) as info:
+            load_settings(path)
+        message = str(info.value)
+        assert "\n" not in message
+        assert message.startswith(f"{path}: telemetry.arms.speculative.{key}: ")
+        return message
+
+    @pytest.mark.parametrize(
+        "url",
+        ["http://prom:9090/?tenant=a", "http://prom:9090/prometheus#x", "http://prom:9090?"],
+    )
+    def test_a_query_string_or_fragment_is_refused(self, tmp_path: Path, url: str) -> None:
+        """It would send every query to the wrong path; the error says what to give."""
+        message = self.error(tmp_path, "prometheus_url", url)
+        assert "a query string or fragment would send every query astray" in message
+
+    def test_the_query_endpoint_itself_is_refused(self, tmp_path: Path) -> None:
+        message = self.error(tmp_path, "prometheus_url", "http://prom:9090/api/v1/query")
+        assert "names the query API itself: give the base URL before /api/v1" in message
+
+    def test_a_path_base_is_kept(self) -> None:
+        """A querier behind a path (`/prometheus`) keeps it: the query API is below it."""
+        config = arm(prometheus_url="http://gw:80/prometheus/", selector='a="b"')
+        assert config.prometheus_url == "http://gw:80/prometheus/"
+
+    @pytest.mark.parametrize(
+        "selector",
+        [
+            "",
+            'namespace="prod"',
+            'namespace="prod",pod=~"spec-.*"',
+            ' a != "x" , b !~ "y|z" ',
+            "a='single', b=`raw \\d`",
+            'a="esc\\"aped"',
+        ],
+    )
+    def test_label_matcher_lists_are_accepted(self, selector: str) -> None:
+        assert arm(prometheus_url="http://prom:9090", selector=selector).selector == selector
+
+    @pytest.mark.parametrize(
+        "selector",
+        [
+            "pod=spec",  # an unquoted value
+            'a="b"} or vector(1) or up{c="d"',  # a query smuggled out of the braces
+            'a="b",',  # a trailing comma: joined by commas, no empty matcher
+            'a="b" c="d"',  # no comma
+            'a~"x"',  # no such operator
+            '"x"',  # no label name
+            '1a="x"',  # not a label name
+            'a="open',  # an unterminated string
+        ],
+    )
+    def test_anything_else_is_refused(self, tmp_path: Path, selector: str) -> None:
+        message = self.error(tmp_path, "selector", selector)
+        assert "not a list of PromQL label matchers: write" in message
+        assert 'name=~"regex"' in message
+
+
+class TestReadBounds:
+    def test_the_caps_default_generously_and_are_bounded(self) -> None:
+        """64 `le` bounds per histogram (vLLM's have 15-25) and 4096 series per signal by
+        default; at most 256 bounds, so three histograms always store in under 64 KB."""
+        config = TelemetryConfig()
+        assert (config.max_buckets, config.max_series) == (64, 4096)
+        with pytest.raises(ValidationError, match="max_buckets"):
+            TelemetryConfig(max_buckets=257)
+        with pytest.raises(ValidationError, match="max_series"):
+            TelemetryConfig(max_series=0)
