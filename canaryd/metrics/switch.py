@@ -29,7 +29,8 @@ class SwitchMetrics:
 
     def __init__(self, declare: Declarer, *, category: BoundedLabel) -> None:
         self._category = category
-        self._gate_name = BoundedLabel(16)
+        # Gate names are dotted where a family has several (`telemetry.errors`).
+        self._gate_name = BoundedLabel(16, pattern=CHECK_VALUE)
         self._check_name = BoundedLabel(64, pattern=CHECK_VALUE)  # drift: one per category
         self.gate_state = declare.gauge(
             "canaryd_gate_state",

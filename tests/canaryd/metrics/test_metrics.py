@@ -518,3 +518,13 @@ class TestDraftedNotReported:
         metrics.pairs.observe_group((record,))
         assert not series(metrics, "canaryd_speculative_position_drafted")
         assert not series(metrics, "canaryd_speculative_position_accepted")
+
+
+class TestGateStates:
+    def test_a_telemetry_gate_keeps_its_dotted_name(self, metrics: CanarydMetrics) -> None:
+        """`telemetry.errors` is exported under its own name, not folded into `other`, so a
+        dashboard and an alert can tell which telemetry gate failed."""
+        metrics.switch.observe_gates([("telemetry.errors", "FAIL"), ("latency", "PASS")])
+        assert value(metrics, "canaryd_gate_state", gate="telemetry.errors", state="FAIL") == 1
+        assert value(metrics, "canaryd_gate_state", gate="latency", state="PASS") == 1
+        assert value(metrics, "canaryd_gate_state", gate="other", state="FAIL") is None
