@@ -3,8 +3,8 @@
 Two loopback vLLM-like arms (`servers`: OpenAI-compatible streaming, vLLM's /metrics with
 production traffic for `[telemetry]`; `arms`: what they answer, per-token pace, other
 text, HTTP 500, host stalls that hit one arm of the pairs a burst runs at once), a
-`canaryd run` subprocess with every default but the arms, the port, the token and
-telemetry (`daemon`), and the shipped `docs/examples` played as each tool plays them:
+`canaryd run` subprocess (`daemon`) on the tool's shipped canaryd.toml pointed at loopback
+(`config`), and the shipped `docs/examples` played as each tool plays them:
 Argo's AnalysisTemplate (`argo`: measurements, conditions, limits) and Flagger's Canary
 (`flagger`: iterations, webhooks, weight steps, failed checks). `scenarios` holds the
 scenarios and what each should end in; `play` runs one; `__main__` is the command:

@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--examples", type=Path, default=EXAMPLES, help="argo/ and flagger/ here")
     parser.add_argument(
-        "--extra-config", type=Path, default=None, help="TOML appended to canaryd's config"
+        "--extra-config", type=Path, default=None, help="TOML merged over canaryd's config"
     )
     parser.add_argument(
         "--pythonpath",

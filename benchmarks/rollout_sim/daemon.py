@@ -1,13 +1,9 @@
 """`canaryd run` as an operator starts it: a subprocess of its own, every default but what
 a rollout deployment must set.
 
-The configuration is the one docs/progressive-delivery.md gives for a rollout (two
-`openai` arms, `server_kind = "vllm"`, the speculative one pointed at the canary) with
-the loopback arms' URLs, `server.listen` on a free loopback port, and `[telemetry]`
-scraping both arms' /metrics directly (`kind = "vllm"`), as the issue asks the shipped
-examples to configure it. The data directory (database, switch state) is the run's own
-(`CANARYD_DATA_DIR`); the bearer token comes from `CANARYD_SERVER__AUTH_TOKEN`, as the
-guide says to set it. `extra_config`, when given, is appended to the file. `checkout` runs
+The configuration file is `config.run_config`'s (the shipped example's, pointed at
+loopback); the data directory (`CANARYD_DATA_DIR`) is the run's own; the bearer token
+comes from `CANARYD_SERVER__AUTH_TOKEN`, as the guide says to set it. `checkout` runs
 canaryd from another tree (its working directory and `PYTHONPATH`: the code before a
 change, say), this one's by default.
 """
@@ -26,54 +22,13 @@ from typing import IO
 
 import httpx
 
-from benchmarks.rollout_sim.servers import MODEL
-
 REPO = Path(__file__).resolve().parents[2]
-
-ARMS = """\
-[arms.baseline]
-kind = "openai"
-base_url = "{baseline}"
-server_kind = "vllm"
-model = "{model}"
-
-[arms.speculative]
-kind = "openai"
-base_url = "{speculative}"
-server_kind = "vllm"
-model = "{model}"
-speculative = true
-
-[server]
-listen = "127.0.0.1:{port}"
-"""
-
-TELEMETRY = """
-[telemetry.arms.baseline]
-kind = "vllm"
-metrics_url = "{baseline}/metrics"
-
-[telemetry.arms.speculative]
-kind = "vllm"
-metrics_url = "{speculative}/metrics"
-"""
 
 
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def config_text(
-    baseline: str, speculative: str, port: int, *, telemetry: bool, extra: str = ""
-) -> str:
-    """The canaryd.toml of a run."""
-    urls = {"baseline": baseline, "speculative": speculative}
-    text = ARMS.format(port=port, model=MODEL, **urls)
-    if telemetry:
-        text += TELEMETRY.format(**urls)
-    return text + ("\n" + extra if extra else "")
 
 
 class Daemon:
@@ -106,6 +61,7 @@ class Daemon:
         return env
 
     def __enter__(self) -> Daemon:
+        (self.work / "data").mkdir(exist_ok=True)
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "canaryd", "run", "--config", str(self.config)],
@@ -179,4 +135,5 @@ class Daemon:
             timeout=120,
             check=False,
         )
-        return done.returncode, (done.stdout + done.stderr).strip()[-300:]
+        said = done.stdout.strip() or done.stderr.strip()
+        return done.returncode, said[-300:]

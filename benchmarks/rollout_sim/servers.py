@@ -323,12 +323,48 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(500, json.dumps(error).encode(), "application/json")
                 arm.metrics.finished("error", time.monotonic() - started, None, [])
                 return
-            slowed = self._stream(body, answer, chat, started)
+            if body.get("stream"):
+                slowed = self._stream(body, answer, chat, started)
+            else:
+                slowed = self._whole(body, answer, chat, started)
         except OSError:  # the client hung up (its timeout): what a bounded client does
             pass
         finally:
             arm.stalls.end(arm.arm, request, slowed)
             arm.leave(answer.error)
+
+    def _whole(self, body: dict[str, Any], answer: Answer, chat: bool, started: float) -> bool:
+        """Answer `answer` as one JSON body (`stream` false, as the capability probe asks),
+        `n` identical choices; True when a stall lengthened it."""
+        arm = self.arm
+        step = step_delay(arm.behaviour, answer.pace)
+        slowed = False
+        for delay in (answer.pace, *(step for _ in answer.steps)):
+            factor = arm.stalls.factor(arm.arm)
+            slowed |= factor > 1.0
+            time.sleep(delay * factor)
+        text = "".join(f" {w}" for w in answer.words)
+        finish = "length" if len(answer.words) >= int(body.get("max_tokens") or 16) else "stop"
+        if chat:
+            choice: dict[str, Any] = {"message": {"role": "assistant", "content": text}}
+        else:
+            choice = {"text": text}
+        choices = [
+            {"index": i, **choice, "finish_reason": finish} for i in range(int(body.get("n") or 1))
+        ]
+        tokens = len(answer.words) * len(choices)
+        reply = {
+            "id": "cmpl-loopback",
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": MODEL,
+            "choices": choices,
+            "usage": {"prompt_tokens": 5, "completion_tokens": tokens, "total_tokens": 5 + tokens},
+        }
+        self._send(200, json.dumps(reply).encode(), "application/json")
+        arm.metrics.finished(finish, time.monotonic() - started, answer.pace, [])
+        arm.metrics.drafted(answer.accepted, NUM_SPECULATIVE_TOKENS)
+        return slowed
 
     def _stream(self, body: dict[str, Any], answer: Answer, chat: bool, started: float) -> bool:
         """Stream `answer`; True when a stall lengthened it."""

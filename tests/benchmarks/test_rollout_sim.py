@@ -5,6 +5,7 @@ on the shipped examples."""
 from __future__ import annotations
 
 import json
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from benchmarks.rollout_sim.arms import (
     answer_words,
     spec_decode_metrics,
 )
+from benchmarks.rollout_sim.config import run_config, shipped, toml_text
 from benchmarks.rollout_sim.durations import seconds
 from benchmarks.rollout_sim.scenarios import SCENARIOS
 from engine import acceptance
@@ -316,3 +318,31 @@ class TestScenarios:
         )
         with pytest.raises(ValueError, match="Go duration"):
             seconds("1 minute")
+
+
+class TestRunConfig:
+    @pytest.mark.parametrize("tool", ["argo", "flagger"])
+    def test_shipped_config_pointed_at_loopback(self, tool: str, tmp_path: Path) -> None:
+        """The example's canaryd.toml keeps its settings; only the arms' URLs, the paths,
+        the listen address and the telemetry source (a direct scrape) change, and the TOML
+        written reads back as the same configuration."""
+        base, source = shipped(EXAMPLES, tool)
+        assert source.endswith(f"{tool}/canaryd.toml")
+        urls = {"baseline": "http://127.0.0.1:1", "speculative": "http://127.0.0.1:2"}
+        config = run_config(base, urls, 9466, tmp_path, telemetry=True, extra="[gates.x]\ny = 1\n")
+        assert config["arms"]["speculative"]["base_url"] == urls["speculative"]
+        assert config["arms"]["speculative"]["model"] == base["arms"]["speculative"]["model"]
+        assert config["storage"]["url"] == f"sqlite:///{tmp_path / 'canaryd.db'}"
+        assert config["server"]["listen"] == "127.0.0.1:9466"
+        assert config["telemetry"]["arms"]["baseline"] == {
+            "kind": "vllm", "metrics_url": "http://127.0.0.1:1/metrics",
+        }  # fmt: skip
+        assert config["telemetry"]["scrape_interval_s"] == base["telemetry"]["scrape_interval_s"]
+        assert config["gates"]["x"] == {"y": 1}
+        assert tomllib.loads(toml_text(config)) == config
+
+    def test_no_telemetry(self, tmp_path: Path) -> None:
+        """--no-telemetry drops the section the example ships."""
+        base, _ = shipped(EXAMPLES, "argo")
+        urls = {"baseline": "http://a", "speculative": "http://b"}
+        assert "telemetry" not in run_config(base, urls, 1, tmp_path, telemetry=False)
