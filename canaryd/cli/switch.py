@@ -32,6 +32,7 @@ import functools
 import getpass
 import json
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -62,11 +63,18 @@ from canaryd.switch import (
     shows,
     state_object,
 )
+from canaryd.switch.statefile import LOCK_WAIT_S
 from gates import Evaluation, SwitchEvent, SwitchMode, SwitchState
 from gates.core import category_decisions
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+# The database's waits are bounded like the state file's lock: a lock another writer
+# holds (SQLite's busy timeout, PostgreSQL's lock timeout), a slow connect or statement.
+DATABASE_WAIT_S = LOCK_WAIT_S
+# Past this, the command says it is waiting; an uncontended database answers sooner.
+_SPEAK_AFTER_S = 0.3
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -290,6 +298,28 @@ def _database_failures(url: str) -> Iterator[None]:
         raise _database_error(exc, url) from exc
 
 
+@contextmanager
+def _spoken_wait(url: str, then: str) -> Iterator[threading.Timer]:
+    """Around the database's part of a command: a line on stderr once it has waited
+    `_SPEAK_AFTER_S`, saying for what, for how long at most, and what follows; cancel
+    the timer it yields when the database has answered (its transaction committed)."""
+
+    def speak() -> None:
+        typer.echo(
+            f"canaryd: waiting for the database {mask_url(url)} (a lock another writer "
+            f"holds, or a slow server): at most {DATABASE_WAIT_S:g} s, then {then}",
+            err=True,
+        )
+
+    timer = threading.Timer(_SPEAK_AFTER_S, speak)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield timer
+    finally:
+        timer.cancel()
+
+
 def _through_database(
     action: Literal["rollback", "restore", "auto"],
     reason: str,
@@ -302,7 +332,17 @@ def _through_database(
 ) -> int:
     # Never `create`: a missing database is a wrong URL far more often than a new box,
     # and the kill switch then takes the state-file path instead of hiding in a new file.
-    with _database_failures(url), SqlSwitchStore.open(url) as store:
+    then = (
+        "the kill switch writes the state file alone"
+        if action == "rollback" and category is None
+        else f"`switch {action}` gives up"
+    )
+    with (
+        _spoken_wait(url, then) as waiting,
+        _database_failures(url),
+        SqlSwitchStore.open(url, wait_s=DATABASE_WAIT_S) as store,
+    ):
+        store.on_commit(waiting.cancel)  # the hooks that follow have their own timeouts
         unbuilt: list[ActuatorError] = []
         actuators = build_actuators(settings.switch, on_error=unbuilt.append)
         service = SwitchService(store, settings.switch, settings.gates.policy, actuators=actuators)

@@ -6,12 +6,17 @@ once when it waits, and the database records the rollback once it can."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from canaryd.store.switching_sql import SqlSwitchStore
 from canaryd.switch import read_state_file
@@ -123,3 +128,82 @@ class TestPaddedStateFile:
             "mode": "rolled_back",
             "reason": "x" * 900,
         }
+
+
+@contextmanager
+def _write_lock_held(url: str) -> Iterator[None]:
+    """Another writer holds the database's write lock on the switch: SQLite's (`BEGIN
+    IMMEDIATE`), or PostgreSQL's row lock on the switch's row (`SELECT … FOR UPDATE`)."""
+    if url.startswith("sqlite"):
+        holder = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            yield
+        finally:
+            holder.close()
+        return
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT * FROM switch_state FOR UPDATE")).fetchall()
+            yield
+            connection.rollback()
+    finally:
+        engine.dispose()
+
+
+def _timed_lines(process: subprocess.Popen[str]) -> list[tuple[float, str]]:
+    """Each line of `process`'s output with the seconds since now when it came."""
+    started = time.monotonic()
+    lines: list[tuple[float, str]] = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.append((time.monotonic() - started, line.rstrip("\n")))
+    return lines
+
+
+class TestDatabaseLockHeld:
+    def test_the_kill_switch_says_it_waits_at_once_and_rolls_back_within_seconds(
+        self, database_url: str, tmp_path: Path
+    ) -> None:
+        """Another writer holds the database's lock: `switch rollback` prints its first
+        line within 1 s of reaching the database (that it waits, for how long, and what
+        follows), then exits 0 with the state file rolled back within 10 s; the database
+        records it once free. Reaching the database is timed by a command that fails
+        there at once (a missing SQLite file): on a loaded CI box the interpreter's
+        start alone can take a second."""
+        started = time.monotonic()
+        _run("switch", "status", "--url", f"sqlite:///{tmp_path / 'absent.db'}", env={})
+        startup = time.monotonic() - started
+        state_file = tmp_path / "state" / "switch.json"
+        env = {"CANARYD_SWITCH__STATE_FILE": str(state_file)}
+        code, output = _run("db", "upgrade", "--url", database_url, env=env)
+        assert code == 0, output
+        code, output = _run("switch", "auto", "--url", database_url, env=env)
+        assert code == 0, output
+        with _write_lock_held(database_url):
+            started = time.monotonic()
+            process = _canaryd(
+                "switch", "rollback", "--reason", "locked", "--url", database_url, env=env
+            )
+            collected: list[list[tuple[float, str]]] = []
+            reader = threading.Thread(target=lambda: collected.append(_timed_lines(process)))
+            reader.start()
+            code = process.wait(timeout=30)
+            took = time.monotonic() - started
+            reader.join(timeout=5)
+        lines = collected[0]
+        assert code == 0, lines
+        first_at, first = lines[0]
+        assert first.startswith("canaryd: waiting for the database"), lines
+        assert "at most 5 s, then the kill switch writes the state file alone" in first
+        assert first_at < startup + 1.0, (startup, lines)
+        assert took < 10.0, lines
+        data = read_state_file(state_file)
+        assert data is not None and data["speculative_enabled"] is False
+        assert data["pending_sync"] is True
+        code, output = _run("switch", "status", "--url", database_url, env=env)
+        assert code == 0, output
+        with SqlSwitchStore.open(database_url) as store:
+            assert store.switch().state.mode.value == "rolled_back"
+        print(f"start-up {startup:.2f} s, first line at {first_at:.2f} s, exit 0 at {took:.2f} s")
