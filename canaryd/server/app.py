@@ -5,7 +5,8 @@
 thread. A connection costs no thread, so slow or hostile clients cannot starve probes and
 scrapes: every request must arrive whole within `REQUEST_DEADLINE_S` of its connection
 (or of the previous answer on a keep-alive connection), else the connection is closed,
-and beyond `MAX_CONNECTIONS` open connections a request is answered 503 at once. The
+and beyond `MAX_CONNECTIONS` open connections a request is answered 503 at once (but on
+the probes, `/v1/switch` and `/metrics`: `RESERVED_PATHS`). The
 probes call the daemon's `health` and `ready` callables on a small thread pool (they may
 touch the database), answering 200 with their JSON details when they say yes and 503
 (with the details saying why) when they say no or raise; probe answers are scrubbed of
@@ -94,8 +95,10 @@ MAX_BODY_BYTES = 64 * 1024
 # Bodies read at once; a webhook beyond them is answered 503 (Flagger retries) before a
 # byte of its body is read, so slow bodies cannot pile up.
 MAX_BODIES = 16
-# Paths served whatever the connection budget: the probes and the state routers poll.
-RESERVED_PATHS = ("/healthz", "/readyz", SWITCH_PATH)
+# Paths served whatever the connection budget: the probes, the state routers poll, and
+# the scrapes (Prometheus must see canaryd's own metrics exactly while someone floods it;
+# one render serves every scraper within METRICS_TTL_S, so serving them costs a send).
+RESERVED_PATHS = ("/healthz", "/readyz", SWITCH_PATH, "/metrics")
 
 # What /v1/switch serves: the state file's object, None while there is none.
 SwitchSource = Callable[[], dict[str, Any] | None]
