@@ -32,24 +32,22 @@ import functools
 import getpass
 import json
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Literal, ParamSpec, TypeVar
 
 import typer
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from canaryd import paths
 from canaryd.cli.common import fail, handle_errors
 from canaryd.cli.options import ConfigOption, UrlOption, switch_settings_and_url
+from canaryd.cli.switch_database import switch_database
 from canaryd.config import DEFAULT_CONFIG_PATH, SwitchSettings, config_path, load_switch_settings
 from canaryd.durations import parse_duration
 from canaryd.errors import ActuatorError, DatabaseError
 from canaryd.logs import deferred_logging
-from canaryd.store.database import driver_message, mask_url
-from canaryd.store.switching_sql import SqlSwitchStore  # the switch half: no history mapping
+from canaryd.store.database import mask_url
 from canaryd.switch import (
     PENDING_SYNC,
     STATE_FILE_ACTUATOR,
@@ -67,6 +65,7 @@ from gates.core import category_decisions
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -272,24 +271,6 @@ def _report(
     return 0
 
 
-def _database_error(exc: Exception, url: str) -> DatabaseError:
-    """Any failure of the database as the one-line `DatabaseError` the CLI prints."""
-    if isinstance(exc, DatabaseError):
-        return exc
-    detail = driver_message(exc) if isinstance(exc, DBAPIError) else f"{exc}"
-    return DatabaseError(f"the database {mask_url(url)} failed: {type(exc).__name__}: {detail}")
-
-
-@contextmanager
-def _database_failures(url: str) -> Iterator[None]:
-    """Every failure of the database (not only an unreachable one: a corrupt file, a
-    read-only standby, a refused privilege, a lock held too long) as `DatabaseError`."""
-    try:
-        yield
-    except (DatabaseError, SQLAlchemyError, OSError) as exc:
-        raise _database_error(exc, url) from exc
-
-
 def _through_database(
     action: Literal["rollback", "restore", "auto"],
     reason: str,
@@ -302,7 +283,12 @@ def _through_database(
 ) -> int:
     # Never `create`: a missing database is a wrong URL far more often than a new box,
     # and the kill switch then takes the state-file path instead of hiding in a new file.
-    with _database_failures(url), SqlSwitchStore.open(url) as store:
+    then = (
+        "the kill switch writes the state file alone"
+        if action == "rollback" and category is None
+        else f"`switch {action}` gives up"
+    )
+    with switch_database(url, then) as store:
         unbuilt: list[ActuatorError] = []
         actuators = build_actuators(settings.switch, on_error=unbuilt.append)
         service = SwitchService(store, settings.switch, settings.gates.policy, actuators=actuators)
@@ -417,7 +403,7 @@ def status(
     source = config_path(config)
     settings, resolved = switch_settings_and_url(source, url)
     path = settings.switch.resolved_state_file()
-    with _database_failures(resolved), SqlSwitchStore.open(resolved) as store:
+    with switch_database(resolved, "`switch status` gives up") as store:
         on_disk = read_state_file(path)
         if on_disk is not None and on_disk.get(PENDING_SYNC) is True:
             change = SwitchService(store, settings.switch, settings.gates.policy).adopt_pending()

@@ -210,6 +210,18 @@ class RolloutConfig(_Section):
         description="a burst lasts while a verdict request or Flagger hook named the "
         "revision within this many seconds (and its verdict is undecided)",
     )
+    max_pairs_per_revision_hour: int = Field(
+        default=600,
+        ge=1,
+        description="burst pairs one revision may run in any hour (20 minutes at the "
+        "default rate); past it that revision runs on the schedule until the hour frees up",
+    )
+    max_revisions_per_hour: int = Field(
+        default=6,
+        ge=1,
+        description="distinct revisions that may start a burst in any hour; a further one "
+        "is judged on the schedule's pairs until the hour frees up",
+    )
     increase_evidence_share: float = Field(
         default=0.1,
         gt=0,
@@ -229,8 +241,10 @@ class ServerConfig(_Section):
     auth_token: SecretStr | None = Field(
         default=None,
         description="when set, /v1/verdict and the Flagger webhooks need "
-        "`Authorization: Bearer <token>` (Flagger: `?token=` on the webhook URL); set it "
-        "from an EnvironmentFile as CANARYD_SERVER__AUTH_TOKEN, never in the TOML",
+        "`Authorization: Bearer <token>` (Flagger: `token` in the webhook's `metadata`); "
+        "unset on a listen address that is not loopback, POST /v1/verdict and the Flagger "
+        "webhooks (they start a rollout burst) answer 403. Set it from an EnvironmentFile "
+        "as CANARYD_SERVER__AUTH_TOKEN, never in the TOML",
     )
     max_cycle_age_s: float | None = Field(
         default=None,

@@ -5,7 +5,11 @@
 that a revision was named, with its verdict; the daemon tells it each gate run's verdict
 of that revision. The burst is on while the revision was named within
 `rollout.burst_hold_s`, its window is open and current, its verdict is undecided
-(INCONCLUSIVE or NODATA) and the burst allowance is not spent. The allowance keeps the
+(INCONCLUSIVE or NODATA), the burst allowance is not spent, and the revision is within
+its bounds: `rollout.max_pairs_per_revision_hour` burst pairs in any hour, and among the
+first `rollout.max_revisions_per_hour` distinct revisions to burst in any hour (so that
+neither one revision named again and again nor a stream of new names keeps production
+bursting). The allowance keeps the
 false-alarm budget: the detectors' thresholds are sized for one pair every
 `gates.budget.design_pair_interval_s`, so in any 30 days the burst may add at most
 30 days / design interval less the pairs the schedule runs in 30 days; burst pairs are
@@ -54,6 +58,7 @@ class BurstCost:
     tokens: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0  # time spent bursting
     started: float | None = None  # monotonic start of the burst running now
+    recent: deque[float] = field(default_factory=deque)  # monotonic times of pairs, last hour
 
     def as_json(self, active: bool, why: str, now: float) -> dict[str, Any]:
         running = now - self.started if self.started is not None else 0.0
@@ -87,6 +92,7 @@ class RolloutBurst:
         self._current = False
         self._costs: OrderedDict[str, BurstCost] = OrderedDict()
         self._hours: deque[list[float]] = deque()  # [hour start, burst pairs]
+        self._admitted: deque[tuple[float, str]] = deque()  # revisions that burst, last hour
         self._was_active = False
 
     # -- what the endpoints and the gate job say --
@@ -104,6 +110,7 @@ class RolloutBurst:
             self._query = query
             self._named_at = self._clock()
             self._current = True
+            self._admit(query.revision)
             if verdict is not None:
                 self._verdict = verdict.verdict
         self._changed()
@@ -147,6 +154,7 @@ class RolloutBurst:
             revision = self._query.revision if self._query is not None else "-"
             cost = self._cost(revision)
             cost.pairs += 1
+            cost.recent.append(now)
             for arm, count in tokens.items():
                 cost.tokens[arm] = cost.tokens.get(arm, 0) + count
             hour = now - now % _HOUR_S
@@ -194,6 +202,18 @@ class RolloutBurst:
             return False, "the revision's window is closed"
         if self._verdict in ("PASS", "FAIL"):
             return False, f"decided: {self._verdict}"
+        rollout = self._settings().rollout
+        revision = self._query.revision
+        if not self._admitted_now(revision):
+            return False, (
+                f"{rollout.max_revisions_per_hour} other revisions burst in the last hour "
+                "(rollout.max_revisions_per_hour)"
+            )
+        if self._pairs_last_hour(revision) >= rollout.max_pairs_per_revision_hour:
+            return False, (
+                f"the revision ran {rollout.max_pairs_per_revision_hour} burst pairs in the "
+                "last hour (rollout.max_pairs_per_revision_hour)"
+            )
         allowance = burst_allowance(self._settings())
         if self._spent() >= allowance:
             return False, (
@@ -201,6 +221,34 @@ class RolloutBurst:
                 "gates.budget.design_pair_interval_s)"
             )
         return True, "bursting: the verdict is undecided"
+
+    def _admit(self, revision: str) -> None:
+        """Count `revision` among the hour's bursting revisions if it is not yet and
+        there is room."""
+        self._expire_admitted()
+        names = {name for _, name in self._admitted}
+        if revision not in names and len(names) < self._settings().rollout.max_revisions_per_hour:
+            self._admitted.append((self._clock(), revision))
+
+    def _admitted_now(self, revision: str) -> bool:
+        self._expire_admitted()
+        if all(name != revision for _, name in self._admitted):
+            self._admit(revision)  # the hour may have freed up since it was named
+        return any(name == revision for _, name in self._admitted)
+
+    def _expire_admitted(self) -> None:
+        horizon = self._clock() - _HOUR_S
+        while self._admitted and self._admitted[0][0] <= horizon:
+            self._admitted.popleft()
+
+    def _pairs_last_hour(self, revision: str) -> int:
+        cost = self._costs.get(revision)
+        if cost is None:
+            return 0
+        horizon = self._clock() - _HOUR_S
+        while cost.recent and cost.recent[0] <= horizon:
+            cost.recent.popleft()
+        return len(cost.recent)
 
     def _cost(self, revision: str) -> BurstCost:
         cost = self._costs.get(revision)

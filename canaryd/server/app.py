@@ -5,7 +5,8 @@
 thread. A connection costs no thread, so slow or hostile clients cannot starve probes and
 scrapes: every request must arrive whole within `REQUEST_DEADLINE_S` of its connection
 (or of the previous answer on a keep-alive connection), else the connection is closed,
-and beyond `MAX_CONNECTIONS` open connections a request is answered 503 at once. The
+and beyond `MAX_CONNECTIONS` open connections a request is answered 503 at once (but on
+the probes, `/v1/switch` and `/metrics`: `RESERVED_PATHS`). The
 probes call the daemon's `health` and `ready` callables on a small thread pool (they may
 touch the database), answering 200 with their JSON details when they say yes and 503
 (with the details saying why) when they say no or raise; probe answers are scrubbed of
@@ -17,7 +18,9 @@ file's object (what production reads: `speculative_enabled`, `categories`, `gene
 `POST /v1/flagger/<hook>` hand the query, headers or body (at most `MAX_BODY_BYTES`) to
 the daemon's `Judge` (`canaryd.server.rollout`) and send its status and JSON object; with
 `server.auth_token` set they need it as a bearer token (401 otherwise), while the probes,
-`/metrics` and `/v1/switch` stay open.
+`/metrics` and `/v1/switch` stay open. Without a token on an address that is not loopback,
+the writes that start a rollout burst (`POST /v1/verdict`, the Flagger webhooks) answer
+403 naming the key: anyone who reaches the port could spend GPU time on production.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import asyncio
 import functools
 import hashlib
 import hmac
+import ipaddress
 import json
 import socket
 import threading
@@ -91,8 +95,10 @@ MAX_BODY_BYTES = 64 * 1024
 # Bodies read at once; a webhook beyond them is answered 503 (Flagger retries) before a
 # byte of its body is read, so slow bodies cannot pile up.
 MAX_BODIES = 16
-# Paths served whatever the connection budget: the probes and the state routers poll.
-RESERVED_PATHS = ("/healthz", "/readyz", SWITCH_PATH)
+# Paths served whatever the connection budget: the probes, the state routers poll, and
+# the scrapes (Prometheus must see canaryd's own metrics exactly while someone floods it;
+# one render serves every scraper within METRICS_TTL_S, so serving them costs a send).
+RESERVED_PATHS = ("/healthz", "/readyz", SWITCH_PATH, "/metrics")
 
 # What /v1/switch serves: the state file's object, None while there is none.
 SwitchSource = Callable[[], dict[str, Any] | None]
@@ -115,6 +121,36 @@ _UNAUTHORIZED = (
 )
 
 
+def _writes_refused(listen: str) -> bytes:
+    return _json_body(
+        {
+            "status": "forbidden",
+            "reason": f"canaryd listens on {listen} (not loopback) without "
+            "server.auth_token: POST /v1/verdict and the Flagger webhooks start a rollout "
+            "burst (GPU time) and need it; set CANARYD_SERVER__AUTH_TOKEN and send "
+            "Authorization: Bearer <token>",
+        }
+    )
+
+
+def is_loopback(sock: socket.socket) -> bool:
+    """Whether `sock` is bound to a loopback address (only this host reaches it)."""
+    try:
+        return ipaddress.ip_address(str(sock.getsockname()[0]).split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _metadata_token(payload: bytes) -> bytes:
+    """The `token` in a Flagger payload's `metadata`; empty when there is none."""
+    try:
+        metadata = json.loads(payload).get("metadata")
+    except (ValueError, AttributeError, RecursionError):
+        return b""
+    token = metadata.get("token") if isinstance(metadata, dict) else None
+    return token.encode() if isinstance(token, str) else b""
+
+
 def _json_body(data: dict[str, Any]) -> bytes:
     # allow_nan=False: a non-finite number is a bug to see, never invalid JSON to send.
     return json.dumps(data, sort_keys=True, allow_nan=False).encode()
@@ -130,9 +166,13 @@ class _App:
         switch: SwitchSource | None = None,
         judge: Judge | None = None,
         token: str | None = None,
+        open_to: str | None = None,
     ) -> None:
+        """`open_to`: the non-loopback address served without a token; its writes that
+        start a burst are refused (None: loopback, or a token guards them)."""
         self.metrics = metrics
         self.probes = probes
+        self.refused_writes = _writes_refused(open_to) if open_to and not token else None
         self.switch = switch
         self.judge = judge
         self.token = token.encode() if token else None
@@ -151,11 +191,14 @@ class _App:
         path = scope["path"]
         extra: list[tuple[bytes, bytes]] = []
         guarded = path == VERDICT_PATH or path.startswith(FLAGGER_PREFIX)
-        if guarded and not self.authorized(scope):
+        hook = method == "POST" and path.startswith(FLAGGER_PREFIX)
+        if guarded and not hook and not self.authorized(scope):
             status, content_type, body = 401, _JSON, _UNAUTHORIZED
-            extra = [(b"www-authenticate", b'Bearer realm="canaryd"')]
-        elif method == "POST" and path.startswith(FLAGGER_PREFIX):
-            status, content_type, body = await self.flagger(path, receive)
+        elif guarded and method == "POST" and self.refused_writes is not None:
+            # Anyone who reaches the port could start a burst against production.
+            status, content_type, body = 403, _JSON, self.refused_writes
+        elif hook:  # its token may be in the payload's `metadata`: checked once read
+            status, content_type, body = await self.flagger(scope, receive)
         elif method == "POST" and path == VERDICT_PATH:
             status, content_type, body = await self.verdict(scope, receive)
         elif method not in ("GET", "HEAD"):
@@ -166,6 +209,8 @@ class _App:
             status, content_type, body = await self.verdict(scope)
         else:
             status, content_type, body = await self.respond(path)
+        if status == 401:
+            extra = [(b"www-authenticate", b'Bearer realm="canaryd"')]
         await send(
             {
                 "type": "http.response.start",
@@ -180,11 +225,15 @@ class _App:
         )
         await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
 
-    def authorized(self, scope: Scope) -> bool:
+    def authorized(self, scope: Scope, payload: bytes | None = None) -> bool:
         """With `server.auth_token` set, the verdict and the Flagger webhooks need
         `Authorization: Bearer <token>` (or, for Flagger, whose webhooks send no headers,
-        `?token=` on the webhook URL); compared in constant time, never logged."""
+        `token` in the webhook's `metadata`, its `payload`; `?token=` on the URL is still
+        read, but Flagger repeats a failing URL in its events); compared in constant
+        time, never logged."""
         if self.token is None:
+            return True
+        if payload is not None and hmac.compare_digest(_metadata_token(payload), self.token):
             return True
         headers = dict(scope.get("headers") or [])
         scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
@@ -272,14 +321,17 @@ class _App:
             reason = f"the body did not arrive whole within {REQUEST_DEADLINE_S:g} s"
             return 400, _JSON, _json_body({"status": "bad request", "reason": reason})
 
-    async def flagger(self, path: str, receive: Receive) -> tuple[int, str, bytes]:
-        """`POST /v1/flagger/<hook>`: the judge's answer to the payload."""
-        if self.judge is None:
-            return 404, _JSON, _json_body({"status": "not found", "endpoints": _ENDPOINTS})
+    async def flagger(self, scope: Scope, receive: Receive) -> tuple[int, str, bytes]:
+        """`POST /v1/flagger/<hook>`: the judge's answer to the payload, once authorized."""
         body = await self._body(receive)
         if not isinstance(body, bytes):
             return body
-        return await self._judged(self.judge.flagger, path.removeprefix(FLAGGER_PREFIX), body)
+        if not self.authorized(scope, body):
+            return 401, _JSON, _UNAUTHORIZED
+        if self.judge is None:
+            return 404, _JSON, _json_body({"status": "not found", "endpoints": _ENDPOINTS})
+        hook = scope["path"].removeprefix(FLAGGER_PREFIX)
+        return await self._judged(self.judge.flagger, hook, body)
 
     async def _judged(
         self, answer: Callable[..., tuple[int, dict[str, Any]]], *args: Any
@@ -348,7 +400,15 @@ class StatusServer:
             return
         host, port = split_listen(self.listen)
         sock = bind_listen(host, port, self.listen)
-        app = _App(self.metrics, self._probes, self._switch, self._judge, self._token)
+        open_to = None if is_loopback(sock) else bound_address(sock)
+        app = _App(self.metrics, self._probes, self._switch, self._judge, self._token, open_to)
+        if open_to is not None and self._judge is not None and not self._token:
+            log.warning(
+                "http.rollout_writes_refused",
+                address=open_to,
+                reason="server.listen is not loopback and server.auth_token is unset: "
+                "POST /v1/verdict and the Flagger webhooks answer 403",
+            )
         server, thread = serve_in_thread(app, sock, "canaryd-status-http", reserved=RESERVED_PATHS)
         self._server, self._socket, self._app, self._thread = server, sock, app, thread
         log.info("http.listening", address=self.address)

@@ -10,6 +10,7 @@ PostgreSQL: pre-ping, connect timeout). It also turns a driver failure into the 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -137,15 +138,20 @@ def _sqlite_on_begin(connection: Connection) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
-def make_engine(url: str, *, create: bool = False) -> Engine:
-    """A configured engine for `url`; `create` makes a SQLite file's directory."""
+def make_engine(url: str, *, create: bool = False, wait_s: float | None = None) -> Engine:
+    """A configured engine for `url`; `create` makes a SQLite file's directory. `wait_s`
+    bounds every wait for the database whatever the URL says (SQLite's busy timeout;
+    PostgreSQL's connect, lock and statement timeouts): the kill switch's, which must
+    give up and take its emergency path in seconds."""
     parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         path = sqlite_path(parsed)
         if create and path is not None:
             path.expanduser().parent.mkdir(parents=True, exist_ok=True)
         connect_args: dict[str, Any] = {"check_same_thread": False}
-        if "timeout" not in parsed.query:
+        if wait_s is not None:
+            connect_args["timeout"] = wait_s  # connect_args win over the URL's query
+        elif "timeout" not in parsed.query:
             connect_args["timeout"] = SQLITE_BUSY_TIMEOUT_S
         engine = create_engine(parsed, connect_args=connect_args)
         event.listen(engine, "connect", _sqlite_on_connect)
@@ -157,6 +163,11 @@ def make_engine(url: str, *, create: bool = False) -> Engine:
     if "application_name" not in parsed.query:
         connect_args["application_name"] = "canaryd"
     limits = _postgresql_limits(str(parsed.query.get("options", "")))
+    if wait_s is not None:
+        connect_args["connect_timeout"] = max(1, math.ceil(wait_s))  # libpq: whole seconds
+        # After the URL's own: the last `-c` of a name wins.
+        wait_ms = max(1, round(wait_s * 1000))
+        limits = f"{limits} -c lock_timeout={wait_ms} -c statement_timeout={2 * wait_ms}"
     if limits:
         connect_args["options"] = " ".join(
             [*([str(parsed.query["options"])] if "options" in parsed.query else []), limits]

@@ -13,13 +13,13 @@ The history's queries live in `canaryd.store.sql`, the switch's in
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from sqlalchemy import Connection, Engine, Table
+from sqlalchemy import Connection, Engine, Table, event
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
 
@@ -63,8 +63,9 @@ class SqlDatabase:
         return mask_url(self._url)
 
     @classmethod
-    def open(cls, url: str, *, create: bool = False) -> Self:
-        """Connect and check the schema; with `create`, an empty database is migrated to head.
+    def open(cls, url: str, *, create: bool = False, wait_s: float | None = None) -> Self:
+        """Connect and check the schema; with `create`, an empty database is migrated to head;
+        `wait_s` bounds every wait for the database (`make_engine`).
 
         Raises `DatabaseError` for a bad URL, an unreachable server, a database without
         the schema (and `create` false), an older schema, or one newer than this canaryd.
@@ -76,7 +77,7 @@ class SqlDatabase:
                 f"no database file at {str(path)!r}; create it with "
                 f"`canaryd db upgrade --url {shlex.quote(mask_url(parsed))}`"
             )
-        engine = make_engine(url, create=create)
+        engine = make_engine(url, create=create, wait_s=wait_s)
         try:
             current = read_revision(engine, parsed)
             if current is None and create:
@@ -105,6 +106,11 @@ class SqlDatabase:
 
     def close(self) -> None:
         self._engine.dispose()
+
+    def on_commit(self, callback: Callable[[], None]) -> None:
+        """Call `callback` at each commit from now on: the kill switch stops saying that
+        it waits for the database once its transaction commits."""
+        event.listen(self._engine, "commit", lambda _connection: callback())
 
     @contextmanager
     def _translating(self, action: str) -> Iterator[None]:

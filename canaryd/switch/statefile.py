@@ -2,11 +2,13 @@
 it with its freshness (`confirmed_at`), and its atomic, locked, never-backwards write.
 
 Writers serialise on a lock file beside it, write a temp file in the same directory,
-fsync it, rename it over the file and fsync the directory. A file never goes back to a
-lower generation, and a `pending_sync` file (the kill switch written while the database
-was down) is only replaced by its adoption or a higher generation. `confirmed_at` says
-when canaryd last checked the file against the database; refreshing it rewrites the file
-at the same generation, and comparisons of the state leave it out. So do they
+fsync it, rename it over the file and fsync the directory; the file is padded to whole
+blocks, so that on a full volume a writer overwrites it in place instead. A file never
+goes back to a lower generation, and a `pending_sync` file (the kill switch written while
+the database was down) is only replaced by its adoption or a higher generation.
+`confirmed_at` says when canaryd last checked the file against the database; refreshing
+it rewrites the file at the same generation, and comparisons of the state leave it out.
+So do they
 `route_to_baseline`: what the latest capability probe says a router should send to the
 baseline one request at a time (canaryd.parity.routing). It changes with each probe, not
 with a transition, and a writer that does not know it keeps the file's own.
@@ -15,6 +17,7 @@ with a transition, and a writer that does not know it keeps the file's own.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -32,6 +35,7 @@ __all__ = [
     "PENDING_SYNC",
     "ROUTE_TO_BASELINE",
     "STATE_FILE_ACTUATOR",
+    "STATE_FILE_BLOCK",
     "file_generation",
     "file_lock",
     "file_object",
@@ -39,6 +43,8 @@ __all__ = [
     "generation_of",
     "is_pending",
     "open_lock_file",
+    "overwrite_in_place",
+    "padded_body",
     "read_state_file",
     "remove_leftover_temps",
     "replace_file",
@@ -186,9 +192,43 @@ def open_lock_file(lock: Path) -> int:
         return os.open(lock, os.O_RDONLY)
 
 
+# Every write pads the file to a whole number of these blocks (plus room to grow), with
+# JSON's insignificant whitespace: on a full volume the file's own blocks are still its
+# own, so the kill switch can overwrite it in place when no new temp file fits.
+STATE_FILE_BLOCK = 4096
+_ROOM_TO_GROW = 1024  # a rollback's state (a longer reason, `pending_sync`) fits the old size
+# A write that fails for lack of room, not for a fault of the file or the directory.
+_NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def padded_body(state: dict[str, Any], size: int = 0, *, room: int = _ROOM_TO_GROW) -> bytes:
+    """`state` as JSON padded with spaces to at least `size` bytes and to a whole number
+    of `STATE_FILE_BLOCK`s with `room` to grow; readers parse it as the plain JSON."""
+    body = json.dumps(state, indent=2, sort_keys=True).encode()
+    blocks = -(-(len(body) + max(room, 1)) // STATE_FILE_BLOCK)
+    length = max(size, blocks * STATE_FILE_BLOCK)
+    return body + b" " * (length - len(body) - 1) + b"\n"
+
+
 def replace_file(path: Path, state: dict[str, Any]) -> None:
-    """The atomic write itself; the caller holds the lock."""
-    body = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
+    """The atomic write itself; the caller holds the lock. Where no new temp file fits
+    (the volume or the quota is full), the existing file is overwritten in place instead:
+    within its own padded size that needs no new blocks (a reader may then see a torn
+    write: routers read an unreadable file as speculation off)."""
+    try:
+        _replace_atomically(path, padded_body(state))
+    except OSError as exc:
+        if exc.errno not in _NO_ROOM or not path.is_file():
+            raise
+        try:
+            overwrite_in_place(path, state)
+        except OSError as second:
+            raise OSError(
+                second.errno, f"{exc.strerror}; overwriting in place failed too: {second}"
+            ) from exc
+
+
+def _replace_atomically(path: Path, body: bytes) -> None:
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -200,11 +240,30 @@ def replace_file(path: Path, state: dict[str, Any]) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-    directory = os.open(path.parent, os.O_RDONLY)
+    _fsync_directory(path.parent)
+
+
+def overwrite_in_place(path: Path, state: dict[str, Any]) -> None:
+    """Write `state` over the existing file's bytes, padded to its size (never shorter:
+    a truncate would be a moment with no state), in one write, then fsync."""
+    fd = os.open(path, os.O_WRONLY)
     try:
-        os.fsync(directory)
+        # A file an older canaryd wrote unpadded still owns its whole last block.
+        body = padded_body(state, os.fstat(fd).st_size, room=0)
+        written = os.pwrite(fd, body, 0)
+        if written != len(body):
+            raise OSError(errno.ENOSPC, f"short write ({written} of {len(body)} bytes)")
+        os.fsync(fd)
     finally:
-        os.close(directory)
+        os.close(fd)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_state_file(path: Path, state: dict[str, Any], *, keep_routes: bool = False) -> bool:

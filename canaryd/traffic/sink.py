@@ -11,10 +11,12 @@ when `traffic.categories` lists it, else `live` (or 422 with `traffic.unknown_ca
 "refuse"`; `canaryd.traffic.categories`). With `traffic.auth_token` set a request needs it
 as a bearer token (401 otherwise). The body is read whole within `REQUEST_DEADLINE_S` of
 the request's start (408 otherwise) and up to `traffic.max_body_bytes` (413 beyond, the
-rest unread); a body no pair can replay, however malformed, is 400. Every request is
-counted under one outcome. Bodies are never logged, nor is any exception raised while
-reading one; a rejected request's log line (at most one a minute per outcome, with the
-number left out since the last) names its headers with `traffic.redact_headers` masked.
+rest unread); at most `bodies_in_flight` bodies are read at once (64 MiB of them in all:
+503 beyond, before a byte is read); a body no pair can replay, however malformed, is 400.
+Every request is counted under one outcome. Bodies are never logged, nor is any
+exception raised while reading one; a rejected request's log line (at most one a minute
+per outcome, with the number left out since the last) names its headers with
+`traffic.redact_headers` masked.
 """
 
 from __future__ import annotations
@@ -59,6 +61,17 @@ _REJECTION_LOG_S: Final = 60.0  # one log line per outcome at most this often
 _SHOWN_CHARS: Final = 256  # a logged path or header value is cut to this many characters
 
 
+# What the bodies being read at once may hold: the status port's 16 bodies of 64 KiB are
+# 1 MiB; the sink's are larger (a prompt), so it bounds their bytes rather than their count.
+BODY_BYTES_IN_FLIGHT = 64 * 1024 * 1024
+MIN_BODIES_IN_FLIGHT = 16
+
+
+def bodies_in_flight(max_body_bytes: int) -> int:
+    """How many bodies of at most `max_body_bytes` the sink reads at once."""
+    return max(MIN_BODIES_IN_FLIGHT, BODY_BYTES_IN_FLIGHT // max_body_bytes)
+
+
 def _json(data: dict[str, Any]) -> bytes:
     return json.dumps(data, sort_keys=True).encode()
 
@@ -74,8 +87,9 @@ class _SinkApp:
         self.config = config
         self.sampler = sampler
         self.deadline_s = deadline_s
-        # Bodies are read whole within `deadline_s`; the connection budget bounds how many.
-        self.bodies = Body(MAX_CONNECTIONS, config.max_body_bytes)
+        # Bodies are read whole within `deadline_s`, and only so many at once that those
+        # in flight hold at most `BODY_BYTES_IN_FLIGHT` (slow clients cannot fill memory).
+        self.bodies = Body(bodies_in_flight(config.max_body_bytes), config.max_body_bytes)
         token = config.auth_token
         self.token = token.get_secret_value().encode() if token is not None else None
         key = config.hash_key
@@ -132,6 +146,10 @@ class _SinkApp:
                     "of traffic.categories (traffic.unknown_category = refuse)",
                 }
             )
+        if self.bodies.full:
+            self.reject("busy", scope, f"{self.bodies.limit} bodies are being read already")
+            reason = f"{self.bodies.limit} request bodies are being read already; retry"
+            return 503, _json({"status": "unavailable", "reason": reason})
         try:
             raw = await read_body(
                 receive,

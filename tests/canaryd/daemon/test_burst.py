@@ -141,6 +141,41 @@ class TestRolloutBurst:
         burst.named(VerdictQuery("r"), None)
         assert burst.active()
 
+    def test_one_revision_named_again_and_again_stops_at_its_hourly_bound(self) -> None:
+        """A revision that ran `rollout.max_pairs_per_revision_hour` burst pairs in the
+        last hour stops bursting though it is named every minute; an hour on it may
+        burst again."""
+        burst, clock, _ = burst_on(Settings(rollout={"max_pairs_per_revision_hour": 3}))
+        pair = record(1)
+        for _ in range(3):
+            burst.named(VerdictQuery("r"), judged("INCONCLUSIVE"))
+            assert burst.active()
+            burst.counted([pair])
+            clock.now += 60
+        burst.named(VerdictQuery("r"), judged("INCONCLUSIVE"))
+        assert not burst.active()
+        assert "rollout.max_pairs_per_revision_hour" in (burst.report("r") or {})["state"]
+        clock.now += 3600
+        burst.named(VerdictQuery("r"), judged("INCONCLUSIVE"))
+        assert burst.active()
+
+    def test_a_stream_of_new_revisions_stops_at_the_hourly_bound(self) -> None:
+        """Only the first `rollout.max_revisions_per_hour` distinct revisions burst in
+        any hour; one named again meanwhile still does; a further one waits the hour."""
+        burst, clock, _ = burst_on(Settings(rollout={"max_revisions_per_hour": 2}))
+        for revision in ("a", "b"):
+            burst.named(VerdictQuery(revision), None)
+            assert burst.active(), revision
+            clock.now += 60
+        burst.named(VerdictQuery("c"), None)
+        assert not burst.active()
+        assert "rollout.max_revisions_per_hour" in (burst.report("c") or {})["state"]
+        burst.named(VerdictQuery("a"), judged("INCONCLUSIVE"))
+        assert burst.active()
+        clock.now += 3600
+        burst.named(VerdictQuery("c"), judged("INCONCLUSIVE"))
+        assert burst.active()
+
 
 ROLLOUT = (
     """

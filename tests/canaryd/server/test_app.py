@@ -215,15 +215,18 @@ def serving_threads() -> int:
 class TestConnectionLimit:
     def test_connections_beyond_the_limit_get_503_and_no_thread(self, server: StatusServer) -> None:
         """Idle connections cost no thread; a request beyond MAX_CONNECTIONS open
-        connections is answered 503 at once, and once they leave, scrapes are served."""
+        connections is answered 503 at once, but a scrape of /metrics is served (as the
+        probes are), and once they leave, everything is served."""
         host, port = server.address.rsplit(":", 1)
         before = serving_threads()
         idle = [socket.create_connection((host, int(port))) for _ in range(MAX_CONNECTIONS + 8)]
         try:
             time.sleep(0.5)  # let the server accept all of them
             assert serving_threads() - before <= 2
-            response = httpx.get(f"http://{server.address}/metrics", timeout=5)
+            response = httpx.get(f"http://{server.address}/nope", timeout=5)
             assert response.status_code == 503
+            scrape = httpx.get(f"http://{server.address}/metrics", timeout=5)
+            assert scrape.status_code == 200, scrape.text
         finally:
             for sock in idle:
                 sock.close()

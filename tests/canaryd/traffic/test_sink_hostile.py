@@ -18,6 +18,7 @@ from canaryd.logs import configure_logging
 from canaryd.metrics import CanarydMetrics
 from canaryd.server.app import REQUEST_DEADLINE_S
 from canaryd.traffic import LiveSampler, SamplingBounds, TrafficSink
+from canaryd.traffic.sink import bodies_in_flight
 
 KEY = "k" * 32
 MARKER = "zebra-ledger-marker"
@@ -189,3 +190,45 @@ class TestSlowBodies:
         assert after_s < REQUEST_DEADLINE_S + 1
         settle(sink, 1)
         assert (sink.counts["too_slow"], sink.counts["unusable"]) == (1, 0)
+
+
+class TestBodiesInFlight:
+    def test_bodies_in_flight_hold_at_most_64_mib(self) -> None:
+        """However large a body may be, the bodies read at once may hold 64 MiB (and at
+        least 16 are read at once), as the status port caps its own."""
+        assert bodies_in_flight(1024 * 1024) == 64
+        assert bodies_in_flight(64 * 1024 * 1024) == 16
+
+    def test_beyond_the_cap_a_request_is_503_before_a_byte_is_read(
+        self, metrics: CanarydMetrics
+    ) -> None:
+        """With as many slow bodies in flight as the cap, the next request is answered 503
+        at once and counted `busy`; once they are gone a request is accepted again."""
+        config = TrafficConfig(listen="127.0.0.1:0", hash_key=KEY, max_body_bytes=64 * 1024 * 1024)
+        sampler = LiveSampler(SamplingBounds.of(config), seed=0, observe=metrics.traffic.request)
+        body = {"messages": [{"role": "user", "content": "q"}]}
+        with TrafficSink(config, sampler, body_deadline_s=30.0) as sink:
+            slow = [slow_request(sink.address, 60_000) for _ in range(16)]
+            try:
+                for sock in slow:
+                    sock.sendall(b"{")
+                time.sleep(0.5)
+                with httpx.Client(base_url=f"http://{sink.address}", timeout=5) as client:
+                    started = time.monotonic()
+                    answer = client.post(CHAT, json=body)
+                    assert answer.status_code == 503, answer.text
+                    assert time.monotonic() - started < 1.0
+                    assert "16 request bodies" in answer.json()["reason"]
+            finally:
+                for sock in slow:
+                    sock.close()
+            deadline = time.monotonic() + 5
+            while sink.counts["busy"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert sink.counts["busy"] == 1
+            with httpx.Client(base_url=f"http://{sink.address}", timeout=5) as client:
+                deadline = time.monotonic() + 5
+                while (status := client.post(CHAT, json=body).status_code) == 503:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+                assert status == 202
