@@ -36,9 +36,9 @@ lock:
 	{ echo "# Exact versions for make venv/test/demo (pip --constraint): .[local,postgres,dev]. Made by"; \
 	  echo "# 'make lock'; pyproject.toml keeps the ranges that library users install from."; \
 	  .venv-lock/bin/python -m pip freeze --all --exclude-editable \
-	    | grep -v -E '^(canaryd|pip|setuptools|wheel)==' | LC_ALL=C sort -f; } > requirements.lock
+	    | grep -v -E '^(canaryd-specdec|pip|setuptools|wheel)==' | LC_ALL=C sort -f; } > requirements.lock
 	.venv-lock/bin/python -m pip install --quiet --disable-pip-version-check uv
-	{ echo "# The core install (pip install canaryd, no extras) at requirements.lock's versions, with"; \
+	{ echo "# The core install (canaryd-specdec, no extras) at requirements.lock's versions, with"; \
 	  echo "# hashes: pip install --require-hashes -r requirements-runtime.lock, then the wheel with"; \
 	  echo "# --no-deps (docs/install.md). Made by 'make lock'."; \
 	  .venv-lock/bin/uv pip compile pyproject.toml --generate-hashes --constraint requirements.lock \
