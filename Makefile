@@ -36,9 +36,9 @@ lock:
 	{ echo "# Exact versions for make venv/test/demo (pip --constraint): .[local,postgres,dev]. Made by"; \
 	  echo "# 'make lock'; pyproject.toml keeps the ranges that library users install from."; \
 	  .venv-lock/bin/python -m pip freeze --all --exclude-editable \
-	    | grep -v -E '^(canaryd|pip|setuptools|wheel)==' | LC_ALL=C sort -f; } > requirements.lock
+	    | grep -v -E '^(canaryd-specdec|pip|setuptools|wheel)==' | LC_ALL=C sort -f; } > requirements.lock
 	.venv-lock/bin/python -m pip install --quiet --disable-pip-version-check uv
-	{ echo "# The core install (pip install canaryd, no extras) at requirements.lock's versions, with"; \
+	{ echo "# The core install (canaryd-specdec, no extras) at requirements.lock's versions, with"; \
 	  echo "# hashes: pip install --require-hashes -r requirements-runtime.lock, then the wheel with"; \
 	  echo "# --no-deps (docs/install.md). Made by 'make lock'."; \
 	  .venv-lock/bin/uv pip compile pyproject.toml --generate-hashes --constraint requirements.lock \
@@ -50,13 +50,16 @@ lock:
 model: venv
 	$(BIN)/canaryd models pull
 
-# One pair per prompt category now (the table), then the daemon in the foreground:
-# a pair every 10 s, /metrics on 127.0.0.1:9466, Ctrl-C to stop. The default database is
-# created, or migrated when an earlier canaryd's demo left it (commands refuse an older
-# schema rather than migrate a production database behind the operator's back).
+# A first table now: one short pair per category of the demo suite (prompts/demo: six
+# prompts, 16 tokens each, about 2.5 minutes on two busy CPU cores), then the daemon in
+# the foreground on the shipped suites: a pair every 10 s, /metrics on 127.0.0.1:9466,
+# Ctrl-C to stop. The default database is created, or migrated when an earlier canaryd's
+# demo left it (commands refuse an older schema rather than migrate a production database
+# behind the operator's back).
+DEMO_SUITE := prompts/demo
 demo: model
 	$(BIN)/canaryd db upgrade
-	$(BIN)/canaryd once --pairs 9
+	CANARYD_PROMPTS__SUITES='["$(DEMO_SUITE)"]' $(BIN)/canaryd once --pairs 6
 	CANARYD_SCHEDULE__PAIR_INTERVAL_S=10 $(BIN)/canaryd run
 
 services:

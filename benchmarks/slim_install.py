@@ -119,7 +119,7 @@ def build(work: Path, python: str, bytecode: bool = True) -> tuple[Path, float]:
     lock = REPO / "requirements-runtime.lock"
     flags = [] if bytecode else ["--no-compile"]
     run([vpy, *PIP, "install", "--quiet", *flags, "--require-hashes", "-r", str(lock)])
-    (wheel,) = dist.glob("canaryd-*.whl")
+    (wheel,) = dist.glob("canaryd_specdec-*.whl")
     run([vpy, *PIP, "install", "--quiet", *flags, "--no-deps", str(wheel)])
     return venv, empty
 

@@ -82,7 +82,7 @@ class MetricUnavailableError(CanarydError, ImportError):
     def __init__(self, metric: str, missing: str) -> None:
         super().__init__(
             f"scoring metric {metric!r} needs {missing!r}, which is not installed: "
-            f"reinstall canaryd (`pip install -e .`)"
+            f"reinstall canaryd-specdec (`pip install -e .`)"
         )
 
 
@@ -93,7 +93,7 @@ class MissingReportExtraError(CanarydError, ImportError):
         self.package = package
         super().__init__(
             f"the report's plots need {package!r}, which is not installed: install "
-            "canaryd[report] (pip install 'canaryd[report]')"
+            "canaryd-specdec[report] (pip install 'canaryd-specdec[report]')"
         )
 
 

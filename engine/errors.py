@@ -31,7 +31,7 @@ class EngineConfigError(EngineError, ValueError):
         super().__init__(f"engine config {key}: {reason}")
 
 
-# What `pip install canaryd[local]` adds: the in-process engines, draft heads, models.
+# What the `local` extra (canaryd-specdec[local]) adds: the in-process engines, draft heads, models.
 LOCAL_PACKAGES = frozenset({"torch", "transformers", "accelerate", "gguf", "safetensors"})
 
 
@@ -42,8 +42,8 @@ class MissingExtraError(EngineError, ImportError):
     def __init__(self, feature: str, package: str) -> None:
         self.feature, self.package = feature, package
         super().__init__(
-            f"{feature} needs {package!r}, which is not installed: install canaryd[local] "
-            "(pip install 'canaryd[local]'); remote arms (kind = \"openai\") need neither"
+            f"{feature} needs {package!r}, which is not installed: install canaryd-specdec[local] "
+            "(pip install 'canaryd-specdec[local]'); remote arms (kind = \"openai\") need neither"
         )
 
 

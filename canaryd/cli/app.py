@@ -11,13 +11,21 @@ command's own help). `canaryd --version` prints the installed version.
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
 
 # typer builds its commands from its own copy of click (typer._click).
-from typer._click.core import Command, Context
+from typer._click.core import Command, Context, Parameter
+from typer._click.exceptions import (
+    BadParameter,
+    ClickException,
+    MissingParameter,
+    NoArgsIsHelpError,
+    NoSuchOption,
+)
 from typer._click.formatting import HelpFormatter
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
@@ -146,6 +154,27 @@ class LazyGroup(TyperGroup):
             self.commands[cmd_name] = load_command(cmd_name)
         return self.commands[cmd_name]
 
+    # A usage error anywhere below (an unknown option, a missing argument, a bad value,
+    # parsed here or by a sub-command while this group invokes it) is one line, as config
+    # errors are, instead of Typer's boxed usage: the parse and the invocation are the two
+    # places click raises them from.
+    def make_context(self, *args: Any, **kwargs: Any) -> Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except ClickException as exc:
+            raise usage_exit(exc) from None
+
+    def invoke(self, ctx: Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ClickException as exc:
+            # Without a context of its own (an option missing its value), the error is the
+            # sub-command's this group was invoking: its help is the one to read.
+            sub = ctx.invoked_subcommand
+            command = self.commands.get(sub) if sub else None
+            where = Context(command, info_name=sub, parent=ctx) if command else ctx
+            raise usage_exit(exc, where) from None
+
     def format_help(self, ctx: Context, formatter: HelpFormatter) -> None:
         quiet_flags(self)
         self._listing = True
@@ -153,6 +182,45 @@ class LazyGroup(TyperGroup):
             super().format_help(ctx, formatter)
         finally:
             self._listing = False
+
+
+def usage_line(exc: ClickException, ctx: Context | None = None) -> str:
+    """`exc` as one line: what is wrong, naming the flag, then where the help is (`see
+    canaryd once --help`); `ctx` stands in where click raised it without a context."""
+    if isinstance(exc, NoSuchOption):
+        what = f"no such option {exc.option_name}"
+        if exc.possibilities:
+            what += f" (did you mean {' or '.join(sorted(exc.possibilities))}?)"
+    elif isinstance(exc, BadParameter) and not isinstance(exc, MissingParameter):
+        hint = flag_name(exc.param) if exc.param else exc.param_hint
+        what = f"invalid value for {hint}: {exc.message}" if hint else exc.format_message()
+    elif isinstance(exc, MissingParameter) and exc.param:
+        what = f"missing {exc.param.param_type_name} {flag_name(exc.param)}"
+    else:
+        what = exc.format_message()
+    what = " ".join(what.split()).rstrip(".")
+    what = what[:1].lower() + what[1:]
+    where = getattr(exc, "ctx", None) or ctx
+    if where is None:
+        return what
+    return f"{what} (see {where.command_path} {where.help_option_names[0]})"
+
+
+def flag_name(param: Parameter) -> str:
+    """How the user spells `param`: its long flag (`--pairs`), else what the help shows
+    for it (an argument's metavar, `PATH`)."""
+    if isinstance(param, TyperOption) and param.opts:
+        return max(param.opts, key=len)
+    return param.metavar or (param.name or "value").upper()
+
+
+def usage_exit(exc: ClickException, ctx: Context | None = None) -> ClickException | typer.Exit:
+    """Print `exc` as `canaryd: error: …` on stderr and return the Exit (its exit code, 2
+    for usage) to raise; a bare group's help (`canaryd switch`) passes through as it is."""
+    if isinstance(exc, NoArgsIsHelpError):
+        return exc
+    print(f"canaryd: error: {usage_line(exc, ctx)}", file=sys.stderr)
+    return typer.Exit(exc.exit_code)
 
 
 app = typer.Typer(
@@ -187,4 +255,5 @@ def _main(
 
 
 def main() -> None:
-    app()
+    # The name a user types, also under `python -m canaryd`: usage errors quote it.
+    app(prog_name="canaryd")

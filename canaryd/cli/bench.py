@@ -47,9 +47,13 @@ def parse_rates(text: str) -> tuple[float, ...]:
     try:
         rates = tuple(float(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a comma-separated list of numbers") from None
+        raise typer.BadParameter(
+            f"{text!r} is not a comma-separated list of numbers", param_hint="--rate"
+        ) from None
     if not rates or any(rate <= 0 for rate in rates) or len(set(rates)) != len(rates):
-        raise typer.BadParameter(f"{text!r}: rates must be distinct numbers > 0")
+        raise typer.BadParameter(
+            f"{text!r}: rates must be distinct numbers > 0", param_hint="--rate"
+        )
     return rates
 
 
@@ -58,9 +62,13 @@ def parse_concurrency(text: str) -> tuple[int, ...]:
     try:
         levels = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers") from None
+        raise typer.BadParameter(
+            f"{text!r} is not a comma-separated list of integers", param_hint="--concurrency"
+        ) from None
     if not levels or any(level < 1 for level in levels) or len(set(levels)) != len(levels):
-        raise typer.BadParameter(f"{text!r}: levels must be distinct integers ≥ 1")
+        raise typer.BadParameter(
+            f"{text!r}: levels must be distinct integers ≥ 1", param_hint="--concurrency"
+        )
     return levels
 
 

@@ -84,10 +84,13 @@ class Answer:
         return value if isinstance(value, int) else None
 
     def describe(self) -> str:
-        """The failure in a few words: `HTTP 400: …`, or the error."""
+        """The failure in a few words: `HTTP 400: …`, the error, or (a well-formed answer
+        judged a failure by its content) what it held."""
         if self.status is not None and self.status != 200:
             return f"HTTP {self.status}: {self.error}"
-        return self.error or "ok"
+        if self.error:
+            return self.error
+        return "HTTP 200 with no text" if not self.text.strip() else "HTTP 200"
 
 
 def running_requests(metrics_text: str) -> float | None:

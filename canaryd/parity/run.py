@@ -186,10 +186,10 @@ def run_probe(
         pending_short = pool.submit(engines[arm].generate, short_request)
         baseline = clients[BASELINE_ARM]
         greedy = baseline.greedy(GREEDY_PROMPT, GREEDY_TOKENS)
-        if not greedy.ok or not greedy.text.strip():
-            raise ProbeError(
-                BASELINE_ARM, f"the plain greedy request failed: {greedy.describe() or 'empty'}"
-            )
+        if not greedy.ok:
+            raise ProbeError(BASELINE_ARM, f"the plain greedy request failed: {greedy.describe()}")
+        if not greedy.text.strip():
+            raise ProbeError(BASELINE_ARM, "the plain greedy request came back with no text")
         limits = [
             limit for limit in (c.max_model_len() for c in clients.values()) if limit is not None
         ]

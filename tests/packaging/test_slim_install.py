@@ -126,7 +126,7 @@ class TestSlimInstall:
 
     def test_report_without_plots(self, slim: tuple[dict[str, str], Path], tmp_path: Path) -> None:
         """`canaryd report` on a judged run writes the HTML and the tables, and says that
-        the plots need `canaryd[report]` instead of failing."""
+        the plots need `canaryd-specdec[report]` instead of failing."""
         env, log = slim
         url = f"sqlite:///{tmp_path / 'judge.db'}"
         config = tmp_path / "judge.toml"
@@ -141,7 +141,7 @@ class TestSlimInstall:
         done = canaryd(env, "report", "--url", url, "--out", str(out))
         assert done.returncode == 0, done.stdout + done.stderr
         assert "plots left out: the report's plots need 'matplotlib'" in done.stdout
-        assert "pip install 'canaryd[report]'" in done.stdout
+        assert "pip install 'canaryd-specdec[report]'" in done.stdout
         assert f"wrote {out} (0 plots)" in done.stdout
         assert "<table" in out.read_text(encoding="utf-8")
         assert set(attempts(log)) <= {"matplotlib", "matplotlib.figure"}
@@ -160,13 +160,13 @@ class TestSlimInstall:
 
     def test_in_process_engine_names_the_extra(self, slim: tuple[dict[str, str], Path]) -> None:
         """The default arms (the embedded model in-process) fail with one line naming
-        `canaryd[local]`, not a traceback."""
+        `canaryd-specdec[local]`, not a traceback."""
         env, _ = slim
         done = canaryd(env, "once", "--pairs", "1")
         assert done.returncode == 2, done.stdout + done.stderr
         assert "Traceback" not in done.stderr
         assert 'kind = "transformers" (the in-process engine) needs' in done.stderr
-        assert "install canaryd[local]" in done.stderr
+        assert "install canaryd-specdec[local]" in done.stderr
 
 
 def normalized(name: str) -> str:

@@ -95,9 +95,63 @@ class TestEntryPoint:
         assert "--install-completion" not in group.stdout
 
     def test_unknown_command_fails(self) -> None:
-        """A command that does not exist is a usage error (exit 2), not a crash."""
+        """A command that does not exist is a usage error (exit 2) in one line, not a crash."""
         result = CliRunner().invoke(app, ["no-such-command"])
         assert result.exit_code == 2
+        assert result.stderr == (
+            "canaryd: error: no such command 'no-such-command' (see canaryd --help)\n"
+        )
+
+
+class TestUsageErrors:
+    @pytest.mark.parametrize(
+        ("args", "line"),
+        [
+            (["once", "--bogus"], "no such option --bogus (see canaryd once --help)"),
+            (
+                ["once", "--pair", "3"],
+                "no such option --pair (did you mean --pairs?) (see canaryd once --help)",
+            ),
+            (["once", "--category"], "option '--category' requires an argument"),
+            (["once", "--pairs", "x"], "invalid value for --pairs: "),
+            (
+                ["switch", "rollback"],
+                "missing option --reason (see canaryd switch rollback --help)",
+            ),
+            (["switch", "bogus"], "no such command 'bogus' (see canaryd switch --help)"),
+            (["--bogus"], "no such option --bogus (see canaryd --help)"),
+        ],
+    )
+    def test_one_line_naming_the_flag(self, args: list[str], line: str) -> None:
+        """An unknown option, a missing value or argument and a bad value each print one
+        `canaryd: error: …` line naming the flag and the help to read, and exit 2 — no box."""
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert result.stdout == ""
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith(f"canaryd: error: {line}"), result.stderr
+        assert "--help)" in result.stderr
+        assert "╭" not in result.stderr and "Usage:" not in result.stderr
+
+    def test_a_bare_group_still_shows_its_help(self) -> None:
+        """`canaryd switch` alone is not an error line: it prints the group's help."""
+        result = CliRunner().invoke(app, ["switch"], env={"COLUMNS": "200"})
+        assert "rollback" in result.output and "canaryd: error" not in result.output
+
+    def test_as_a_user_runs_it(self) -> None:
+        """`python -m canaryd once --bogus` in a fresh interpreter: one line on stderr
+        naming `canaryd once`, nothing on stdout, exit 2."""
+        done = subprocess.run(
+            [sys.executable, "-m", "canaryd", "once", "--bogus"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 2
+        assert done.stdout == ""
+        assert done.stderr == "canaryd: error: no such option --bogus (see canaryd once --help)\n"
 
 
 @pytest.fixture

@@ -276,6 +276,19 @@ class TestProbeErrors:
         assert result.exit_code == 2, result.output
         assert result.output.strip().splitlines() == [f"canaryd: error: {says}"]
 
+    def test_an_empty_greedy_answer_is_named_not_ok(self, database: Path) -> None:
+        """A baseline that answers 200 with no text stops the probe with one line saying
+        so (not "failed: ok")."""
+        with MisbehavingServer() as baseline, CapabilityServer() as candidate:
+            baseline.default = Behaviour(piece="")
+            result = CliRunner().invoke(
+                app, ["probe", "--baseline", baseline.url, "--candidate", candidate.url]
+            )
+        assert result.exit_code == 2, result.output
+        assert result.output.strip() == (
+            "canaryd: error: probe: arms.baseline: the plain greedy request came back with no text"
+        )
+
     def test_an_unreachable_server_is_exit_2(self, database: Path) -> None:
         """A candidate nobody listens on: exit 2 naming the arm, nothing stored."""
         url = refused_url()

@@ -76,10 +76,12 @@ class TestValidateCommand:
         ]
 
     def test_path_is_required(self) -> None:
-        """Without a path the command is a usage error."""
+        """Without a path the command is a usage error: one line naming the argument."""
         result = runner.invoke(app, ["prompts", "validate"])
         assert result.exit_code == 2
-        assert "Missing argument 'PATH'" in result.output
+        assert result.output == (
+            "canaryd: error: missing argument PATH (see canaryd prompts validate --help)\n"
+        )
 
 
 class TestUnstorableText:

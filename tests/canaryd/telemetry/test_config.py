@@ -249,9 +249,9 @@ class TestSettings:
             assert isinstance(source, PromqlSource)
             assert source.queries["itl"] == (
                 "sum by (instance, le) (vllm:time_per_output_token_seconds_bucket"
-                '{namespace="prod",deployment="llama-canary"})'
+                '{namespace="prod",service="llama-canary"})'
             )
-            assert 'deployment="llama-canary"' in source.queries["requests"]
+            assert 'service="llama-canary"' in source.queries["requests"]
         finally:
             source.close()
 
