@@ -11,16 +11,16 @@ requests, the load is what they are given: requests per second per replica, each
 over its intervals within two minutes of the speculative interval (a single 15 s
 interval at a few requests a second is too noisy to match on). A speculative interval
 is compared when the two differ by at most `max_load_difference` (0.2) of the larger.
-Requests in flight are no such measure there: by Little's law an arm that is slower at
-the same arrivals holds more of them, and that slowness is what is judged. Only where
-an arm counts no requests are the requests running + waiting per replica matched
-instead (within the same tolerance, or one request), so there a slower arm reads as a
-busier one and is left out, never compared at a load it did not carry. The tolerance
-bounds what load alone can move: with latency ∝ load^γ, a load ratio of 1 ÷ (1 − 0.2)
-= 1.25 moves latency by 1.25^γ, within `max_ratio` 1.2 for γ up to 0.8 (1.12 at γ =
-0.5); a 2× load difference (latency ×1.41 at γ = 0.5, a false FAIL, or a 1.4× slower
-arm hidden behind half the load) is left out. With too few requests left at matched
-load the decision is NODATA and its detail counts what was left out and why.
+In flight alone is no such measure: by Little's law an arm slower at the same arrivals
+holds more of them. Where arrivals differ but the requests in flight agree (a balancer
+keeping as many open on each arm), the concurrency is the same and the slower arm merely
+got fewer arrivals: matched too, or it would hide behind what its slowness cost. Where
+an arm counts no requests, requests running + waiting per replica are matched alone
+(within the same tolerance, or one request). The tolerance bounds what load alone can
+move: with latency ∝ load^γ, a load ratio of 1 ÷ (1 − 0.2) = 1.25 moves latency by
+1.25^γ, within `max_ratio` 1.2 for γ up to 0.8 (1.12 at γ = 0.5); a 2× difference of
+arrivals and of concurrency (latency ×1.41 at γ = 0.5, a false FAIL) is left out. With
+too few requests left at matched load the decision is NODATA, its detail saying why.
 
 **Inter-token latency per token.** vLLM observes one inter-token latency per engine step
 and request; a speculative verify step streams several tokens at once and takes longer
@@ -218,14 +218,14 @@ def match_load(
             continue
         middle = _middle(interval)
         spec_rate, base_rate = spec_load.rate(middle), base_load.rate(middle)
+        in_flight = _differs(
+            spec_load.in_flight(middle), base_load.in_flight(middle), tolerance, _LOAD_FLOOR
+        )
         if spec_rate is not None and base_rate is not None:
-            # Arrivals are the load both arms are given; in flight is also how slowly
-            # an arm serves them, which is what is judged.
-            differs = _differs(spec_rate, base_rate, tolerance, 0.0)
+            # Arrivals are the load given; the same concurrency is the same load too.
+            differs = _differs(spec_rate, base_rate, tolerance, 0.0) and in_flight is not False
         else:
-            differs = _differs(
-                spec_load.in_flight(middle), base_load.in_flight(middle), tolerance, _LOAD_FLOOR
-            )
+            differs = in_flight
         if differs is None:
             unknown += 1
             continue
