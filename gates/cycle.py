@@ -46,6 +46,7 @@ from gates.telemetry.acceptance import AcceptanceReference, telemetry_acceptance
 from gates.telemetry.errors import telemetry_errors_gate
 from gates.telemetry.intervals import TelemetryEvidence
 from gates.telemetry.latency import telemetry_latency_gate
+from gates.telemetry.mix import screen_past_reference
 
 __all__ = [
     "GATES",
@@ -340,7 +341,9 @@ def judge(
     nothing else changes. The gates judge with `evidence.judged_config(config)`: the
     calibrated tie margin, and re-budgeted (`gates.stats.budget.rebudget`) when the pair
     rate on the database is faster than the budget's design rate; the quality decision
-    names the tie margin when the evidence carries one. `min_pairs` (what the asker
+    names the tie margin when the evidence carries one. `telemetry.acceptance` judged
+    against the past stands only where the drift gate agrees (`gates.telemetry.mix`).
+    `min_pairs` (what the asker
     demands of the evidence, not evidence) and `evidence.subject` go to `combine`."""
     ratio = rate_ratio(config, evidence.pair_rate)
     config = evidence.judged_config(config)
@@ -348,7 +351,9 @@ def judge(
     context = _context(evidence, config, now=now, category_since=evidence.category_since)
     telemetry = evidence.telemetry
     runs = {"pairs": True, "probe": evidence.with_probe, "telemetry": telemetry is not None}
-    decisions = tuple(spec.run(config, context) for spec in GATES if runs[spec.evidence])
+    decisions = screen_past_reference(
+        [spec.run(config, context) for spec in GATES if runs[spec.evidence]]
+    )
     covered = covered_by_telemetry(decisions)
     pairs = len(context.records)  # distinct measurements
     requests = sum(

@@ -104,6 +104,22 @@ class Settings(EnvironmentSettings):
     def _telemetry_arms_are_arms(self) -> Settings:
         known = self.arms.names
         unknown = [name for name in self.telemetry.arms if name not in known]
+        baseline = self.telemetry.arms.get(BASELINE_ARM)
+        if baseline is not None and baseline.stable is not None:
+            raise ValidationError.from_exception_data(
+                "Settings",
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError(
+                            "telemetry_stable",
+                            "the baseline has no stable: a concurrent stable belongs to a "
+                            "speculative arm (the pods serving its previous revision)",
+                        ),
+                        loc=("telemetry", "arms", BASELINE_ARM, "stable"),
+                        input=BASELINE_ARM,
+                    )
+                ],
+            )
         if not unknown:
             return self
         raise ValidationError.from_exception_data(

@@ -40,7 +40,7 @@ from canaryd.metrics.store import StoreMetrics
 from canaryd.metrics.telemetry import TelemetryMetrics
 from canaryd.redact import redact_text
 from canaryd.store import StoredInterval, TelemetryStore
-from canaryd.telemetry.config import TelemetryConfig
+from canaryd.telemetry.config import TelemetryConfig, source_arm
 from canaryd.telemetry.limits import RefusalReason
 from canaryd.telemetry.scraper import SUMMED, ArmScrape, TelemetryScraper
 from canaryd.telemetry.signals import ReplicaFailure
@@ -186,7 +186,7 @@ class TelemetryJob:
         intervals = [
             StoredInterval(
                 arm=arm,
-                arms=arm_key(settings, arm),
+                arms=arm_key(settings, source_arm(arm)),
                 interval=scrape.window.interval,
                 replicas=scrape.window.replicas,
                 failed_replicas=len(scrape.window.failed),

@@ -30,6 +30,7 @@ import structlog
 from canaryd.config import Settings
 from canaryd.config.arms import arm_key, arm_pair_config
 from canaryd.store import HistoryStore, TelemetryStore
+from canaryd.telemetry.config import source_arm, stable_source
 from gates.config import GatesConfig
 from gates.cycle import TELEMETRY_GATES, section, window_bounds
 from gates.records import BASELINE_ARM, PairRecord
@@ -126,7 +127,8 @@ def read_telemetry(
     """The baseline's and `arm`'s scrape intervals that lie in the longest telemetry gate
     window up to `at`, from `start` and up to `end` when given (a revision's window),
     measured under each arm's configuration of now; None when `[telemetry]` names no arm
-    (the telemetry gates then do not run). An arm without a source has no intervals."""
+    (the telemetry gates then do not run). An arm without a source has no intervals; the
+    arm's concurrent stable (`[telemetry.arms.<arm>.stable]`) is read beside it."""
     if not settings.telemetry.enabled:
         return None
     seconds = telemetry_seconds(settings.gates)
@@ -136,12 +138,17 @@ def read_telemetry(
     until = at if end is None else min(at, end)
 
     def intervals(name: str) -> ArmTelemetry:
-        if name not in settings.telemetry.arms:
+        if name not in settings.telemetry.sources():
             return ArmTelemetry()
-        stored = store.telemetry(name, arms=arm_key(settings, name), since=since, until=until)
+        key = arm_key(settings, source_arm(name))
+        stored = store.telemetry(name, arms=key, since=since, until=until)
         return ArmTelemetry.of(s.interval for s in stored)
 
-    return TelemetryEvidence(baseline=intervals(BASELINE_ARM), speculative=intervals(arm))
+    return TelemetryEvidence(
+        baseline=intervals(BASELINE_ARM),
+        speculative=intervals(arm),
+        stable=intervals(stable_source(arm)),
+    )
 
 
 def acceptance_reference(

@@ -204,6 +204,69 @@ class SignalMap(_Strict):
         )
 
 
+STABLE = "stable"
+
+
+def stable_source(arm: str) -> str:
+    """The name a speculative arm's concurrent stable is scraped, stored and logged under."""
+    return f"{arm}@{STABLE}"
+
+
+def source_arm(source: str) -> str:
+    """The arm a source belongs to: `arm` itself, or the arm whose stable it is."""
+    return source.removesuffix(f"@{STABLE}")
+
+
+class StableSource(_Strict):
+    """The concurrent stable of a speculative arm (`[telemetry.arms.<arm>.stable]`): the
+    pods that still serve the previous revision beside the one judged (Argo's stable
+    ReplicaSet, Flagger's primary). Every other setting is the arm's own; this names
+    only which series are the stable's: `metrics_url` and/or `labels` for a direct
+    scrape, `selector` for PromQL."""
+
+    metrics_url: tuple[str, ...] = Field(
+        default=(),
+        description="direct scrape: the stable replicas' expositions (default: the arm's "
+        "own URLs, told apart by `labels`)",
+    )
+    labels: dict[str, str] | None = Field(
+        default=None,
+        description="direct scrape: label matchers of the stable's series in place of the "
+        "arm's `labels` (a gateway's `destination_workload`, say)",
+    )
+    selector: str | None = Field(
+        default=None,
+        max_length=1000,
+        description="PromQL: label matchers of the stable's series in place of the arm's "
+        '`selector` (Argo: `rollouts_pod_template_hash="<stable hash>"` or the stable '
+        'Service; Flagger: `service="<name>-primary"`)',
+    )
+
+    @field_validator("metrics_url", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return (value,) if isinstance(value, str) else value
+
+    @field_validator("metrics_url")
+    @classmethod
+    def _urls(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
+        for url in urls:
+            _http_url(url)
+        if len(set(urls)) != len(urls):
+            raise ValueError("a replica's URL is listed twice: it would be counted twice")
+        return urls
+
+    @field_validator("selector")
+    @classmethod
+    def _label_matcher_list(cls, selector: str | None) -> str | None:
+        return None if selector is None else _selector(selector)
+
+    @field_validator("labels")
+    @classmethod
+    def _label_matchers(cls, labels: dict[str, str] | None) -> dict[str, str] | None:
+        return None if labels is None else _matchers(labels)
+
+
 class TelemetryArmConfig(_Strict):
     """One arm's telemetry source (`[telemetry.arms.<arm>]`): `metrics_url` or
     `prometheus_url`, never both."""
@@ -252,6 +315,13 @@ class TelemetryArmConfig(_Strict):
         "evaluated at each scrape; counters and histogram buckets as cumulative values "
         "(`sum by (instance)`, never `increase`), `$selector` and `$range` (the scrape "
         "interval) substituted",
+    )
+
+    stable: StableSource | None = Field(
+        default=None,
+        description="speculative arms: the concurrent stable ([telemetry.arms.<arm>.stable]), "
+        "the pods still serving the previous revision; `telemetry.acceptance` then judges "
+        "the arm against it over the same scrapes, so a shift in the traffic mix cancels",
     )
 
     @field_validator("metrics_url", mode="before")
@@ -320,7 +390,50 @@ class TelemetryArmConfig(_Strict):
             raise ValueError(
                 "selector and queries are PromQL; with metrics_url use labels and signals"
             )
+        self._check_stable()
         return self
+
+    def _check_stable(self) -> None:
+        stable = self.stable
+        if stable is None:
+            return
+        if self.metrics_url:
+            if stable.selector is not None:
+                raise ValueError("stable: selector is PromQL; with metrics_url use labels")
+            if not stable.metrics_url and stable.labels is None:
+                raise ValueError(
+                    "stable: name the stable's series: metrics_url (its replicas) or labels"
+                )
+            shared = set(stable.metrics_url) & set(self.metrics_url)
+            if (not stable.metrics_url or shared) and stable.labels in (None, self.labels):
+                raise ValueError(
+                    "stable: a URL of the arm's own replicas, with the same labels: "
+                    "the arm would be compared with itself"
+                )
+        else:
+            if stable.metrics_url or stable.labels is not None:
+                raise ValueError(
+                    "stable: metrics_url and labels are a direct scrape's; with "
+                    "prometheus_url name the stable's series with selector"
+                )
+            if stable.selector is None or stable.selector == self.selector:
+                raise ValueError(
+                    "stable: give the stable's own selector (it differs from the arm's)"
+                )
+
+    def stable_config(self) -> TelemetryArmConfig | None:
+        """The stable's source: this arm's settings with the stable's series named."""
+        stable = self.stable
+        if stable is None:
+            return None
+        update: dict[str, Any] = {"stable": None}
+        if stable.metrics_url:
+            update["metrics_url"] = stable.metrics_url
+        if stable.labels is not None:
+            update["labels"] = stable.labels
+        if stable.selector is not None:
+            update["selector"] = stable.selector
+        return self.model_copy(update=update)
 
     @property
     def direct(self) -> bool:
@@ -385,3 +498,13 @@ class TelemetryConfig(_Strict):
     @property
     def enabled(self) -> bool:
         return bool(self.arms)
+
+    def sources(self) -> dict[str, TelemetryArmConfig]:
+        """Every source to scrape, by name: each arm's, and each concurrent stable's
+        (`stable_source(arm)`) after it."""
+        sources: dict[str, TelemetryArmConfig] = {}
+        for arm, config in self.arms.items():
+            sources[arm] = config
+            if (stable := config.stable_config()) is not None:
+                sources[stable_source(arm)] = stable
+        return sources

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 import structlog
 
 from canaryd.redact import redact_text
-from canaryd.telemetry.config import TelemetryConfig
+from canaryd.telemetry.config import TelemetryConfig, stable_source
 from canaryd.telemetry.scraper import TelemetryScraper
 from gates.records import BASELINE_ARM
 from gates.telemetry.intervals import ArmTelemetry, TelemetryEvidence, TelemetryInterval
@@ -34,7 +34,7 @@ class TelemetryRecorder:
     def __init__(self, config: TelemetryConfig, source: str = "[telemetry]") -> None:
         self.interval_s = config.scrape_interval_s
         self._scraper = TelemetryScraper(config, source)
-        self._intervals: dict[str, list[TelemetryInterval]] = {arm: [] for arm in config.arms}
+        self._intervals: dict[str, list[TelemetryInterval]] = {arm: [] for arm in config.sources()}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._logged: set[tuple[str, str]] = set()
@@ -82,9 +82,10 @@ class TelemetryRecorder:
                     self._intervals[arm].append(scrape.window.interval)
 
     def evidence(self, arm: str) -> TelemetryEvidence:
-        """The baseline's and `arm`'s intervals kept so far."""
+        """The baseline's, `arm`'s and its concurrent stable's intervals kept so far."""
         with self._lock:
             return TelemetryEvidence(
                 baseline=ArmTelemetry.of(self._intervals.get(BASELINE_ARM, ())),
                 speculative=ArmTelemetry.of(self._intervals.get(arm, ())),
+                stable=ArmTelemetry.of(self._intervals.get(stable_source(arm), ())),
             )

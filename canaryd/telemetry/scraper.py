@@ -1,6 +1,7 @@
 """Every arm's telemetry read at one instant, and consecutive readings turned into windows.
 
-`TelemetryScraper` opens one source per configured arm (`sources.open_source`) and, on
+`TelemetryScraper` opens one source per configured arm and concurrent stable
+(`TelemetryConfig.sources`, `sources.open_source`) and, on
 each `scrape(now)`, reads them all in parallel at that one instant, so that the arms'
 intervals line up and judge the same minutes of production. It keeps each arm's last
 reading: the window of an arm is what happened between it and the new one
@@ -61,7 +62,7 @@ class TelemetryScraper:
         self._last: dict[str, ArmReading] = {}
         self._refusals_logged: set[tuple[str, str, str]] = set()
         try:
-            for arm in config.arms:
+            for arm in config.sources():
                 self._sources[arm] = opener(arm, config, source)
         except BaseException:
             self.close()

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Protocol
 
 from canaryd.errors import ConfigError
-from canaryd.telemetry.config import TelemetryConfig
+from canaryd.telemetry.config import TelemetryConfig, source_arm
 from canaryd.telemetry.promql_source import PromqlSource
 from canaryd.telemetry.scrape import ScrapeSource
 from canaryd.telemetry.signals import ArmReading
@@ -33,10 +33,11 @@ class TelemetrySource(Protocol):
 
 
 def open_source(arm: str, config: TelemetryConfig, source: str = "[telemetry]") -> TelemetrySource:
-    """The source of `arm`'s telemetry as `config` sets it; `ConfigError` naming the key
-    (in `source`, the configuration's file) when the arm has none."""
-    key = f"telemetry.arms.{arm}"
-    arm_config = config.arms.get(arm)
+    """The source of `arm`'s telemetry as `config` sets it (`arm` may name a concurrent
+    stable, `config.stable_source`); `ConfigError` naming the key (in `source`, the
+    configuration's file) when the arm has none."""
+    key = f"telemetry.arms.{source_arm(arm)}" + (".stable" if arm != source_arm(arm) else "")
+    arm_config = config.sources().get(arm)
     if arm_config is None:
         raise ConfigError(source, key, "no telemetry source for this arm")
     if not arm_config.direct:

@@ -6,11 +6,16 @@ steps; draft tokens; accepted tokens), interval by interval. The acceptance leng
 1 + accepted ÷ drafts (the bonus token counted, as vLLM does) and the acceptance rate
 accepted ÷ draft tokens; the decision's `estimate` is the window's acceptance length.
 
-**Reference.** `reference_acceptance_length` when configured (taken as exact), else an
-`AcceptanceReference` the caller pinned from the arm's own healthy telemetry with
-`pin_acceptance_reference` (the first `pin_min_drafts` drafts, over at least
-`pin_min_intervals` intervals, of the evidence) and passes back in. Without one the
-gate is NODATA and says so, its estimate still the window's length.
+**Reference.** The concurrent stable when the evidence holds one (`evidence.stable`: the
+pods serving the previous revision beside the one judged, over the same scrapes), judged
+interval by interval in `gates.telemetry.concurrent`: same traffic, same moment, so the
+traffic mix cancels. Else a reference from the past: `reference_acceptance_length` when
+configured (taken as exact), else an `AcceptanceReference` the caller pinned from the
+arm's own healthy telemetry with `pin_acceptance_reference` (the first `pin_min_drafts`
+drafts, over at least `pin_min_intervals` intervals, of the evidence) and passes back
+in. Without one the gate is NODATA and says so, its estimate still the window's length.
+A decision against the past holds only where the mix is shown comparable
+(`gates.telemetry.mix`, applied by `gates.cycle.judge`).
 
 **Noise.** Drafts of one request are alike (a code completion accepts more than a
 poem), so accepted tokens per draft vary between intervals more than independent
@@ -51,6 +56,7 @@ from gates.config import TelemetryAcceptanceGateConfig
 from gates.core import GateDecision, GateState
 from gates.stats.detectors import CALIBRATION_CONFIDENCE, reading, sequential_state
 from gates.stats.sequential import GROSS_SEPARATION, cusum_bank, lorden_threshold
+from gates.telemetry.concurrent import aligned, concurrent_acceptance
 from gates.telemetry.errors import interval_note
 from gates.telemetry.intervals import (
     ArmTelemetry,
@@ -201,10 +207,11 @@ def telemetry_acceptance_gate(
     """FAIL when the CUSUM alarms, PASS when the window's length credibly holds within
     `max_relative_drop` of the reference; NODATA without draft counters, without a
     reference (configured or pinned), below `min_samples` drafts, or when the arm's
-    evidence stopped (`gates.telemetry.silence`). Reads the speculative arm only. `arl0`
+    evidence stopped (`gates.telemetry.silence`). Reads the speculative arm and, where
+    the evidence holds it, the concurrent stable (which then is the reference). `arl0`
     is the detector's in-control run length in intervals; `since` (the start of the
-    current evidence) drops intervals that started before it. A configured
-    `reference_acceptance_length` overrides `reference`."""
+    current evidence) drops intervals that started before it. Without a concurrent
+    stable, a configured `reference_acceptance_length` overrides `reference`."""
     intervals = evidence.speculative.window(
         now, window_seconds=config.window_seconds, window_intervals=config.window_pairs, since=since
     )
@@ -222,6 +229,17 @@ def telemetry_acceptance_gate(
         return _nodata(
             config, window, now, stopped, estimate=_pooled(counts)[0], n_speculative=drafts
         )
+    blocks = aligned(
+        intervals,
+        evidence.stable.window(
+            now,
+            window_seconds=config.window_seconds,
+            window_intervals=config.window_pairs,
+            since=since,
+        ),
+    )
+    if blocks:
+        return concurrent_acceptance(blocks, config, window, now, lorden_threshold(arl0))
     if config.reference_acceptance_length is not None:
         reference = AcceptanceReference(config.reference_acceptance_length)
     drafts = sum(c.drafts for c in counts)

@@ -206,7 +206,11 @@ class ArmTelemetry:
 
 @dataclass(frozen=True, slots=True)
 class TelemetryEvidence:
-    """Both arms' production telemetry, as the telemetry gates read it."""
+    """Both arms' production telemetry, as the telemetry gates read it, and the concurrent
+    stable's (`stable`): the speculative pods that still serve the previous revision
+    beside the one judged (Argo's stable ReplicaSet, Flagger's primary), over the same
+    scrapes; empty where none is configured."""
 
     baseline: ArmTelemetry = ArmTelemetry()
     speculative: ArmTelemetry = ArmTelemetry()
+    stable: ArmTelemetry = ArmTelemetry()

@@ -60,7 +60,7 @@ def evidence(
     """Both arms at 5 requests per second, 15 s scrapes from T0 (or up to `ending`, the
     judgement's time: evidence that stopped long before it has expired): the baseline
     failing 0.5 % of its requests, the speculative arm 20 % faster with acceptance length
-    about 2.5 (3 draft tokens a step)."""
+    about 2.5 (3 draft tokens a step), and its concurrent stable alike."""
     rng = np.random.default_rng(seed)
     start = T0 if ending is None else ending - timedelta(seconds=intervals * SCRAPE_S)
     baseline = simulate_arm(rng, ArmTraffic(rps=5.0), intervals=intervals, start=start)
@@ -70,8 +70,16 @@ def evidence(
         intervals=intervals,
         start=start,
     )
+    stable = simulate_arm(
+        rng,
+        ArmTraffic(rps=5.0, slowdown=0.8, draft_tokens=3, acceptance=0.69),
+        intervals=intervals,
+        start=start,
+    )
     return TelemetryEvidence(
-        with_errors(baseline, 0.005, rng), with_errors(speculative, speculative_error_rate, rng)
+        with_errors(baseline, 0.005, rng),
+        with_errors(speculative, speculative_error_rate, rng),
+        stable,
     )
 
 
@@ -263,6 +271,22 @@ class TestTelemetry:
         assert next(d for d in judged.decisions if d.name == "telemetry.errors").state is (
             GateState.FAIL
         )
+
+    def test_acceptance_against_the_past_with_drift_undecided_is_set_aside(self) -> None:
+        """No concurrent stable and drift undecided: telemetry.acceptance against its pin
+        is set aside (NODATA, warn), covers nothing, and the verdict waits on drift, as
+        it would without telemetry, instead of PASSing on a reference from another mix."""
+        telemetry = evidence(200, ending=at(399))
+        alone = TelemetryEvidence(telemetry.baseline, telemetry.speculative)
+        config = GatesConfig()  # drift enforced, no references pinned: undecided
+        judged = judge(Evidence(healthy(400), **judged_with(alone)), config, at(399))
+        acceptance = next(d for d in judged.decisions if d.name == "telemetry.acceptance")
+        assert acceptance.state is GateState.NODATA and not acceptance.enforced
+        assert "set aside (PASS as read)" in acceptance.detail
+        assert "drift" not in judged.covered
+        assert judged.verdict == "INCONCLUSIVE" and "drift" in judged.reason
+        with_stable = judge(Evidence(healthy(400), **judged_with(telemetry)), config, at(399))
+        assert "drift" in with_stable.covered and with_stable.verdict == "PASS"
 
     def test_a_covered_pair_gate_still_fails_the_verdict(self) -> None:
         """Covered gates count by their FAIL: a dead speculative arm in the pairs FAILs

@@ -117,6 +117,24 @@ class TestReadTelemetry:
         assert cut is not None and len(cut.speculative.intervals) == 20
         assert telemetry_seconds(config.gates) == 6 * 3600.0
 
+    def test_the_concurrent_stable_is_read_beside_the_arm(
+        self, store: SqlStore, database_url: str, tmp_path: Path
+    ) -> None:
+        """With `[telemetry.arms.speculative.stable]` the stable's intervals (stored as
+        `speculative@stable` under the arm's key) are the evidence's `stable`; without
+        the section they are not read."""
+        config = with_stable(database_url, tmp_path)
+        start = Soak(store).base
+        _, speculative = simulate(start, 8)
+        _, stable = simulate(start, 8, seed=8)
+        store_arm(store, config, "speculative", speculative)
+        store_stable(store, config, stable)
+        at = start + timedelta(hours=1)
+        evidence = read_telemetry(store, config, "speculative", at)
+        assert evidence is not None and evidence.stable.intervals == stable.intervals
+        plain = read_telemetry(store, settings(database_url, tmp_path), "speculative", at)
+        assert plain is not None and plain.stable.intervals == ()
+
     def test_an_arm_without_a_source_has_no_intervals(
         self, store: SqlStore, database_url: str, tmp_path: Path
     ) -> None:
@@ -149,18 +167,49 @@ class TestAcceptanceReference:
         assert acceptance_reference(None, config, now) is None
 
 
+def with_stable(url: str, tmp_path: Path) -> Settings:
+    """`settings` with the speculative arm's concurrent stable scraped."""
+    sources = dict(TELEMETRY["arms"])  # type: ignore[call-overload]
+    sources["speculative"] = {
+        **sources["speculative"],
+        "stable": {"metrics_url": "http://10.0.0.3:8000/metrics"},
+    }
+    return Settings(
+        storage={"url": url},
+        switch={"state_file": str(tmp_path / "state" / "switch.json")},
+        telemetry={**TELEMETRY, "arms": sources},
+    )
+
+
+def store_stable(store: SqlStore, config: Settings, telemetry: ArmTelemetry) -> None:
+    store.save_telemetry(
+        [
+            StoredInterval(
+                arm="speculative@stable",
+                arms=arm_key(config, "speculative"),
+                interval=i,
+                replicas=1,
+            )
+            for i in telemetry.intervals
+        ]
+    )
+
+
 class TestGateJob:
     def test_the_gate_job_judges_telemetry_and_gates_shows_it(
         self, store: SqlStore, database_url: str, tmp_path: Path
     ) -> None:
-        """An hour of both arms' telemetry: the stored evaluation holds the three telemetry
-        decisions; `canaryd gates --json` shows them by name, with acceptance's estimate
-        the window's 1 + accepted ÷ drafts; matched healthy arms PASS acceptance."""
-        config = settings(database_url, tmp_path)
+        """An hour of both arms' telemetry and the arm's concurrent stable: the stored
+        evaluation holds the three telemetry decisions; `canaryd gates --json` shows them
+        by name, with acceptance's estimate the window's 1 + accepted ÷ drafts; a healthy
+        arm PASSes acceptance against its stable."""
+        config = with_stable(database_url, tmp_path)
         start = Soak(store).base - timedelta(hours=1)
         baseline, speculative = simulate(start, 240)
+        _, stable = simulate(start, 240, seed=9)
         store_arm(store, config, "baseline", baseline)
         store_arm(store, config, "speculative", speculative)
+        store_stable(store, config, stable)
         now = start + timedelta(seconds=240 * STEP_S + 1)
         gates = SwitchGates(config, store=store)
         try:
@@ -200,6 +249,27 @@ class TestGateJob:
         assert evaluation is not None
         assert not {d.name for d in evaluation.decisions} & set(NAMES)
 
+    def test_without_a_stable_acceptance_against_the_past_is_set_aside(
+        self, store: SqlStore, database_url: str, tmp_path: Path
+    ) -> None:
+        """The same hour without the stable and without pairs: acceptance judged against
+        the arm's own first intervals is set aside (warn, NODATA) and says why."""
+        config = settings(database_url, tmp_path)
+        start = Soak(store).base - timedelta(hours=1)
+        baseline, speculative = simulate(start, 240)
+        store_arm(store, config, "baseline", baseline)
+        store_arm(store, config, "speculative", speculative)
+        gates = SwitchGates(config, store=store)
+        try:
+            gates.evaluate(start + timedelta(seconds=240 * STEP_S + 1))
+        finally:
+            gates.close()
+        evaluation = store.latest_evaluation()
+        assert evaluation is not None
+        acceptance = next(d for d in evaluation.decisions if d.name == "telemetry.acceptance")
+        assert acceptance.state.value == "NODATA" and acceptance.mode.value == "warn"
+        assert "set aside (PASS as read)" in acceptance.detail
+
 
 class TestVerdict:
     def test_a_revision_is_judged_on_its_own_telemetry(
@@ -233,7 +303,9 @@ class TestVerdict:
     ) -> None:
         """A revision that accepts less from its first request on: pinned from its own
         first intervals it would be measured against itself; the verdict pins the reference
-        from the arm's telemetry before the revision's window opened, and FAILs it."""
+        from the arm's telemetry before the revision's window opened and reads a FAIL. With
+        no concurrent stable and no pairs to show the traffic mix comparable (drift
+        NODATA), that reading is set aside (`gates.telemetry.mix`), not a rollback."""
         config = settings(database_url, tmp_path)
         soak = Soak(store)
         clock = Clock(soak.base)
@@ -266,7 +338,9 @@ class TestVerdict:
             "telemetry.acceptance"
         ]
         assert acceptance.estimate == pytest.approx(pooled_length(new))
-        assert acceptance.state.value == "FAIL", acceptance.detail
+        assert acceptance.state.value == "NODATA" and not acceptance.enforced
+        assert "set aside (FAIL as read)" in acceptance.detail, acceptance.detail
+        assert "(drift) is NODATA" in acceptance.detail
         own = acceptance_reference(
             TelemetryEvidence(ArmTelemetry(), new), config.gates, clock.now, since=start
         )

@@ -6,6 +6,7 @@ matchers and names refused with the key; the tables name the series the servers 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,92 @@ class TestPromql:
         """docs/telemetry.md carries promql_reference() as it is."""
         docs = Path(__file__).parents[3] / "docs" / "telemetry.md"
         assert promql_reference() in docs.read_text()
+
+
+class TestStable:
+    """`[telemetry.arms.<arm>.stable]`: the concurrent stable's series, every other
+    setting the arm's."""
+
+    def test_a_direct_stable_is_its_own_source_with_the_arm_settings(self) -> None:
+        config = TelemetryConfig.model_validate(
+            {
+                "arms": {
+                    "baseline": {"metrics_url": URL},
+                    "speculative": {
+                        "kind": "sglang",
+                        "metrics_url": "http://10.0.0.2:8000/metrics",
+                        "stable": {"metrics_url": "http://10.0.0.3:8000/metrics"},
+                    },
+                }
+            }
+        )
+        sources = config.sources()
+        assert list(sources) == ["baseline", "speculative", "speculative@stable"]
+        stable = sources["speculative@stable"]
+        assert stable.kind == "sglang" and stable.stable is None
+        assert stable.metrics_url == ("http://10.0.0.3:8000/metrics",)
+        source = open_source("speculative@stable", config)
+        try:
+            assert isinstance(source, ScrapeSource)
+        finally:
+            source.close()
+
+    def test_a_promql_stable_replaces_the_selector(self) -> None:
+        spec = arm(
+            prometheus_url="http://prom:9090",
+            selector='service="spec-canary"',
+            stable={"selector": 'service="spec-stable"'},
+        )
+        stable = spec.stable_config()
+        assert stable is not None and stable.selector == 'service="spec-stable"'
+        assert stable.prometheus_url == "http://prom:9090"
+
+    def test_labels_tell_the_stable_apart_on_a_shared_endpoint(self) -> None:
+        spec = arm(
+            kind="gateway",
+            gateway="istio",
+            metrics_url=URL,
+            labels={"destination_workload": "spec-canary"},
+            stable={"labels": {"destination_workload": "spec-stable"}},
+        )
+        stable = spec.stable_config()
+        assert stable is not None and stable.metrics_url == (URL,)
+        assert stable.labels == {"destination_workload": "spec-stable"}
+
+    @pytest.mark.parametrize(
+        ("fields", "message"),
+        [
+            ({"metrics_url": URL, "stable": {}}, "name the stable's series"),
+            ({"metrics_url": URL, "stable": {"metrics_url": URL}}, "compared with itself"),
+            ({"metrics_url": URL, "stable": {"selector": 'a="b"'}}, "selector is PromQL"),
+            (
+                {"prometheus_url": "http://prom:9090", "stable": {"metrics_url": URL}},
+                "with prometheus_url name the stable's series with selector",
+            ),
+            (
+                {"prometheus_url": "http://prom:9090", "selector": 'a="b"', "stable": {}},
+                "give the stable's own selector",
+            ),
+            (
+                {"prometheus_url": "http://prom:9090", "stable": {"selector": "a=b"}},
+                "not a list of PromQL label matchers",
+            ),
+        ],
+    )
+    def test_a_bad_stable_is_refused_with_its_reason(
+        self, fields: dict[str, Any], message: str
+    ) -> None:
+        with pytest.raises(ValidationError, match=re.escape(message)):
+            arm(**fields)
+
+    def test_the_baseline_has_no_stable(self, tmp_path: Path) -> None:
+        path = tmp_path / "canaryd.toml"
+        path.write_text(
+            f'[telemetry.arms.baseline]\nmetrics_url = "{URL}"\n'
+            '[telemetry.arms.baseline.stable]\nmetrics_url = "http://10.0.0.9:8000/metrics"\n'
+        )
+        with pytest.raises(ConfigError, match=r"telemetry\.arms\.baseline\.stable"):
+            load_settings(path)
 
 
 class TestOpenSource:
