@@ -7,7 +7,9 @@ and switch paths (under /var/lib there) the run's own directory, `server.listen`
 loopback port, and each telemetry arm's source a direct scrape of its server's /metrics
 (`metrics_url`) in place of Prometheus (`prometheus_url`, `selector`, `queries`): both
 sources give the same readings (docs/telemetry.md), and a loopback Prometheus would only
-relay the same page. Without a shipped file, the arms of docs/progressive-delivery.md and
+relay the same page. A concurrent stable (`[telemetry.arms.<arm>.stable]`) becomes a
+scrape of its own loopback server, the previous revision serving production beside the
+canary. Without a shipped file, the arms of docs/progressive-delivery.md and
 a direct-scrape `[telemetry]` stand in. `extra` (TOML) is merged over the result last.
 """
 
@@ -57,9 +59,11 @@ def run_config(
     data_dir: Path,
     *,
     telemetry: bool,
+    stables: Mapping[str, str] | None = None,
     extra: str = "",
 ) -> dict[str, Any]:
-    """`base` pointed at the loopback arms `urls` (arm name -> server root)."""
+    """`base` pointed at the loopback arms `urls` (arm name -> server root); an arm whose
+    shipped source names a concurrent stable (`stable`) scrapes `stables[arm]` as it."""
     config = copy.deepcopy(dict(base))
     arms = config["arms"]
     if set(arms) != set(urls):
@@ -79,6 +83,11 @@ def run_config(
             source = {k: v for k, v in sources.get(name, {}).items() if k not in _PROMQL_KEYS}
             source.setdefault("kind", "vllm")
             source["metrics_url"] = f"{url}/metrics"
+            if "stable" in source:
+                stable = (stables or {}).get(name)
+                if stable is None:
+                    raise ValueError(f"the shipped config names a stable for {name!r}: no server")
+                source["stable"] = {"metrics_url": f"{stable}/metrics"}
             sources[name] = source
     else:
         config.pop("telemetry", None)

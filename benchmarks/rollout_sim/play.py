@@ -31,7 +31,7 @@ from benchmarks.rollout_sim import argo, flagger
 from benchmarks.rollout_sim.arms import StallArms, StallSchedule
 from benchmarks.rollout_sim.config import run_config, shipped, toml_text
 from benchmarks.rollout_sim.daemon import REPO, Daemon, free_port
-from benchmarks.rollout_sim.scenarios import Scenario, Tool
+from benchmarks.rollout_sim.scenarios import SCENARIOS, Scenario, Tool
 from benchmarks.rollout_sim.servers import LoopbackArm
 
 EXAMPLES = REPO / "docs" / "examples"
@@ -294,6 +294,17 @@ def play(settings: Settings, run_index: int, log: Log) -> dict[str, Any]:
                 production_rps=settings.production_rps,
             )
         )
+        # The previous revision, still serving production beside the canary: healthy
+        # speculation, its own traffic (no pairs reach it), its /metrics the stable's.
+        stable = stack.enter_context(
+            LoopbackArm(
+                "speculative",
+                SCENARIOS["healthy"].arms(settings.baseline_ms, settings.speculative_ms)[1],
+                StallSchedule(0.0, arms=settings.stall_arms, seed=seed),
+                seed=seed + 7,
+                production_rps=settings.production_rps,
+            )
+        )
         port = free_port()
         base, config_source = shipped(settings.examples, settings.tool)
         config = run_config(
@@ -302,6 +313,7 @@ def play(settings: Settings, run_index: int, log: Log) -> dict[str, Any]:
             port,
             Path(tmp) / "data",
             telemetry=settings.telemetry,
+            stables={"speculative": stable.url},
             extra=settings.extra_config,
         )
         daemon = stack.enter_context(

@@ -324,12 +324,15 @@ class TestRunConfig:
     @pytest.mark.parametrize("tool", ["argo", "flagger"])
     def test_shipped_config_pointed_at_loopback(self, tool: str, tmp_path: Path) -> None:
         """The example's canaryd.toml keeps its settings; only the arms' URLs, the paths,
-        the listen address and the telemetry source (a direct scrape) change, and the TOML
-        written reads back as the same configuration."""
+        the listen address and the telemetry sources (a direct scrape, the stable's of its
+        own server) change, and the TOML written reads back as the same configuration."""
         base, source = shipped(EXAMPLES, tool)
         assert source.endswith(f"{tool}/canaryd.toml")
         urls = {"baseline": "http://127.0.0.1:1", "speculative": "http://127.0.0.1:2"}
-        config = run_config(base, urls, 9466, tmp_path, telemetry=True, extra="[gates.x]\ny = 1\n")
+        stables = {"speculative": "http://127.0.0.1:3"}
+        config = run_config(
+            base, urls, 9466, tmp_path, telemetry=True, stables=stables, extra="[gates.x]\ny = 1\n"
+        )
         assert config["arms"]["speculative"]["base_url"] == urls["speculative"]
         assert config["arms"]["speculative"]["model"] == base["arms"]["speculative"]["model"]
         assert config["storage"]["url"] == f"sqlite:///{tmp_path / 'canaryd.db'}"
@@ -337,6 +340,11 @@ class TestRunConfig:
         assert config["telemetry"]["arms"]["baseline"] == {
             "kind": "vllm", "metrics_url": "http://127.0.0.1:1/metrics",
         }  # fmt: skip
+        assert config["telemetry"]["arms"]["speculative"]["stable"] == {
+            "metrics_url": "http://127.0.0.1:3/metrics"
+        }
+        with pytest.raises(ValueError, match="names a stable for 'speculative'"):
+            run_config(base, urls, 9466, tmp_path, telemetry=True)
         assert config["telemetry"]["scrape_interval_s"] == base["telemetry"]["scrape_interval_s"]
         assert config["gates"]["x"] == {"y": 1}
         assert tomllib.loads(toml_text(config)) == config

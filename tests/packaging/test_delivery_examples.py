@@ -114,6 +114,21 @@ class TestCanarydSide:
         assert settings.arms.arm("speculative").speculative  # type: ignore[union-attr]
         assert unprovided(settings) == []
 
+    @pytest.mark.parametrize(
+        ("example", "service"), [("argo", "vllm-spec-stable"), ("flagger", "vllm-spec-primary")]
+    )
+    def test_acceptance_is_judged_against_the_concurrent_stable(
+        self, example: str, service: str
+    ) -> None:
+        """Each example names the pods still serving the previous revision (Argo's
+        stableService, Flagger's primary) as the speculative arm's concurrent stable."""
+        settings = load_settings(EXAMPLES / example / "canaryd.toml")
+        stable = settings.telemetry.arms["speculative"].stable
+        assert stable is not None and f'service="{service}"' in (stable.selector or "")
+        if example == "argo":
+            canary = load("argo/rollout.yaml")["spec"]["strategy"]["canary"]
+            assert canary["stableService"] == service
+
     def test_the_argo_rollout_runs_a_vllm_that_reports_acceptance(self) -> None:
         """The Rollout's vLLM is 0.32 or later and asks for per-request acceptance."""
         rollout = load("argo/rollout.yaml")
