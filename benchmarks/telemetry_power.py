@@ -129,6 +129,15 @@ BLIND_SPOTS = (
     "canary_goes_dark",
 )
 BLIND_SPOT_RATE = 5
+# Soaks at BLIND_SPOT_RATE beside the healthy one: a traffic mix that moves acceptance (no
+# stable: a soak; with one: during a rollout) and a canary declining slowly beside its
+# stable.
+SOAK_SCENARIOS = ("mix_shift", "rollout_mix_shift", "slow_decline_4pct_per_hour")
+MIX_HOURS = 3.0
+MIX_CODE_SHARES = (0.6, 0.1)  # code's share of the traffic, from and to
+MIX_ACCEPTANCE = (0.85, 0.45)  # per-draft-token acceptance: code (n-gram copies), chat
+DECLINE_PER_HOUR = 0.04
+DECLINE_CAP_HOURS = 8.0
 OUTAGE_SHARE = 0.05
 OUTAGE_BASELINE_RATE = 0.2
 OUTAGE_SPECULATIVE_RATES = (0.8, 1.0)
@@ -136,6 +145,7 @@ SCREEN_OFF_ALPHA = 1e-300  # no binomial tail of a scrape interval is this impro
 DARK_MINUTES = 30.0  # how long a dark arm is judged before the run is called undecided
 CLIENT_ERROR_RATES = (0.02, 0.30)  # 4xx: baseline, speculative
 SCRAPE_S = 15.0
+STABLE_SEED = 7919  # the concurrent stable's random stream: seed + this
 PAIRS_PER_MINUTE = RolloutConfig().max_pairs_per_minute  # the burst's default rate
 BASELINE_ERROR_RATE = 0.005
 FAULT_ERROR_RATE = 0.05
@@ -414,7 +424,9 @@ def rollout(
     dark: str | None = None,
 ) -> Outcome:
     """A revision (`arms`) judged from its first request until its verdict decides or
-    the cap; its acceptance reference pinned from the `stable` revision before it. With
+    the cap, beside the `stable` revision still serving (its concurrent stable, which
+    `telemetry.acceptance` judges it against); an acceptance reference is pinned from the
+    stable before the rollout too, for a judgement without the stable. With
     `dark` ("no_requests" or "scrapes_fail"), a verdict that PASSes is not the end: the
     speculative arm then goes dark, and the outcome is the minutes from then until every
     telemetry gate reads NODATA for it (`DARK_MINUTES` at most) and the verdict then."""
@@ -428,6 +440,10 @@ def rollout(
     pairs = pairs_for(arms, rng, int(longest * pairs_per_minute) + 1, spacing)
     baseline: list[TelemetryInterval] = []
     speculative: list[TelemetryInterval] = []
+    # The stable revision still serving beside the canary, from a stream of its own (the
+    # other draws are those the runs always made).
+    stable_rng = np.random.default_rng(seed + STABLE_SEED)
+    stables: list[TelemetryInterval] = []
     calls = 0
     telemetry_pass: float | None = None
 
@@ -442,6 +458,7 @@ def rollout(
             telemetry=TelemetryEvidence(
                 ArmTelemetry(tuple(baseline[:count])),
                 ArmTelemetry(tuple(i for i in speculative if i.end <= now)),
+                ArmTelemetry(tuple(stables[:count])),
             ),
             scrape_interval_s=SCRAPE_S,
             acceptance_reference=reference,
@@ -452,6 +469,7 @@ def rollout(
         start = T0 + timedelta(seconds=(count - 1) * SCRAPE_S)
         base, spec = scrape_interval(arms, rng, start)
         baseline.append(base)
+        stables.append(simulate_interval(stable_rng, stable.speculative, start, SCRAPE_S))
         if not dark_now:
             speculative.append(spec)
         elif dark == "no_requests":
@@ -460,7 +478,7 @@ def rollout(
 
     def went_dark(passed_at: int, minutes: float, telemetry_minutes: float | None) -> Outcome:
         """Judged at every interval after the PASS at `passed_at`, the arm dark."""
-        del baseline[passed_at:], speculative[passed_at:]
+        del baseline[passed_at:], speculative[passed_at:], stables[passed_at:]
         for count in range(passed_at + 1, passed_at + int(DARK_MINUTES * 60 / SCRAPE_S) + 1):
             advance(count, True)
             judged = judged_at(count)
@@ -508,14 +526,56 @@ def telemetry_alarms(judged: Judgement) -> list[str]:
     ]
 
 
-def soak(rate: int, seed: int, *, hours: float, config: GatesConfig) -> dict[str, Any]:
-    """Healthy telemetry for `hours`, judged on telemetry alone at every hour, under
-    `config` and again under the stress budget (`STRESS_BUDGET`), each restarting its
-    evidence after an alarm as a rollback does. Trips: hours with an alarm under
-    `config`; stress alarms: every alarmed check under the stress budget."""
+def mixed(traffic: ArmTraffic, hours: float) -> ArmTraffic:
+    """`traffic` `hours` into the mix shift: the code share falling linearly from
+    `MIX_CODE_SHARES[0]` to `[1]` over `MIX_HOURS`, then staying; each class's per-token
+    acceptance (`MIX_ACCEPTANCE`) weighted by its share."""
+    start, end = MIX_CODE_SHARES
+    share = start + (end - start) * min(hours / MIX_HOURS, 1.0)
+    code, chat = MIX_ACCEPTANCE
+    return replace(traffic, acceptance=share * code + (1.0 - share) * chat)
+
+
+@functools.cache
+def declined_acceptance(quarter: int) -> float:
+    """The per-request acceptance probability `quarter` quarter-hours into the slow
+    decline: the healthy length less `DECLINE_PER_HOUR` of it per hour."""
+    _, length, _, _ = fitted_acceptance()
+    target = length * (1.0 - DECLINE_PER_HOUR * quarter / 4.0)
+    return acceptance_for(target, ArmTraffic(draft_tokens=DRAFT_TOKENS))
+
+
+def soak_traffic(arms: Arms, scenario: str, hours: float) -> tuple[ArmTraffic, ArmTraffic]:
+    """The canary's and its concurrent stable's traffic `hours` into a soak `scenario`."""
+    speculative = arms.speculative
+    if scenario in ("mix_shift", "rollout_mix_shift"):
+        return mixed(speculative, hours), mixed(speculative, hours)
+    if scenario == "slow_decline_4pct_per_hour":
+        declined = replace(speculative, acceptance=declined_acceptance(int(hours * 4)))
+        return declined, speculative
+    return speculative, speculative
+
+
+def soak(
+    rate: int, seed: int, *, hours: float, config: GatesConfig, scenario: str = "healthy"
+) -> dict[str, Any]:
+    """Telemetry of `scenario` for `hours` (`soak_hours` says how long each scenario's
+    is), judged on telemetry alone at every hour, under `config` and, healthy, again
+    under the stress budget (`STRESS_BUDGET`), each restarting its evidence after an
+    alarm as a rollback does. Every scenario but `mix_shift` has the canary's
+    concurrent stable beside it. Trips: hours with an alarm of an enforce telemetry check
+    under `config`; stress alarms: every alarmed check under the stress budget;
+    `acceptance_as_read`: hours where `telemetry.acceptance`'s own detector alarmed,
+    set aside or not (`gates.telemetry.mix`); a slow decline stops at its first
+    `telemetry.acceptance` trip."""
     arms = plan_for(rate).healthy
     rng = np.random.default_rng(seed)
-    reference = stable_reference(arms, rng, config, T0)
+    start_traffic, _ = soak_traffic(arms, scenario, 0.0)
+    reference = stable_reference(replace(arms, speculative=start_traffic), rng, config, T0)
+    stable_rng = np.random.default_rng(seed + STABLE_SEED)
+    with_stable = scenario != "mix_shift"
+    stables: list[TelemetryInterval] = []
+    as_read: list[int] = []
     stressed = config.model_copy(
         update={
             "budget": config.budget.model_copy(
@@ -529,18 +589,24 @@ def soak(rate: int, seed: int, *, hours: float, config: GatesConfig) -> dict[str
     trips: list[dict[str, Any]] = []
     stress_alarms: list[dict[str, Any]] = []
     since: dict[str, datetime] = {"budget": T0, "stress": T0}
+    tracks = (("budget", config), ("stress", stressed))
     for hour in range(1, math.ceil(hours) + 1):
         for index in range((hour - 1) * per_hour, hour * per_hour):
             start = T0 + timedelta(seconds=index * SCRAPE_S)
+            canary, beside = soak_traffic(arms, scenario, index * SCRAPE_S / 3600.0)
             base = simulate_interval(rng, arms.baseline, start, SCRAPE_S)
-            spec = simulate_interval(rng, arms.speculative, start, SCRAPE_S)
+            spec = simulate_interval(rng, canary, start, SCRAPE_S)
             baseline.append(with_errors(base, BASELINE_ERROR_RATE, rng))
             speculative.append(with_errors(spec, BASELINE_ERROR_RATE, rng))
+            if with_stable:
+                stables.append(simulate_interval(stable_rng, beside, start, SCRAPE_S))
         now = T0 + timedelta(seconds=hour * per_hour * SCRAPE_S)
         evidence = TelemetryEvidence(
-            ArmTelemetry(tuple(baseline)), ArmTelemetry(tuple(speculative))
+            ArmTelemetry(tuple(baseline)),
+            ArmTelemetry(tuple(speculative)),
+            ArmTelemetry(tuple(stables)),
         )
-        for track, judged_config in (("budget", config), ("stress", stressed)):
+        for track, judged_config in tracks if scenario == "healthy" else tracks[:1]:
             telemetry_only = Evidence(
                 since=since[track],
                 telemetry=evidence,
@@ -549,17 +615,39 @@ def soak(rate: int, seed: int, *, hours: float, config: GatesConfig) -> dict[str
             )
             judged = judge(telemetry_only, judged_config, now)
             alarms = telemetry_alarms(judged)
+            if track == "budget" and acceptance_alarmed(judged):
+                as_read.append(hour)
             if alarms:
                 (trips if track == "budget" else stress_alarms).append(
                     {"hour": hour, "checks": alarms}
                 )
                 since[track] = now  # a rollback restarts the evidence
+        if scenario == "slow_decline_4pct_per_hour" and any(
+            "telemetry.acceptance" in trip["checks"] for trip in trips
+        ):
+            break
     return {
         "rate": rate,
-        "hours": float(math.ceil(hours)),
+        "scenario": scenario,
+        "concurrent_stable": with_stable,
+        "hours": float(hour),
         "trips": trips,
         "stress_alarms": stress_alarms,
+        "acceptance_as_read": as_read,
     }
+
+
+def acceptance_alarmed(judged: Judgement) -> bool:
+    """`telemetry.acceptance`'s detector reached its threshold in its window, whether the
+    decision stood or was set aside (the reading before `gates.telemetry.mix`)."""
+    return any(
+        check.state is GateState.FAIL
+        or "set aside (FAIL" in check.detail
+        or (check.detector is not None and check.detector.peak >= check.detector.threshold)
+        for decision in judged.decisions
+        if decision.name == "telemetry.acceptance"
+        for check in checks([decision])
+    )
 
 
 # --- the benchmark ---------------------------------------------------------------------
@@ -580,7 +668,11 @@ def run_task(
 ) -> Any:
     config = config_for(task.scenario)
     if task.kind == "soak":
-        return soak(task.rate, task.seed, hours=soak_hours, config=config)
+        hours = {"mix_shift": MIX_HOURS, "rollout_mix_shift": MIX_HOURS}.get(
+            task.scenario,
+            DECLINE_CAP_HOURS if task.scenario == "slow_decline_4pct_per_hour" else soak_hours,
+        )
+        return soak(task.rate, task.seed, hours=hours, config=config, scenario=task.scenario)
     plan = plan_for(task.rate)
     arms = plan.healthy if task.scenario == "healthy" else plan.faults[task.scenario]
     dark = None
@@ -630,9 +722,10 @@ def run(
     rates: Sequence[int] = RATES,
     faults: Sequence[str] = FAULTS,
     blind_spots: Sequence[str] = BLIND_SPOTS,
+    soak_scenarios: Sequence[str] = SOAK_SCENARIOS,
 ) -> dict[str, Any]:
     """Every rate's healthy and faulty rollouts over `seeds` seeds and its soak, and the
-    blind spots at `BLIND_SPOT_RATE`; the JSON."""
+    blind spots and soak scenarios at `BLIND_SPOT_RATE`; the JSON."""
     began = time.perf_counter()
     tasks = [Task("soak", rate, "healthy", 1000 + rate) for rate in rates if soak_hours > 0]
     tasks += [
@@ -645,6 +738,12 @@ def run(
         tasks += [
             Task("rollout", BLIND_SPOT_RATE, scenario, seed * 1000 + BLIND_SPOT_RATE)
             for scenario in blind_spots
+            for seed in range(seeds)
+        ]
+    if BLIND_SPOT_RATE in rates:
+        tasks += [
+            Task("soak", BLIND_SPOT_RATE, scenario, seed * 1000 + BLIND_SPOT_RATE)
+            for scenario in soak_scenarios
             for seed in range(seeds)
         ]
     arguments = (cap_minutes, pairs_per_minute, soak_hours, screen)
@@ -666,7 +765,14 @@ def run(
         for task in tasks:
             if task.kind == "rollout" and task.rate == rate:
                 runs[task.scenario].append(done[task])
-        soaked = next((done[t] for t in tasks if t.kind == "soak" and t.rate == rate), None)
+        soaked = next(
+            (
+                done[t]
+                for t in tasks
+                if t.kind == "soak" and t.rate == rate and t.scenario == "healthy"
+            ),
+            None,
+        )
         healthy = runs["healthy"]
         rollout_trips = sum(1 for o in healthy if o.verdict == "FAIL")
         soak_trips = len(soaked["trips"]) if soaked else 0
@@ -705,7 +811,13 @@ def run(
                 scenario: blind_spot_figures(scenario, runs[scenario]) for scenario in blind_spots
             }
     per_30d = healthy_trips / healthy_hours * HOURS_PER_30_DAYS if healthy_hours else None
-    soaks = [done[t] for t in tasks if t.kind == "soak"]
+    soaks = [done[t] for t in tasks if t.kind == "soak" and t.scenario == "healthy"]
+    report["soak_scenarios"] = {
+        scenario: soak_figures(
+            [done[t] for t in tasks if t.kind == "soak" and t.scenario == scenario]
+        )
+        for scenario in soak_scenarios
+    }
     soak_hours_total = sum(soaked["hours"] for soaked in soaks)
     stress_count = sum(len(a["checks"]) for soaked in soaks for a in soaked["stress_alarms"])
     stressed = config.model_copy(
@@ -787,6 +899,27 @@ def run(
     return report
 
 
+def soak_figures(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A soak scenario's figures over its seeds: trips (enforce alarms) and, for the slow
+    decline, the hour of the first `telemetry.acceptance` trip (None: none within the
+    cap), with the hours `telemetry.acceptance`'s own detector alarmed, set aside or not."""
+    fail_hours = [
+        next(
+            (trip["hour"] for trip in run["trips"] if "telemetry.acceptance" in trip["checks"]),
+            None,
+        )
+        for run in runs
+    ]
+    return {
+        "concurrent_stable": all(run["concurrent_stable"] for run in runs),
+        "hours": [run["hours"] for run in runs],
+        "trips": sum(len(run["trips"]) for run in runs),
+        "runs_trips": [run["trips"] for run in runs],
+        "runs_acceptance_fail_hour": fail_hours,
+        "runs_acceptance_as_read": [run["acceptance_as_read"] for run in runs],
+    }
+
+
 def blind_spot_figures(scenario: str, runs: Sequence[Outcome]) -> dict[str, Any]:
     """One blind spot's figures: minutes to FAIL, or for `canary_goes_dark` the minutes
     from the dark's start to NODATA of every telemetry gate and the verdict then."""
@@ -848,6 +981,14 @@ def table(report: dict[str, Any]) -> str:
                     f"(measured; runs {found['runs_minutes_to_fail']}, by "
                     f"{', '.join(found['failed_by']) or '-'}, {found['passed_runs']} PASSed)"
                 )
+    for scenario, found in report.get("soak_scenarios", {}).items():
+        stable = "beside its concurrent stable" if found["concurrent_stable"] else "no stable"
+        lines.append(
+            f"{BLIND_SPOT_RATE:>4} rps {scenario} ({stable}, hours {found['hours']}): "
+            f"{found['trips']} trips (measured; acceptance FAIL at hour "
+            f"{found['runs_acceptance_fail_hour']}; acceptance's own detector alarmed, "
+            f"set aside or not, at hours {found['runs_acceptance_as_read']})"
+        )
     lines.append(
         f"healthy false trips per 30 days: {report['healthy_false_trips_per_30d']:.3g} "
         f"(95 % bound {report['healthy_false_trips_per_30d_upper95']:.3g}, "
@@ -884,6 +1025,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         help=f"scenarios at {BLIND_SPOT_RATE} requests per second (none: leave them out)",
     )
     parser.add_argument(
+        "--soak-scenarios",
+        nargs="*",
+        default=list(SOAK_SCENARIOS),
+        choices=SOAK_SCENARIOS,
+        help=f"soaks at {BLIND_SPOT_RATE} requests per second (none: leave them out)",
+    )
+    parser.add_argument(
         "--screen", type=int, default=None, help="intervals between screened judgements"
     )
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
@@ -900,6 +1048,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         rates=args.rates,
         faults=args.faults,
         blind_spots=args.blind_spots,
+        soak_scenarios=args.soak_scenarios,
     )
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
