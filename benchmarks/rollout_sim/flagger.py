@@ -49,6 +49,9 @@ CanaryPhase = Literal[
     "Progressing", "WaitingPromotion", "Promoting", "Finalising", "Succeeded", "Failed"
 ]
 TOTAL_WEIGHT = 100
+# What the shipped Canary's webhooks carry in `metadata.token` until the operator puts
+# server.auth_token in (docs/kubernetes.md).
+TOKEN_PLACEHOLDER = "<server.auth_token>"  # noqa: S105  # a placeholder, not a secret
 
 
 @dataclass(frozen=True, slots=True)

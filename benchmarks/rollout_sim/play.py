@@ -171,10 +171,15 @@ def play_argo(
 
 
 def _webhook_url(hook_url: str, daemon: Daemon) -> str:
-    """The hook's path on the daemon, with `?token=` as the guide says Flagger sends it."""
+    """The hook's path and query on the daemon."""
     parts = urlsplit(hook_url)
-    query = f"{parts.query}&" if parts.query else ""
-    return f"{daemon.url}{parts.path}?{query}token={daemon.token}"
+    return f"{daemon.url}{parts.path}" + (f"?{parts.query}" if parts.query else "")
+
+
+def hook_metadata(hook: flagger.Webhook, token: str) -> dict[str, str]:
+    """The hook's `metadata` with `token` put in for the Canary's placeholder, as the
+    guide applies it (`sed "s/<server.auth_token>/$TOKEN/"`)."""
+    return {k: v.replace(flagger.TOKEN_PLACEHOLDER, token) for k, v in hook.metadata.items()}
 
 
 def play_flagger(
@@ -191,7 +196,7 @@ def play_flagger(
             "namespace": canary.namespace,
             "phase": phase,
             "checksum": revision,
-            "metadata": hook.metadata,
+            "metadata": hook_metadata(hook, daemon.token),
         }
         status: int | None = None
         body = b""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.rollout_sim import argo, flagger
+from benchmarks.rollout_sim import argo, flagger, play
 from benchmarks.rollout_sim.arms import (
     OTHER_WORD,
     ArmBehaviour,
@@ -149,7 +149,8 @@ def _canary() -> flagger.CanaryRun:
 
 class TestFlaggerCanary:
     def test_canary_is_read(self) -> None:
-        """Interval, threshold, weights and the five webhooks of the shipped Canary."""
+        """Interval, threshold, weights and the five webhooks of the shipped Canary, each
+        retried twice and carrying the token's placeholder."""
         analysis = _canary().analysis
         assert (analysis.interval_s, analysis.threshold) == (60.0, 5)
         assert (analysis.step_weight, analysis.max_weight) == (10, 50)
@@ -161,7 +162,16 @@ class TestFlaggerCanary:
             "rollback",
         }
         [promotion] = analysis.hooks("confirm-promotion")
-        assert promotion.metadata == {"min_pairs": "30"} and promotion.timeout_s == 10.0
+        assert promotion.metadata == {"token": flagger.TOKEN_PLACEHOLDER, "min_pairs": "30"}
+        assert promotion.timeout_s == 10.0
+        assert {w.retries for w in analysis.webhooks} == {2}
+
+    def test_each_webhook_posts_the_token_in_its_metadata(self) -> None:
+        """The run posts every hook's metadata with the daemon's token in place of the
+        placeholder, as the guide's `sed` puts it in; the rest of it unchanged."""
+        for hook in _canary().analysis.webhooks:
+            metadata = play.hook_metadata(hook, "s3cret")
+            assert metadata == {**hook.metadata, "token": "s3cret"}
 
     def test_healthy_canary_steps_to_max_weight_then_promotes(self) -> None:
         """pre-rollout while the weight is 0, rollout after; a step each iteration the

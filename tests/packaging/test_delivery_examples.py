@@ -6,6 +6,7 @@ tests/fixtures/crds/SOURCES.md), strictly — an unknown field is an error, as w
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -14,6 +15,7 @@ import jsonschema
 import pytest
 import yaml
 
+from benchmarks.rollout_sim.flagger import TOKEN_PLACEHOLDER
 from canaryd.config import load_settings
 from canaryd.judging.inputs import unprovided
 from canaryd.server.rollout import FLAGGER_HOOKS, QUERY_KEYS
@@ -100,7 +102,30 @@ class TestFlagger:
         assert set(hooks) == set(FLAGGER_HOOKS)
         for kind, hook in hooks.items():
             assert urlsplit(hook["url"]).path == f"/v1/flagger/{kind}"
-            assert set(hook.get("metadata", {})) <= {"min_pairs", "category"}
+            assert set(hook.get("metadata", {})) <= {"min_pairs", "category", "token"}
+
+    def test_every_webhook_carries_the_token_in_its_metadata_and_retries(self) -> None:
+        """Flagger sends no headers: each webhook's `metadata.token` holds the placeholder
+        the quick start replaces (the URL holds none: Flagger repeats a failing URL in its
+        events), and `retries` makes Flagger retry a 5xx, as the guide says it does."""
+        canary = load("flagger/canary.yaml")
+        for hook in canary["spec"]["analysis"]["webhooks"]:
+            assert hook["metadata"]["token"] == TOKEN_PLACEHOLDER, hook["name"]
+            assert "token" not in parse_qs(urlsplit(hook["url"]).query), hook["name"]
+            assert hook["retries"] >= 1, hook["name"]
+
+
+class TestGuide:
+    @pytest.mark.parametrize("example", ["argo/analysis-template.yaml", "flagger/canary.yaml"])
+    def test_the_guide_shows_the_example_as_shipped(self, example: str) -> None:
+        """progressive-delivery.md's copy of each manifest is the file's."""
+        guide = (REPO / "docs" / "progressive-delivery.md").read_text(encoding="utf-8")
+        shown = [
+            yaml.safe_load(block)
+            for block in re.findall(r"```yaml\n(.*?)```", guide, flags=re.DOTALL)
+            if block.startswith("apiVersion:")
+        ]
+        assert load(example) in shown
 
 
 class TestCanarydSide:

@@ -25,7 +25,8 @@ from canaryd.server.app import RESERVED_PATHS
 from tests.packaging.test_delivery_examples import strict
 
 REPO = Path(__file__).resolve().parents[2]
-MANIFESTS = REPO / "deploy" / "kubernetes"
+DEPLOY = REPO / "deploy"
+MANIFESTS = DEPLOY / "kubernetes"
 SCHEMAS = REPO / "tests" / "fixtures" / "k8s"
 RULES = REPO / "grafana" / "alerts" / "canaryd.rules.yml"
 # (apiVersion, kind) -> the vendored schema
@@ -127,11 +128,12 @@ class TestKustomization:
 
 class TestGenerated:
     def test_generated_manifests_are_current(self, tmp_path: Path) -> None:
-        """prometheusrule.yaml and the dashboard ConfigMaps are what deploy/generate.py
-        writes; `--check` fails on a stale copy."""
+        """prometheusrule.yaml, the dashboard ConfigMaps and the kustomize components' copies
+        of docs/examples are what deploy/generate.py writes; `--check` fails on a stale
+        copy."""
         module = deploy_generator()
         for name, text in module.outputs().items():
-            assert (MANIFESTS / name).read_text() == text, f"{name} is stale: deploy/generate.py"
+            assert (DEPLOY / name).read_text() == text, f"{name} is stale: deploy/generate.py"
         assert module.main(["--check"]) == 0
         assert module.main(["--check", "--out-dir", str(tmp_path)]) == 1
 
