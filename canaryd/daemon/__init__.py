@@ -6,7 +6,8 @@ is assembled in plan, the soak's progress clock is kept in progress, and the pai
 interval in force (`Pace`) in pace. `PairWriter` and `PendingPairs` (buffer) keep pairs
 while the database is away, and `Quarantine` (quarantine) keeps the ones it refuses;
 `DatabaseProbe` and the health and readiness reports (health) answer /healthz and /readyz;
-the scheduling module wires the jobs into APScheduler; `serve_until_signalled` (signals) is
+the scheduling module wires the jobs into APScheduler, and `ClockWatch` (clock) moves them
+onto a wall clock that was stepped; `serve_until_signalled` (signals) is
 the main-thread loop behind `canaryd run`."""
 
 from __future__ import annotations

@@ -212,6 +212,7 @@ class CycleJobs(DaemonState):
         progress, to the watchdogs (`heartbeat_hooks`)."""
         now = time.time()
         self.last_heartbeat = now
+        self._progress.beat()
         self.metrics.liveness.heartbeat(now)
         if not self._progress.progressing():
             return

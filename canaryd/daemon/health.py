@@ -1,9 +1,10 @@
 """The daemon's /healthz and /readyz answers: `DatabaseProbe` (does the database answer a
 cheap query on a fresh connection, within seconds), the limits on the age of the last
-finished cycle and on the time without cycle progress (past which the daemon stops
-feeding systemd's watchdog), and the two reports the status server serves, built from
-the daemon's scheduler, cycle age, engines, database and pending-pair buffer. Driver
-messages in the reports are scrubbed of credentials before they are served."""
+finished cycle, on the time without cycle progress (past which the daemon stops feeding
+systemd's watchdog) and on the age of the scheduler's last heartbeat, and the two reports
+the status server serves, built from the daemon's scheduler, its ages (monotonic),
+engines, database and pending-pair buffer. Driver messages in the reports are scrubbed of
+credentials before they are served."""
 
 from __future__ import annotations
 
@@ -22,10 +23,12 @@ from canaryd.redact import redact_text
 from canaryd.store.database import make_engine
 
 __all__ = [
+    "HEARTBEAT_MARGIN_S",
     "STALL_MARGIN_S",
     "DatabaseProbe",
     "health_report",
     "max_cycle_age_s",
+    "max_heartbeat_age_s",
     "max_stall_s",
     "readiness_report",
 ]
@@ -34,6 +37,9 @@ _PROBE_TIMEOUT_S = 2
 # Room for scoring a pair and for a flush of buffered pairs on top of the two
 # generations and the gap between cycles that `max_stall_s` allows for.
 STALL_MARGIN_S = 60.0
+# Room for a heartbeat that waits on a busy process on top of the three intervals that
+# `max_heartbeat_age_s` allows for.
+HEARTBEAT_MARGIN_S = 10.0
 _PROBE_CACHE_S = 1.0  # /readyz scraped by several probes hits the database once a second
 
 
@@ -105,6 +111,13 @@ def max_stall_s(settings: Settings) -> float:
     )
 
 
+def max_heartbeat_age_s(settings: Settings) -> float:
+    """How long the scheduler may go without running the heartbeat job before /healthz
+    says that its jobs are not being run: three `heartbeat_interval_s` plus
+    `HEARTBEAT_MARGIN_S`."""
+    return 3 * settings.schedule.heartbeat_interval_s + HEARTBEAT_MARGIN_S
+
+
 def health_report(
     scheduler: BaseScheduler | None,
     cycle_age_s: float,
@@ -112,9 +125,11 @@ def health_report(
     cycles: int,
     *,
     progress_age_s: float | None = None,
+    heartbeat_age_s: float | None = None,
 ) -> tuple[bool, dict[str, Any]]:
     """/healthz: the scheduler runs, the last cycle is recent enough and, given
-    `progress_age_s`, the cycle in flight is not wedged."""
+    `progress_age_s`, the cycle in flight is not wedged; given `heartbeat_age_s` and a
+    running scheduler, the scheduler runs its jobs."""
     problems: list[str] = []
     state = {STATE_RUNNING: "running", STATE_PAUSED: "paused"}.get(
         scheduler.state if scheduler is not None else -1, "stopped"
@@ -138,6 +153,15 @@ def health_report(
             problems.append(
                 f"no cycle progress for {progress_age_s:.1f} s, over the {stall_limit:g} s "
                 "limit: a generation or a check is stuck; systemd's watchdog is not fed"
+            )
+    if heartbeat_age_s is not None and state == "running":
+        heartbeat_limit = max_heartbeat_age_s(settings)
+        detail["last_heartbeat_age_s"] = round(heartbeat_age_s, 3)
+        detail["max_heartbeat_age_s"] = heartbeat_limit
+        if heartbeat_age_s > heartbeat_limit:
+            problems.append(
+                f"the scheduler ran no heartbeat for {heartbeat_age_s:.1f} s, over the "
+                f"{heartbeat_limit:g} s limit: its jobs are not being run"
             )
     if problems:
         detail["problems"] = problems

@@ -5,7 +5,7 @@ and scheduler, composed of its role mixins (`CycleJobs`, `Probes`, `Reloading`).
 start (the switch state file is written from the database before anything that can fail
 on a GPU or a model), status server (with the verdict endpoints), engines, the daemon run
 row, then the APScheduler jobs (pair cycle, gates, retention, heartbeat, and the telemetry
-scrape with `[telemetry]`) — and
+scrape with `[telemetry]`) and the clock watch that moves them onto a stepped wall clock — and
 `Daemon.stop()` closes that stack, so SIGTERM, SIGINT, an error at start-up and a test all
 take the same ordered path back out: stop scheduling, let the in-flight pair finish (or
 drop it whole after `schedule.shutdown_timeout_s`), flush the pairs buffered while the
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +27,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from canaryd.config import Settings
 from canaryd.daemon.buffer import PairWriter
 from canaryd.daemon.burst import RolloutBurst
+from canaryd.daemon.clock import ClockWatch
 from canaryd.daemon.cycle import CycleJobs
 from canaryd.daemon.health import DatabaseProbe, max_stall_s
 from canaryd.daemon.hooks import GateHook, NoGates
@@ -35,7 +37,7 @@ from canaryd.daemon.plan import new_plan, publish_build_info
 from canaryd.daemon.probes import Probes
 from canaryd.daemon.progress import Progress
 from canaryd.daemon.reload import Reloading
-from canaryd.daemon.scheduling import start_scheduler
+from canaryd.daemon.scheduling import follow_clock, start_scheduler
 from canaryd.daemon.telemetry import TelemetryJob
 from canaryd.errors import DatabaseError
 from canaryd.judging.inputs import log_unprovided
@@ -63,7 +65,8 @@ class Daemon(CycleJobs, Probes, Reloading):
 
     `config_path` is what `reload()` reads (None: `CANARYD_CONFIG`, else defaults).
     `manage_logging` makes a reload re-apply the `logging` section (the CLI owns logging;
-    an embedded daemon in a test or benchmark leaves it alone).
+    an embedded daemon in a test or benchmark leaves it alone). `wall_clock` is the clock
+    the clock watch compares with the monotonic one (a test steps it).
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class Daemon(CycleJobs, Probes, Reloading):
         gates: GateHook | None = None,
         metrics: CanarydMetrics | None = None,
         manage_logging: bool = False,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.config_path = config_path
@@ -109,6 +113,7 @@ class Daemon(CycleJobs, Probes, Reloading):
         self._idle.set()
         self._cycle_lock = threading.Lock()
         self._progress = Progress(lambda: max_stall_s(self.settings))
+        self._clock_watch = ClockWatch(self._follow_clock, wall=wall_clock)
         self.last_heartbeat = None
         self.cycles = 0
         self.gate_failures = 0
@@ -250,6 +255,8 @@ class Daemon(CycleJobs, Probes, Reloading):
             if schedule:
                 self._scheduler = self._start_scheduler(settings)
                 stack.callback(self._stop_scheduler)
+                self._clock_watch.start()
+                stack.callback(self._clock_watch.stop)
             # Its own job and lock, never the pair cycle's; closed before the scheduler
             # stops, so that a scrape in flight ends first.
             self._telemetry.start(self._scheduler)
@@ -312,6 +319,11 @@ class Daemon(CycleJobs, Probes, Reloading):
             heartbeat=self.heartbeat,
             probe=self.run_probe,
         )
+
+    def _follow_clock(self, jump_s: float) -> dict[str, float]:
+        """The clock watch saw the wall clock step by `jump_s`: the jobs follow it."""
+        scheduler = self._scheduler
+        return {} if scheduler is None else follow_clock(scheduler, jump_s)
 
     def _stop_scheduler(self) -> None:
         """No new cycles; wait up to the shutdown timeout for the in-flight one."""

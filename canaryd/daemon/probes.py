@@ -1,5 +1,5 @@
 """What the status server asks the daemon, as the `Probes` mixin of `Daemon`: /healthz
-(the scheduler runs, the last cycle is recent, the soak progresses), /readyz (engines
+(the scheduler runs its jobs, the last cycle is recent, the soak progresses), /readyz (engines
 loaded, database reachable, gate runs succeeding, the state file writable, this daemon's
 role) and /v1/switch (the state file as production reads it). The reports themselves
 are built in `canaryd.daemon.health`; a mixin over `DaemonState` (see there why), since
@@ -38,13 +38,15 @@ class Probes(DaemonState):
         return read_state_file(self.settings.switch.resolved_state_file())
 
     def health(self) -> tuple[bool, dict[str, Any]]:
-        """/healthz: the scheduler runs and the last cycle is recent enough."""
+        """/healthz: the scheduler runs its jobs, the last cycle is recent enough and the
+        cycle in flight progresses."""
         return health_report(
             self._scheduler,
             self.last_cycle_age_s(),
             self.settings,
             self.cycles,
             progress_age_s=self.last_progress_age_s(),
+            heartbeat_age_s=self._progress.last_heartbeat_age_s(),
         )
 
     def ready(self) -> tuple[bool, dict[str, Any]]:

@@ -1,7 +1,8 @@
 """The daemon's APScheduler wiring: the job ids, their interval triggers, starting a
 scheduler that runs the pair cycle, gates, retention, heartbeat and capability probe
-jobs, and moving those jobs onto a reloaded `schedule` section (a probe interval of 0
-pauses the probe job); the pair cycle's interval after start is the pace's
+jobs, moving those jobs onto a reloaded `schedule` section (a probe interval of 0
+pauses the probe job), and onto a wall clock that was stepped (`follow_clock`, called by
+`canaryd.daemon.clock`); the pair cycle's interval after start is the pace's
 (`canaryd.daemon.pace`), which moves it with `pace_cycles`."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
@@ -20,6 +22,7 @@ __all__ = [
     "HEARTBEAT_JOB",
     "PROBE_JOB",
     "RETENTION_JOB",
+    "follow_clock",
     "pace_cycles",
     "reschedule",
     "start_scheduler",
@@ -117,3 +120,28 @@ def pace_cycles(
 ) -> None:
     """Run the pair cycle every `interval_s` (the pace), jitter as configured."""
     scheduler.reschedule_job(CYCLE_JOB, trigger=_interval(interval_s, schedule.jitter_s))
+
+
+def follow_clock(scheduler: BackgroundScheduler, jump_s: float) -> dict[str, float]:
+    """Move every scheduled job's next run by `jump_s`, the wall clock's step, so that it
+    keeps its place on the monotonic clock; never before now, and an interval job never
+    more than one interval (and its jitter) from now. Returns the seconds from now to each
+    moved job's next run, by job id (a paused job stays paused).
+
+    The bounds make a second move harmless: a job the scheduler ran between the step and
+    this call already has its next run on the new clock."""
+    now = datetime.now(UTC)
+    moved: dict[str, float] = {}
+    for job in scheduler.get_jobs():
+        if job.next_run_time is None:
+            continue
+        next_run = max(job.next_run_time + timedelta(seconds=jump_s), now)
+        if isinstance(job.trigger, IntervalTrigger):
+            longest = job.trigger.interval_length + (job.trigger.jitter or 0.0)
+            next_run = min(next_run, now + timedelta(seconds=longest))
+        try:
+            scheduler.modify_job(job.id, next_run_time=next_run)
+        except JobLookupError:
+            continue  # removed meanwhile (a reload dropped the telemetry job)
+        moved[job.id] = round((next_run - now).total_seconds(), 3)
+    return moved

@@ -11,16 +11,17 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from structlog.testing import capture_logs
 
 from canaryd.config import Settings, load_settings
 from canaryd.config.docs import config_reference
-from canaryd.daemon import CYCLE_JOB, Daemon, PendingPairs
+from canaryd.daemon import CYCLE_JOB, GATE_JOB, HEARTBEAT_JOB, Daemon, PendingPairs
 from canaryd.daemon.buffer import PairWriter
 from canaryd.daemon.quarantine import Quarantine
 from canaryd.errors import ConfigError, DatabaseError, RecordRejectedError
@@ -30,6 +31,7 @@ from engine.types import ErrorKind, GenerationResult, Message
 from gates.records import PairRecord, Prompt, RunInfo
 
 REPO = Path(__file__).resolve().parents[3]
+HOUR = timedelta(hours=1)
 
 FAKE_ARMS = """
 [arms.baseline]
@@ -124,6 +126,11 @@ def pairs_run(daemon: Daemon) -> float:
         if family.name == "canaryd_pairs":
             total += sum(s.value for s in family.samples if s.name == "canaryd_pairs_total")
     return total
+
+
+def gate_runs(daemon: Daemon) -> float:
+    """Gate runs the daemon completed, by the gate runs counter."""
+    return sample(daemon, "canaryd_gate_runs_total", outcome="ok")
 
 
 def record(n: int) -> PairRecord:
@@ -661,6 +668,47 @@ class TestWedgedCycle:
         assert daemon.last_heartbeat != beats_at_stall  # the scheduler itself is alive
         wait_for(lambda: len(fed) > fed_at_stall, timeout=10, what="the hooks again")
         assert pairs_run(daemon) >= 1
+
+
+class TestClockJumps:
+    def test_pairs_and_gate_runs_resume_soon_after_the_clock_is_set_back_an_hour(
+        self, tmp_path: Path
+    ) -> None:
+        """A wall clock set back an hour leaves every job's next run an hour away on
+        APScheduler's clock; the clock watch sees the step against the monotonic clock,
+        logs `clock.jumped` and moves the jobs back, so that pairs and gate runs resume
+        within seconds, not an hour, and /healthz stays 200."""
+        path = write_config(tmp_path, fast_schedule(gate_interval_s=1.0))
+        behind = [0.0]
+        daemon = Daemon(
+            load_settings(path), config_path=path, wall_clock=lambda: time.time() - behind[0]
+        )
+        daemon.start()
+        try:
+            wait_for(lambda: gate_runs(daemon) >= 1, what="a gate run")
+            scheduler = daemon.scheduler
+            # APScheduler reads the real clock here: to it, a clock set back an hour is
+            # every next run an hour later. Paused meanwhile, so that none runs between.
+            scheduler.pause()
+            for job in scheduler.get_jobs():
+                if job.next_run_time is not None:
+                    scheduler.modify_job(job.id, next_run_time=job.next_run_time + HOUR)
+            scheduler.resume()
+            soonest = min(j.next_run_time for j in scheduler.get_jobs() if j.next_run_time)
+            assert soonest > datetime.now(UTC) + HOUR - timedelta(seconds=60)
+            cycles, gates = daemon.cycles, gate_runs(daemon)
+            with capture_logs() as logs:
+                behind[0] = 3600.0
+                # Two more of each: one may have been in flight when the jobs were moved.
+                wait_for(lambda: daemon.cycles >= cycles + 2, what="pairs again")
+                wait_for(lambda: gate_runs(daemon) >= gates + 2, what="gate runs again")
+            (jumped,) = [e for e in logs if e["event"] == "clock.jumped"]
+            assert jumped["jump_s"] == pytest.approx(-3600.0, abs=1.0)
+            assert set(jumped["next_runs_in_s"]) >= {CYCLE_JOB, GATE_JOB, HEARTBEAT_JOB}
+            health = get(daemon, "/healthz")
+            assert health.status_code == 200, health.text
+        finally:
+            daemon.stop()
 
 
 class TestSwitchStateAtStart:
