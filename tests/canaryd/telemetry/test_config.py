@@ -329,7 +329,8 @@ class TestSettings:
         """docs/telemetry.md's PromQL example is a valid configuration; each arm opens a
         PromQL source whose queries carry the arm's selector."""
         docs = (Path(__file__).parents[3] / "docs" / "telemetry.md").read_text()
-        example = docs.split("```toml\n", 1)[1].split("```", 1)[0]
+        promql = docs.split("## PromQL sources", 1)[1]
+        example = promql.split("```toml\n", 1)[1].split("```", 1)[0]
         settings = self.load(tmp_path, example)
         source = open_source("speculative", settings.telemetry)
         try:
@@ -341,6 +342,19 @@ class TestSettings:
             assert 'service="llama-canary"' in source.queries["requests"]
         finally:
             source.close()
+
+    def test_the_stable_example_of_the_docs_loads(self, tmp_path: Path) -> None:
+        """docs/telemetry.md's concurrent-stable example (with a baseline) loads, and the
+        stable's source is the arm's with the stable's selector."""
+        docs = (Path(__file__).parents[3] / "docs" / "telemetry.md").read_text()
+        section = docs.split("## The concurrent stable", 1)[1]
+        example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+        settings = self.load(
+            tmp_path, f'[telemetry.arms.baseline]\nmetrics_url = "{URL}"\n' + example
+        )
+        stable = settings.telemetry.sources()["speculative@stable"]
+        assert stable.selector == 'namespace="prod",service="llama-stable"'
+        assert stable.prometheus_url == settings.telemetry.arms["speculative"].prometheus_url
 
     def test_an_arm_not_in_arms_names_file_and_key(self, tmp_path: Path) -> None:
         """A misspelt arm is an error naming the file, the key and the arms there are."""
