@@ -10,6 +10,14 @@ and `sum` do:
   histogram's count) restarted when it fell to at most `_RESET_SHARE` of its value: it
   counted up from zero since. A histogram restarts as a whole: when any bucket went
   down, or its buckets changed, its new buckets are the increase;
+- a reset shown only by the counters (no start time on both readings) is believed but
+  not counted: the interval leaves that replica out and its reading is the next one's
+  start (`TelemetryWindow.reset`). Counting its whole value as the increase would credit
+  another process's count (a load balancer's other pod, 100,000 clean requests in one
+  interval) whenever the "reset" was a second source; a real restart costs one interval
+  of one replica. The reading before such a reset is kept as the replica's `ghost` for a
+  while (`telemetry_window`'s `ghosts`, held by the scraper): a later reading back at or
+  past the ghost's counters is that other process again, and is refused;
 - any other way of going down is not a restart, and the replica's reading is refused
   (`contradiction`, named in the window's `refused`): a start time that went back or
   moved to a process already running at the previous reading (a URL that reaches
@@ -62,7 +70,9 @@ __all__ = [
     "histogram_increase",
     "histogram_quantile",
     "restarted",
+    "returned_to",
     "telemetry_window",
+    "uncounted_reset",
 ]
 
 _V = TypeVar("_V")
@@ -182,13 +192,15 @@ class TelemetryWindow:
     series matched counted 0), and what the two scrapes saw of the arm's replicas — those
     that restarted, those new in the later scrape, those that failed — and the signals
     its table names that no replica exposed. `refused`: (URL, why) of each replica whose
-    reading contradicts its previous one (`contradiction`); its counts are not in the
-    window."""
+    reading contradicts its previous one (`contradiction`) or returns to a `ghost`; its
+    counts are not in the window. `reset`: replicas whose counters reset with no start
+    time to show it: not counted in this window, their reading the next one's start."""
 
     arm: str
     interval: TelemetryInterval
     restarted: tuple[str, ...] = ()
     refused: tuple[tuple[str, str], ...] = ()
+    reset: tuple[str, ...] = ()
     new_replicas: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()
     missing: tuple[Signal, ...] = ()
@@ -199,21 +211,54 @@ class TelemetryWindow:
         return self.interval.replicas or 0
 
 
-def telemetry_window(earlier: ArmReading, later: ArmReading) -> TelemetryWindow:
-    """What the arm did between two of its readings."""
+def uncounted_reset(before: ReplicaReading, after: ReplicaReading) -> bool:
+    """Whether `after` follows `before` by a reset the counters alone show (no start time
+    on both readings; `contradiction` has accepted it)."""
+    if before.process_start is not None and after.process_start is not None:
+        return False
+    return bool(_fallen(before, after))
+
+
+def returned_to(ghost: ReplicaReading, after: ReplicaReading) -> bool:
+    """Whether `after` is back at or past `ghost`'s counters (some in common, none lower)."""
+    common = any(
+        key in ghost.counters.get(signal, {})
+        for signal, groups in after.counters.items()
+        for key in groups
+    )
+    return common and not _fallen(ghost, after)
+
+
+def telemetry_window(
+    earlier: ArmReading,
+    later: ArmReading,
+    ghosts: Mapping[str, ReplicaReading] | None = None,
+) -> TelemetryWindow:
+    """What the arm did between two of its readings; `ghosts`: per URL, the reading
+    before a reset the counters alone showed (module docstring)."""
     if later.at <= earlier.at:
         raise ValueError(f"readings out of order: {earlier.at} is not before {later.at}")
     before = {r.url: r for r in earlier.replicas}
     pairs: _Pairs = []
     refused: list[tuple[str, str]] = []
+    reset: list[str] = []
     for replica in later.replicas:
         if replica.url not in before:
             continue
         why = contradiction(before[replica.url], replica, earlier.at)
-        if why is None:
-            pairs.append((before[replica.url], replica))
-        else:
+        ghost = (ghosts or {}).get(replica.url)
+        if why is None and ghost is not None and returned_to(ghost, replica):
+            why = (
+                "its counters are back at or past their values before a reset a few "
+                "readings ago: the URL reaches more than one process (a load balancer over "
+                "several pods?); point metrics_url at each replica"
+            )
+        if why is not None:
             refused.append((replica.url, why))
+        elif uncounted_reset(before[replica.url], replica):
+            reset.append(replica.url)
+        else:
+            pairs.append((before[replica.url], replica))
     counters, histograms = _increases(pairs)
     mapped = later.mapped
 
@@ -256,6 +301,7 @@ def telemetry_window(earlier: ArmReading, later: ArmReading) -> TelemetryWindow:
         interval=interval,
         restarted=tuple(new.url for old, new in pairs if restarted(old, new)),
         refused=tuple(refused),
+        reset=tuple(reset),
         new_replicas=tuple(r.url for r in later.replicas if r.url not in before),
         failed=tuple(f.url for f in later.failures),
         missing=tuple(s for s in _SIGNALS if s in mapped and s not in seen),

@@ -28,7 +28,7 @@ import structlog
 from canaryd.redact import redact_text
 from canaryd.telemetry.config import TelemetryConfig
 from canaryd.telemetry.deltas import TelemetryWindow, carry_forward, telemetry_window
-from canaryd.telemetry.signals import ArmReading, ReplicaFailure
+from canaryd.telemetry.signals import ArmReading, ReplicaFailure, ReplicaReading
 from canaryd.telemetry.sources import TelemetrySource, open_source
 
 __all__ = ["SUMMED", "ArmScrape", "TelemetryScraper"]
@@ -36,6 +36,9 @@ __all__ = ["SUMMED", "ArmScrape", "TelemetryScraper"]
 log = structlog.get_logger(__name__)
 
 SUMMED = "(replicas summed)"  # the url of a refusal of the replicas' window together
+# How many of an arm's readings the reading before a reset is kept as a ghost: a load
+# balancer returns to it within a reading or two, a real process not for weeks.
+GHOST_READINGS = 10
 Opener = Callable[[str, TelemetryConfig, str], TelemetrySource]
 
 
@@ -61,6 +64,10 @@ class TelemetryScraper:
         self._sources: dict[str, TelemetrySource] = {}
         self._last: dict[str, ArmReading] = {}
         self._refusals_logged: set[tuple[str, str, str]] = set()
+        # Per (arm, URL): the reading before a reset the counters alone showed, and the
+        # arm's reading count until which it is kept (`deltas.telemetry_window`).
+        self._ghosts: dict[tuple[str, str], tuple[ReplicaReading, int]] = {}
+        self._readings: dict[str, int] = {}
         try:
             for arm in config.sources():
                 self._sources[arm] = opener(arm, config, source)
@@ -114,16 +121,39 @@ class TelemetryScraper:
         window = None
         refused: set[str] = set()
         if last is not None and last.at < reading.at:
-            found = telemetry_window(last, reading)
+            found = telemetry_window(last, reading, self._ghosts_of(reading.arm))
             window = found if found.replicas > 0 else None
             refused = {url for url, _ in found.refused}
             self._log_refusals(reading.arm, found.refused)
+            self._haunt(reading.arm, last, found.reset, refused)
         if reading.replicas:
             self._last[reading.arm] = (
                 reading if last is None else carry_forward(last, reading, refused)
             )
         refusal = None if window is None else self._oversized(window)
         return ArmScrape(reading, None if refusal else window, refusal)
+
+    def _ghosts_of(self, arm: str) -> dict[str, ReplicaReading]:
+        count = self._readings.get(arm, 0)
+        return {
+            url: ghost
+            for (owner, url), (ghost, until) in self._ghosts.items()
+            if owner == arm and count <= until
+        }
+
+    def _haunt(self, arm: str, last: ArmReading, reset: tuple[str, ...], refused: set[str]) -> None:
+        """Keep, for `GHOST_READINGS` readings, the reading before each reset the counters
+        alone showed; a refusal of a reading that returned to it keeps it longer."""
+        count = self._readings[arm] = self._readings.get(arm, 0) + 1
+        before = {replica.url: replica for replica in last.replicas}
+        for url in reset:
+            if url in before:
+                self._ghosts[(arm, url)] = (before[url], count + GHOST_READINGS)
+        for url in refused:
+            if (kept := self._ghosts.get((arm, url))) is not None:
+                self._ghosts[(arm, url)] = (kept[0], count + GHOST_READINGS)
+        for key in [k for k, (_, until) in self._ghosts.items() if k[0] == arm and until < count]:
+            del self._ghosts[key]
 
     def _oversized(self, window: TelemetryWindow) -> ReplicaFailure | None:
         """The refusal of a window with a histogram of more bounds than the cap."""

@@ -231,7 +231,8 @@ class TestCarryForward:
 
     def test_a_replica_absent_from_one_reading_counts_from_its_last_values(self) -> None:
         """A replica missing from one reading is back at the next: counted from the values
-        it had before, not skipped as new; one that went down counts from zero."""
+        it had before, not skipped as new; one that went down (a reset with no start time
+        to show it) is left out of that interval and counted from there."""
         first = "vllm:request_success_total 5\n"
         windows = self.walk(
             self.reading(T0, {"a": first, "b": first}),
@@ -245,7 +246,8 @@ class TestCarryForward:
                 {"a": "vllm:request_success_total 12\n", "b": "vllm:request_success_total 3\n"},
             ),
         )
-        assert [w.interval.requests for w in windows] == [4, 1 + 6, 2 + 3]
+        assert [w.interval.requests for w in windows] == [4, 1 + 6, 2]
+        assert windows[-1].reset == ("b",)
         assert all(w.new_replicas == () for w in windows)
 
 
@@ -292,11 +294,29 @@ class TestRestarts:
 
     def test_without_a_start_time_a_small_fall_is_refused_a_reset_believed(self) -> None:
         """No process start time: 1,000 → 990 is another source's value (refused);
-        1,000 → 12 counted up from zero again (a restart: 12 requests)."""
+        1,000 → 12 a restart, believed but not counted (nothing shows how much of the 12
+        fell in the interval, or that it was one process), then counted from 12."""
         (skewed,) = self.walk(self.text(1000), self.text(990))
         assert skewed.replicas == 0 and "by less than a restart would" in skewed.refused[0][1]
-        (reset,) = self.walk(self.text(1000), self.text(12))
-        assert (reset.interval.requests, reset.refused) == (12, ())
+        reset, after = self.walk(self.text(1000), self.text(12), self.text(20))
+        assert (reset.replicas, reset.reset, reset.refused) == (0, ("a",), ())
+        assert (after.interval.requests, after.refused) == (8, ())
+
+    def test_a_reading_back_at_the_value_before_a_reset_is_refused(self) -> None:
+        """Two pods behind one URL, no start times: the first fall is believed a reset
+        (not counted); the other pod's next answer, back at the value before it, is
+        refused against the ghost, and only the second pod's own increase is counted."""
+        earlier = TestCarryForward.reading(T0, {"a": self.text(10_000_000)})
+        ghost = {r.url: r for r in earlier.replicas}
+        texts = (self.text(100_075, 15), self.text(10_000_150, 30), self.text(100_150, 30))
+        readings = [
+            TestCarryForward.reading(T0 + timedelta(seconds=15 * (k + 1)), {"a": text})
+            for k, text in enumerate(texts)
+        ]
+        back = telemetry_window(readings[0], readings[1], ghost)
+        assert back.replicas == 0 and "back at or past" in back.refused[0][1]
+        own = telemetry_window(readings[0], readings[2], ghost)
+        assert (own.interval.requests, own.interval.errors) == (75, 15)
 
     def test_a_start_time_that_went_back_is_another_process(self) -> None:
         """A URL that reaches two pods: the start time alternates between them. Going

@@ -289,7 +289,8 @@ class TestAgainstPrometheus:
 
     def test_ingress_nginx_counter_without_total(self, fleet: Fleet) -> None:
         """ingress-nginx's counter is stored under its own name, without `_total`; with no
-        process start time to read, a restart shows as its counters going down."""
+        process start time to read, a restart shows as its counters going down: believed,
+        not counted (that interval leaves the controller out), and counted from there."""
         config: dict[str, Any] = {
             "kind": "gateway",
             "gateway": "ingress-nginx",
@@ -306,11 +307,16 @@ class TestAgainstPrometheus:
             window = telemetry_window(first, second)
             fleet.nginx.text = nginx(3, 1)  # the controller restarted
             fleet.prometheus.wait_for_value(total, 4)
-            after_restart = telemetry_window(second, source.read(now()))
+            third = source.read(now())
+            after_restart = telemetry_window(second, third)
+            fleet.nginx.text = nginx(9, 2)
+            fleet.prometheus.wait_for_value(total, 11)
+            later = telemetry_window(third, source.read(now()))
         interval = window.interval
         assert (interval.requests, interval.errors) == (44, 4)
         assert "e2e" in window.missing
-        assert (after_restart.interval.requests, after_restart.interval.errors) == (4, 1)
+        assert after_restart.replicas == 0 and after_restart.reset and not after_restart.refused
+        assert (later.interval.requests, later.interval.errors) == (7, 1)
 
     def test_envoy_reads_the_5xx_class_and_milliseconds(self, fleet: Fleet) -> None:
         """Envoy's template: all upstream requests, the `5` response class, the request

@@ -18,6 +18,7 @@ from structlog.testing import capture_logs
 from canaryd.telemetry.config import TelemetryConfig
 from canaryd.telemetry.scraper import TelemetryScraper
 from tests.canaryd.telemetry.replica import TextReplica, VllmReplica
+from tests.support.hostile_metrics import load_balanced
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 STEP = timedelta(seconds=15)
@@ -175,3 +176,31 @@ class TestTelemetryScraper:
         assert windows
         for window in windows:
             assert window.interval.requests == 150 and window.interval.errors == 30
+
+    def test_a_load_balanced_url_without_start_times_credits_no_other_pods_count(
+        self,
+    ) -> None:
+        """The same Service over two pods that expose no process start time (one with 10
+        million requests served, one with 100,000): the first fall reads as a reset, not
+        counted; every answer of the other pod after it is back past its value and
+        refused (one log line); the windows count the second pod's own 75 requests a
+        scrape, 20 % failed, never a whole count re-zeroed into one clean interval."""
+        with TextReplica() as service, scraper([service.url], [service.url]) as arms:
+            windows = []
+            with capture_logs() as logs:
+                for k in range(12):
+                    text = load_balanced(k, requests_per_scrape=75, error_share=0.2)
+                    service.text = "".join(
+                        line for line in text.splitlines(keepends=True) if "process_" not in line
+                    )
+                    if (window := arms.scrape(T0 + k * STEP)["speculative"].window) is not None:
+                        windows.append(window)
+        refusals = [
+            e
+            for e in logs
+            if e["event"] == "telemetry.reading_refused" and e["arm"] == "speculative"
+        ]
+        assert len(refusals) == 1 and "back at or past" in refusals[0]["reason"]
+        assert len(windows) >= 4
+        for window in windows:
+            assert (window.interval.requests, window.interval.errors) == (75, 15)
