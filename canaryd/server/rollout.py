@@ -11,7 +11,8 @@ the burst's cost so far.
 
 Reads never write: `GET /v1/verdict`, `confirm-promotion` and `rollback` judge a revision's
 window as it is, and a revision nobody opened reads NODATA. Only `POST /v1/verdict`,
-`pre-rollout` and `rollout` open a window (guarded by `server.auth_token` when one is set);
+`pre-rollout` and `rollout` open a window (they need `server.auth_token`; without one they
+are answered 403 unless `server.listen` is loopback, `canaryd.server.app`);
 they and `confirm-traffic-increase` latch a FAIL they judge in the revision's window, and
 `confirm-traffic-increase` marks each increase it allows (`VerdictService.increase`).
 Every input is parsed strictly (whole-string patterns, ASCII digits with bounds) and a bad
