@@ -26,6 +26,9 @@ and `sum` do:
   Prometheus pair's skew, a load balancer). Re-zeroing would credit the other process's
   whole count as one clean interval; the refused reading is not carried forward, so the
   next interval counts from the last reading that agreed (`carry_forward` keeps it);
+- an increase of more finished requests than any serving replica finishes in the time
+  (`MAX_REQUESTS_PER_S`) is refused too: a URL whose answers alternate between pods that
+  share a start time rises to the other pod's whole count (`implausible`);
 - a group of series first seen in the later scrape (Istio creates a 503 series at the
   first 503) counted up from zero within the interval;
 - only replicas read at both scrapes count: a replica new in the later one has no start
@@ -69,6 +72,7 @@ __all__ = [
     "counter_increase",
     "histogram_increase",
     "histogram_quantile",
+    "implausible",
     "restarted",
     "returned_to",
     "telemetry_window",
@@ -83,6 +87,9 @@ _START_SLACK_S = 120.0
 # Without a process start time, a counter that fell to at most this share of its value
 # counted up from zero again (a restart); one that fell less is another source's value.
 _RESET_SHARE = 0.5
+# No serving replica finishes more requests a second than this (an LLM server finishes
+# tens to hundreds): an increase past it is another process's count, not traffic.
+MAX_REQUESTS_PER_S = 10_000
 
 
 # --- counters and histograms between two scrapes --------------------------------------
@@ -229,6 +236,21 @@ def returned_to(ghost: ReplicaReading, after: ReplicaReading) -> bool:
     return common and not _fallen(ghost, after)
 
 
+def implausible(before: ReplicaReading, after: ReplicaReading, seconds: float) -> str | None:
+    """Why `after` cannot follow `before` by `seconds` at any serving rate, or None: more
+    finished requests than `MAX_REQUESTS_PER_S` a second (a URL whose answers alternate
+    between pods that share a start time rises to the other pod's whole count)."""
+    counters = _increases([(before, after)])[0]
+    requests = counters.get("requests", 0.0)
+    if requests <= MAX_REQUESTS_PER_S * max(seconds, 1.0):
+        return None
+    return (
+        f"{requests:.0f} requests finished in {seconds:.0f} s, over {MAX_REQUESTS_PER_S:,} a "
+        "second, more than a serving replica finishes: another process's count (a URL that "
+        "reaches more than one process?)"
+    )
+
+
 def telemetry_window(
     earlier: ArmReading,
     later: ArmReading,
@@ -247,6 +269,9 @@ def telemetry_window(
             continue
         why = contradiction(before[replica.url], replica, earlier.at)
         ghost = (ghosts or {}).get(replica.url)
+        seconds = (later.at - earlier.at).total_seconds()
+        if why is None:
+            why = implausible(before[replica.url], replica, seconds)
         if why is None and ghost is not None and returned_to(ghost, replica):
             why = (
                 "its counters are back at or past their values before a reset a few "

@@ -302,13 +302,27 @@ class TestRestarts:
         assert (reset.replicas, reset.reset, reset.refused) == (0, ("a",), ())
         assert (after.interval.requests, after.refused) == (8, ())
 
+    def test_a_rise_past_any_serving_rate_is_refused(self) -> None:
+        """Two pods behind one URL sharing a start time: from the young pod's 100,075 to
+        the old one's 10,000,150 in 15 s is no traffic (660,000 a second); refused, and
+        the next reading counts from the last that agreed."""
+        young, old, young_again = self.walk(
+            self.text(100_000, 0, self.START),
+            self.text(100_075, 15, self.START),
+            self.text(10_000_150, 30, self.START),
+            self.text(100_150, 30, self.START),
+        )
+        assert (young.interval.requests, young.interval.errors) == (75, 15)
+        assert old.replicas == 0 and "more than a serving replica finishes" in old.refused[0][1]
+        assert (young_again.interval.requests, young_again.interval.errors) == (75, 15)
+
     def test_a_reading_back_at_the_value_before_a_reset_is_refused(self) -> None:
         """Two pods behind one URL, no start times: the first fall is believed a reset
         (not counted); the other pod's next answer, back at the value before it, is
         refused against the ghost, and only the second pod's own increase is counted."""
-        earlier = TestCarryForward.reading(T0, {"a": self.text(10_000_000)})
+        earlier = TestCarryForward.reading(T0, {"a": self.text(10_000)})
         ghost = {r.url: r for r in earlier.replicas}
-        texts = (self.text(100_075, 15), self.text(10_000_150, 30), self.text(100_150, 30))
+        texts = (self.text(4_075, 15), self.text(10_150, 30), self.text(4_150, 30))
         readings = [
             TestCarryForward.reading(T0 + timedelta(seconds=15 * (k + 1)), {"a": text})
             for k, text in enumerate(texts)
