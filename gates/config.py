@@ -234,6 +234,14 @@ class QualityGateConfig(GateConfigBase):
         description="greedy: a divergence whose tokens the baseline model scores within "
         "this many nats is a numeric tie (bf16 kernels), not counted as a mismatch",
     )
+    tie_margin_max_age_days: float = Field(
+        default=30.0,
+        gt=0,
+        le=3650,
+        description="a tie margin stored by `canaryd calibrate` judges this many days after "
+        "it was measured (and only while the pairs come from the engines it was measured "
+        "on); then tie_margin_nats again, until the next calibration",
+    )
     max_tie_rate: float = Field(
         default=0.5,
         gt=0,

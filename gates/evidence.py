@@ -24,7 +24,7 @@ from typing import Literal
 from gates.config import GatesConfig
 from gates.core import GateDecision, ReferenceStats
 from gates.parity import UNSCHEDULED_INTERVAL_S, ProbeEvidence
-from gates.records import PairRecord
+from gates.records import BASELINE_ARM, PairRecord
 from gates.stats.budget import rebudget
 from gates.switch.policy import SwitchState
 from gates.telemetry.acceptance import AcceptanceReference
@@ -38,20 +38,36 @@ QUALITY = "quality"
 
 @dataclass(frozen=True, slots=True)
 class MarginSource:
-    """The tie margin a judgement used and where it came from."""
+    """The tie margin a judgement used and where it came from: `configured`
+    (`gates.quality.tie_margin_nats`; `not_applied` says why a stored calibration of
+    `calibrated_at` did not judge instead, empty when none is stored) or `calibrated`
+    (`canaryd calibrate` at `calibrated_at`, bounded on `pairs` divergent A/A pairs of
+    the baseline against `aa_arm`, judging until `expires_at`)."""
 
     margin: float
     origin: Literal["configured", "calibrated"]
     calibrated_at: datetime | None = None
-    divergences: int = 0
+    pairs: int = 0
+    aa_arm: str = ""
+    expires_at: datetime | None = None
+    not_applied: str = ""
 
     def describe(self) -> str:
         if self.origin == "configured" or self.calibrated_at is None:
-            return f"tie margin {self.margin:.4g} nats (configured: gates.quality.tie_margin_nats)"
-        at = self.calibrated_at.astimezone(UTC).isoformat(timespec="seconds")
+            described = (
+                f"tie margin {self.margin:.4g} nats (configured: gates.quality.tie_margin_nats)"
+            )
+            if self.not_applied and self.calibrated_at is not None:
+                described += (
+                    f"; the calibration of {_iso(self.calibrated_at)} does not judge: "
+                    f"{self.not_applied}"
+                )
+            return described
+        against = "itself" if self.aa_arm in ("", BASELINE_ARM) else f"arm {self.aa_arm}"
+        until = f", until {_iso(self.expires_at)}" if self.expires_at is not None else ""
         return (
-            f"tie margin {self.margin:.4g} nats (calibrated at {at} from "
-            f"{self.divergences} divergences)"
+            f"tie margin {self.margin:.4g} nats (calibrated at {_iso(self.calibrated_at)} "
+            f"from {self.pairs} divergent A/A pairs, the baseline against {against}{until})"
         )
 
     def note(self, decisions: Sequence[GateDecision]) -> tuple[GateDecision, ...]:
@@ -63,6 +79,10 @@ class MarginSource:
             else d
             for d in decisions
         )
+
+
+def _iso(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def with_tie_margin(config: GatesConfig, margin: float) -> GatesConfig:

@@ -104,8 +104,16 @@ Reported (JSON with `--out`, a table on stdout):
   `correlated_fault` (speculative `error_rate` 0.10, each failure also failing the
   baseline on each of the next 3 pairs with probability 0.5: `Collateral`, a shared node
   the speculative arm takes down), judged again on the same pairs with the error gate's
-  outage screen off (`gates.error.outage_spans = []`: `screen_off_pairs_median`); and
-  `dead_arm_flaky_baseline` (speculative `error_rate` 1.0 beside a baseline failing 70 %).
+  outage screen off (`gates.error.outage_spans = []`: `screen_off_pairs_median`);
+  `dead_arm_flaky_baseline` (speculative `error_rate` 1.0 beside a baseline failing 70 %);
+  and on `deployment_bf16`, `runner_up_bug` (a verify kernel that takes the runner-up
+  wherever the top-2 gap is under 0.5 nats) and `calibrated_runner_up_bug` (the same
+  kernel on `deployment_deterministic`, whose baseline reproduces its own greedy output,
+  with `canaryd calibrate` run first on every shipped prompt: the product's
+  `Calibration` decides what is stored from the simulated A/A and A/B pairs, and the
+  faults are judged with the config the daemon would then read; `calibration` reports,
+  per seed, what it saw, what the A/B pairs alone would have bounded and which margin
+  judged).
   Against canaryd, on the same simulated pairs from the onset:
   - a Kayenta-style judge: a two-sided Mann–Whitney U test over fixed, non-overlapping
     windows of W pairs on the judge's own clock (the onset falls at a seeded random point
@@ -206,6 +214,7 @@ from benchmarks.gate_power.noise import (
     DeploymentNoise,
     NoiseModel,
     deployment_bf16,
+    deployment_deterministic,
     duplicated_pairs,
     embedded_fit,
     flaky_infra,
@@ -238,6 +247,7 @@ __all__ = [
     "default_prompts",
     "default_schedule",
     "deployment_bf16",
+    "deployment_deterministic",
     "drift_pins",
     "drift_rate_for",
     "duplicated_pairs",

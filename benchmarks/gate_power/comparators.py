@@ -18,7 +18,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import ndtr, xlogy
 from scipy.stats import binomtest, gaussian_kde, mannwhitneyu
 
-from benchmarks.gate_power.faults import DRIFT_CATEGORY, Fault
+from benchmarks.gate_power.faults import DRIFT_CATEGORY, Fault, base_model
 from benchmarks.gate_power.noise import DeploymentNoise, realistic
 from benchmarks.gate_power.sample import HealthySample, latency_by_metric
 from benchmarks.gate_power.streams import FaultStream
@@ -232,8 +232,12 @@ def error_oracle(p0: float, p1: float, description: str) -> Oracle:
 
 def tie_oracle(p0: float, what: str) -> Oracle:
     """Greedy pairs that tie (diverge within the margin), Bernoulli(p0) → Bernoulli(0.99)
-    (a runner-up kernel ties on nearly every output)."""
-    hit, miss = bernoulli_llr(p0, RUNNER_UP_TIE_RATE)
+    (a runner-up kernel ties on nearly every output); on a deployment that never ties
+    (p0 = 0) the first tie alarms (the exact likelihood ratio)."""
+    if p0 > 0.0:
+        hit, miss = bernoulli_llr(p0, RUNNER_UP_TIE_RATE)
+    else:
+        hit, miss = math.inf, math.log(1.0 - RUNNER_UP_TIE_RATE)
     margin = GatesConfig().quality.tie_margin_nats
     return Oracle(
         lambda r: (
@@ -254,7 +258,8 @@ def oracle_for(fault: Fault, healthy: HealthySample, drift_after: list[float]) -
         p0, p1 = noise.speculative.error_rate, float(fault.update["error_rate"])
         return error_oracle(p0, p1, f"Bernoulli speculative error {p0:g} -> {p1:g}")
     if fault.metric == "ties":
-        return tie_oracle(DeploymentNoise().tie_rate, "plain")
+        deployment = base_model(fault.base).deployment or DeploymentNoise()
+        return tie_oracle(deployment.tie_rate, "plain")
     if fault.metric == "mismatch":
         p1 = float(fault.update["corrupt_rate"])
         miss = math.log(1.0 - p1)

@@ -29,13 +29,15 @@ from benchmarks.gate_power.faults import (
     DRIFT_CATEGORY,
     DRIFT_DROP,
     PREFIX_PAIRS,
+    base_model,
+    calibrated_config,
     canaryd_pairs_to_trip,
     category_acceptance,
     drift_rate_for,
     faults,
     minutes_on_schedule,
 )
-from benchmarks.gate_power.noise import deployment_bf16, realistic
+from benchmarks.gate_power.noise import realistic
 from benchmarks.gate_power.sample import HealthySample
 from benchmarks.gate_power.streams import FaultStream, PairStream
 from gates import GatesConfig, ReferenceStats, pin_reference
@@ -84,6 +86,7 @@ def fault_runs(
             "edge_oracle": [],
             "minutes": [],
             "screen_off": [],
+            "calibration": [],
             "evaluations": 0,
         }
         | {f"kayenta_w{w}": [] for w in KAYENTA_WINDOWS}
@@ -91,7 +94,7 @@ def fault_runs(
         | {f"kayenta_edge_w{w}": [] for w in KAYENTA_WINDOWS}
         for f in chosen
     }
-    bases = {"realistic": model, "deployment_bf16": deployment_bf16()}
+    bases = {name: base_model(name) for name in {f.base for f in chosen}}
     screen_off = config.model_copy(
         update={"error": config.error.model_copy(update={"outage_spans": ()})}
     )
@@ -113,10 +116,14 @@ def fault_runs(
                 cap,
             )
             started = time.perf_counter()
-            pairs, gate, evaluations, faster = canaryd_pairs_to_trip(
-                prefix, stream, config, references, screen=screen
-            )
+            judged = config
             row = results[fault.name]
+            if fault.calibrated:
+                judged, calibration = calibrated_config(fault, base, config, seed)
+                row["calibration"].append(calibration)
+            pairs, gate, evaluations, faster = canaryd_pairs_to_trip(
+                prefix, stream, judged, references, screen=screen
+            )
             row["canaryd"].append(pairs)
             row["minutes"].append(minutes_on_schedule(pairs, faster))
             row["tripped_by"].append(gate)
@@ -213,6 +220,9 @@ def fault_runs(
             "oracle_statistic": row["oracle_statistic"],
             "fault": fault.described(),
         }
+        if fault.calibrated:
+            # By seed: what `canaryd calibrate` saw before the onset and which margin judged.
+            entry["calibration"] = row["calibration"]
         if fault.screen_off:
             entry["screen_off_pairs_median"] = censored_median(row["screen_off"])
             entry["screen_off_pairs"] = row["screen_off"]

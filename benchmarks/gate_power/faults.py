@@ -2,7 +2,8 @@
 `Fault` is an update to a noise model's arms (`faults`: a 30 % acceptance drop in one
 category, found by bisection in `drift_rate_for`, slower e2e, errors, corruption, a
 verify bug on the bf16 deployment, errors that take the baseline's next requests down, a
-dead arm beside a failing baseline, a kernel that takes the runner-up of close calls).
+dead arm beside a failing baseline, a kernel that takes the runner-up of close calls, and
+the same kernel with `canaryd calibrate` run first, `calibrated_config`).
 `canaryd_pairs_to_trip` judges the pairs from the onset with the product's judging path
 and switch policy at the 60 s cadence (screened, replayed where a detector nears its
 threshold) until the switch rolls back;
@@ -15,11 +16,20 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from benchmarks.gate_power.noise import Collateral, NoiseModel
+from benchmarks.gate_power.noise import (
+    T0,
+    Collateral,
+    NoiseModel,
+    deployment_bf16,
+    deployment_deterministic,
+    realistic,
+)
 from benchmarks.gate_power.streams import FaultStream, PairStream, default_prompts
 from benchmarks.gate_power.trips import alarms
 from canaryd.config import ScheduleConfig
 from canaryd.config.sections import interval_for
+from canaryd.judging.calibration import Calibration, RunDivergences
+from canaryd.scoring.calibrate import Measured, tail_bound
 from gates import (
     Evaluation,
     GatesConfig,
@@ -31,7 +41,8 @@ from gates import (
     step,
 )
 from gates.cycle import evaluate_all, latest_window, suspicion, window_bounds
-from gates.records import PairRecord
+from gates.evidence import Evidence, MarginSource
+from gates.records import BASELINE_ARM, DEFAULT_ARM, PairRecord
 from gates.stats.budget import detector_arl0
 
 PREFIX_PAIRS = 1_500
@@ -52,6 +63,7 @@ class Fault:
     collateral: Collateral | None = None
     screen_off: bool = False  # also judged with the error gate's outage screen off
     deployment: dict[str, Any] = field(default_factory=dict)  # to the base's DeploymentNoise
+    calibrated: bool = False  # `canaryd calibrate` runs on the faulty arms first
 
     def model(self, base: NoiseModel) -> NoiseModel:
         """`base` with the fault injected."""
@@ -69,6 +81,8 @@ class Fault:
             out["collateral"] = asdict(self.collateral)
         if self.deployment:
             out["deployment"] = dict(self.deployment)
+        if self.calibrated:
+            out["calibrated"] = True
         return out
 
 
@@ -110,7 +124,86 @@ def faults(drift_rate: float) -> list[Fault]:
             base="deployment_bf16",
             deployment={"runner_up_below": 0.5},
         ),
+        # The same kernel on a deployment that reproduces its own greedy output, with
+        # `canaryd calibrate` run on the faulty arms first: the A/A run never diverges,
+        # so nothing is stored (the A/B run, the bug's own margins up to 0.5 nats, never
+        # sets the margin) and the configured margin judges.
+        Fault(
+            "calibrated_runner_up_bug",
+            "ties",
+            {},
+            base="deployment_deterministic",
+            deployment={"runner_up_below": 0.5},
+            calibrated=True,
+        ),
     ]
+
+
+def base_model(name: str) -> NoiseModel:
+    """The noise model a fault is injected into, by `Fault.base`."""
+    bases = {
+        "realistic": realistic,
+        "deployment_bf16": deployment_bf16,
+        "deployment_deterministic": deployment_deterministic,
+    }
+    return bases[name]()
+
+
+def _measured(record: PairRecord) -> Measured | None:
+    """A simulated greedy pair as `canaryd calibrate` measures it (None: a request
+    failed): agreeing outputs, the pair's margin, or a divergence nothing measured."""
+    scores = record.scores
+    if scores is None:
+        return None
+    if scores.exact_match:
+        return Measured()
+    if scores.divergence_margin is None or scores.divergence_judge == "bound":
+        return Measured(unmeasured=1)
+    return Measured((abs(scores.divergence_margin),))
+
+
+def calibrated_config(
+    fault: Fault, base: NoiseModel, config: GatesConfig, seed: int
+) -> tuple[GatesConfig, dict[str, Any]]:
+    """`canaryd calibrate` on the fault's arms before the onset, as the command runs it
+    by default (every shipped prompt once, greedy at its full `max_tokens`): the A/A run
+    is the healthy base's pair (the baseline against itself under the deployment's own
+    numerics), the A/B run the faulty model's; the product's `Calibration` decides what
+    is stored, and the config the gates judge with is the one the daemon would read
+    (`Evidence.judged_config`). Returns that config and what the calibration saw."""
+    prompts = default_prompts()
+    healthy = PairStream(base, seed + 6_007).greedy_pairs(prompts)
+    faulty = PairStream(fault.model(base), seed + 6_011).greedy_pairs(prompts)
+    aa = [m for r in healthy if (m := _measured(r)) is not None]
+    ab = [m for r in faulty if (m := _measured(r)) is not None]
+    result = Calibration(
+        arm=DEFAULT_ARM,
+        arms=f"gate_power:{fault.name}",
+        engines=f"gate_power:{base.name}",
+        aa=RunDivergences.of(BASELINE_ARM, aa),
+        ab=RunDivergences.of(DEFAULT_ARM, ab),
+        prompts=len(prompts),
+        failures=2 * len(prompts) - len(aa) - len(ab),
+        at=T0,
+    )
+    row = result.stored()
+    source = (
+        MarginSource(config.quality.tie_margin_nats, "configured")
+        if row is None
+        else MarginSource(row.margin, "calibrated", row.calibrated_at, row.aa_divergent_pairs or 0)
+    )
+    judged = Evidence(tie_margin=source).judged_config(config)
+    return judged, {
+        "aa_divergent_pairs": result.aa.divergent_pairs,
+        "ab_divergent_pairs": result.ab.divergent_pairs,
+        "ab_max_margin": result.ab.max_margin,
+        # What the A/B run alone would have bounded, had it set the margin (information).
+        "ab_alone_bound": tail_bound(list(result.ab.pair_margins)),
+        "stored": row is not None,
+        "not_stored": result.why_not_stored(),
+        "margin_judged": judged.quality.tie_margin_nats,
+        "tie_margin": source.describe(),
+    }
 
 
 def category_acceptance(model: NoiseModel, category: str, n: int, seed: int) -> list[float]:

@@ -2,7 +2,8 @@
 and `embedded_fit` (acceptance rates fitted to the embedded model's measured speedups,
 `fit.fit_embedded` redoes the fit) and `deployment_bf16`, the realistic arms on a bf16
 GPU deployment (`DeploymentNoise`: diurnal load and shared queueing, error bursts,
-timeouts and numeric-tie divergence, applied pair by pair by `Deployed`), `flaky_infra`
+timeouts and numeric-tie divergence, applied pair by pair by `Deployed`;
+`deployment_deterministic`: the same without numeric ties), `flaky_infra`
 (equal arms each failing 10 % on their own) and `duplicated_pairs` (two daemons replaying
 the same seeds into one store); and `Collateral`, a speculative arm whose failures take
 the baseline's next requests down (`Collateralised`); `healthy_stalls`, the embedded
@@ -321,6 +322,17 @@ def deployment_bf16() -> NoiseModel:
         deployment=DeploymentNoise(tie_margin_nats=GatesConfig().quality.tie_margin_nats),
         params=replace(model.params, seed_per_arm=True),
         sampled_share=0.3,
+    )
+
+
+def deployment_deterministic() -> NoiseModel:
+    """`deployment_bf16` on kernels that reproduce their own greedy output bit for bit
+    (no numeric-tie divergence, `tie_rate` 0): the baseline run twice never diverges, so
+    an A/A calibration has nothing to bound. The base of `calibrated_runner_up_bug`."""
+    model = deployment_bf16()
+    assert model.deployment is not None
+    return replace(
+        model, name="deployment_deterministic", deployment=replace(model.deployment, tie_rate=0.0)
     )
 
 

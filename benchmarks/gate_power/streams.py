@@ -5,12 +5,14 @@ ended (its two arms, one after the other) when that is later, as the daemon's sc
 does (and its replays, when the model has several daemons replaying the same seeds,
 between it and the next); a model with `BurstStalls` runs its pairs in rollout-burst
 cycles of concurrent pairs instead. `FaultStream` holds the pairs after a fault's onset,
-generated on demand up to a cap, so that every judge reads the same ones.
+generated on demand up to a cap, so that every judge reads the same ones; `greedy_pairs`
+runs each of a list of prompts once, greedy (a calibration's run).
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -84,6 +86,16 @@ class PairStream:
             )
             return self.runner.run_group(prompt, sampling=own).records[0]
         return self.runner.run_pair(prompt)
+
+    def greedy_pairs(self, prompts: Sequence[Prompt]) -> list[PairRecord]:
+        """One greedy pair of each of `prompts` at its full `max_tokens`, with the model's
+        deployment noise: a calibration's run (`faults.calibrated_config`), off the
+        schedule (each pair stamped by the runner's own clock)."""
+        out: list[PairRecord] = []
+        for prompt in prompts:
+            record = self.runner.run_pair(prompt)
+            out.append(self.deployed.apply(record) if self.deployed is not None else record)
+        return out
 
     def take(self, n: int) -> list[PairRecord]:
         """The next `n` records (a pair and its replays count one each)."""

@@ -97,7 +97,9 @@ COMMANDS: dict[str, CommandEntry] = {
     "calibrate": CommandEntry(
         "canaryd.cli.calibrate",
         "calibrate_command",
-        "Measure the arms' greedy tie margin and store it: exit 0 stored, 3 too few, 2 error.",
+        "Measure the greedy tie margin on the baseline against itself (A/A; the speculative "
+        "arm's own divergences are shown, never used) and store it: exit 0 stored, 3 too few "
+        "divergent A/A pairs, 2 error.",
     ),
     "probe": CommandEntry(
         "canaryd.cli.probe",

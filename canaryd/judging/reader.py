@@ -1,7 +1,8 @@
 """The one reader of evidence: everything a judgement reads from the store, gathered once.
 
 `gather` reads, for one arm at one time, the tie margin calibrated for the arms
-(`tie_margin_for`), the pairs of the longest gate window (`canaryd.judging.evidence.
+(`tie_margin_for`: while it applies to the engines behind the pairs, `judged_engines`,
+and has not expired), the pairs of the longest gate window (`canaryd.judging.evidence.
 read_window`), the drift references, the arms' production telemetry (`read_telemetry`)
 and the acceptance reference pinned from it, the capability probe, the control arm's pairs
 and the pair rate, into one `gates.evidence.Evidence` that `gates.cycle.judge` judges. The
@@ -17,13 +18,14 @@ margin in `gates.cycle.judge`, from the evidence.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import structlog
 
 from canaryd.config import Settings
 from canaryd.config.arms import arm_key
+from canaryd.judging.calibration import expires_at, not_applicable, run_engines_key
 from canaryd.judging.evidence import (
     acceptance_reference,
     prior_acceptance_reference,
@@ -31,7 +33,7 @@ from canaryd.judging.evidence import (
     read_window,
 )
 from canaryd.parity.stored import latest_probe
-from canaryd.store import CalibrationStore, RevisionWindow, Store
+from canaryd.store import CalibrationStore, HistoryStore, RevisionWindow, Store
 from gates import ReferenceStats, SwitchState
 from gates.config import GatesConfig
 from gates.cycle import may_pin, pins
@@ -40,7 +42,14 @@ from gates.records import PairRecord
 from gates.telemetry.acceptance import AcceptanceReference
 from gates.telemetry.intervals import TelemetryEvidence
 
-__all__ = ["Held", "RateReader", "gather", "pinned_references", "tie_margin_for"]
+__all__ = [
+    "Held",
+    "RateReader",
+    "gather",
+    "judged_engines",
+    "pinned_references",
+    "tie_margin_for",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -61,15 +70,45 @@ class Held:
 
 
 def tie_margin_for(
-    store: CalibrationStore, settings: Settings, arm: str, config: GatesConfig
+    store: CalibrationStore,
+    settings: Settings,
+    arm: str,
+    config: GatesConfig,
+    now: datetime,
+    engines: str | None = None,
 ) -> MarginSource:
-    """The tie margin to judge `arm` with: the one calibrated (`canaryd calibrate`) under
-    `arm`'s current arms key when the store holds one, else `config`'s; a changed arm
-    configuration has another key, so its old calibration is never read."""
+    """The tie margin to judge `arm` with at `now`: the one calibrated (`canaryd
+    calibrate`) under `arm`'s current arms key when the store holds one that still
+    applies to pairs run on `engines` (`canaryd.judging.calibration.not_applicable`:
+    not expired, the same engines; None: unknown), else `config`'s, saying why the
+    stored one did not judge. A changed arm configuration has another key, so its old
+    calibration is never read."""
     stored = store.tie_margin(arm_key(settings, arm))
+    configured = MarginSource(config.quality.tie_margin_nats, "configured")
     if stored is None:
-        return MarginSource(config.quality.tie_margin_nats, "configured")
-    return MarginSource(stored.margin, "calibrated", stored.calibrated_at, stored.divergences)
+        return configured
+    max_age = config.quality.tie_margin_max_age_days
+    reason = not_applicable(stored, now, max_age, engines)
+    if reason is not None:
+        return replace(configured, calibrated_at=stored.calibrated_at, not_applied=reason)
+    return MarginSource(
+        stored.margin,
+        "calibrated",
+        stored.calibrated_at,
+        pairs=stored.aa_divergent_pairs or 0,
+        aa_arm=stored.aa_arm or "",
+        expires_at=expires_at(stored.calibrated_at, max_age),
+    )
+
+
+def judged_engines(store: HistoryStore, records: Sequence[PairRecord], arm: str) -> str | None:
+    """The `engines_key` of the run behind the newest of `records` (the engines judged
+    now); None without records or when that run is not stored."""
+    if not records:
+        return None
+    run_id = records[-1].run_id
+    run = store.runs_by_id([run_id]).get(run_id)
+    return None if run is None else run_engines_key(run.info, arm)
 
 
 def pinned_references(
@@ -159,7 +198,6 @@ def gather(
     then gives only the tie margin (and the pair rate, with `rate`). `subject` names the
     evidence in the verdict's reason."""
     config = settings.gates if config is None else config
-    tie_margin = tie_margin_for(store, settings, arm, config)
     start = window.evidence_start if window is not None else None
     end = window.ended_at if window is not None else None
     if held is not None:
@@ -176,6 +214,8 @@ def gather(
             if category is not None
             else read_telemetry(store, settings, arm, now, start=start, end=end)
         )
+    engines = judged_engines(store, records, arm)
+    tie_margin = tie_margin_for(store, settings, arm, config, now, engines)
     control_arm = config.quality.control_arm if control else None
     return Evidence(
         records=records,

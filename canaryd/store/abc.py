@@ -113,9 +113,16 @@ class StoredInterval:
 @dataclass(frozen=True, slots=True)
 class TieMargin:
     """A tie margin calibrated on the deployment (`canaryd calibrate`): `margin` (nats)
-    bounds the |margin| of `coverage` of healthy divergences with `confidence`, from
-    `divergences` measured margins (`aa` of them from the baseline against itself, `ab`
-    against `arm`) over `pairs` greedy pairs; valid only under the arms key `arms`."""
+    bounds the pair margin of `coverage` of the deployment's own greedy divergences with
+    `confidence`, from `aa_divergent_pairs` divergent pairs of the baseline against
+    `aa_arm` (itself, or the A/A control arm), one margin per pair; valid only under the
+    arms key `arms` and on the engines `engines` (`canaryd.judging.calibration.
+    engines_key`), for `gates.quality.tie_margin_max_age_days` after `calibrated_at`.
+    For information: `divergences` divergent tokens measured, `aa` of them A/A and `ab`
+    of the arm against the baseline (never part of the bound), `unmeasured` divergent
+    pairs nothing measured, over `pairs` greedy pairs. Rows stored before the bound came
+    from A/A pairs alone have no `aa_arm`, `aa_divergent_pairs` or `engines`, and no
+    longer judge."""
 
     arms: str
     arm: str
@@ -128,6 +135,9 @@ class TieMargin:
     coverage: float
     confidence: float
     calibrated_at: datetime
+    aa_arm: str | None = None
+    aa_divergent_pairs: int | None = None
+    engines: str | None = None
 
 
 class HistoryStore(Protocol):

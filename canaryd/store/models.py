@@ -404,3 +404,7 @@ class TieMarginRow(Base):
     coverage: Mapped[float] = mapped_column(Double)
     confidence: Mapped[float] = mapped_column(Double)
     calibrated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # None on rows from before the bound came from A/A pairs alone (migration 0021).
+    aa_arm: Mapped[str | None] = mapped_column(String(32))
+    aa_divergent_pairs: Mapped[int | None] = mapped_column(Integer)
+    engines: Mapped[str | None] = mapped_column(String(64))

@@ -41,6 +41,7 @@ FAULTS = (
     "correlated_fault",
     "dead_arm_flaky_baseline",
     "runner_up_bug",
+    "calibrated_runner_up_bug",
 )
 HEALTHY = (
     "realistic",
@@ -399,6 +400,33 @@ class TestNewScenarios:
         assert len(greedy) > 300
         assert len(tied) > 0.9 * len(greedy)
         assert all(s.divergence_judge == "forced" for s in tied)
+
+    def test_calibrate_first_stores_nothing_and_the_runner_up_bug_still_fails(self) -> None:
+        """`calibrated_runner_up_bug`: on a deployment that reproduces its own greedy output
+        the A/A run never diverges, so `canaryd calibrate` stores nothing although the
+        arm's own divergences would have bounded a margin just under 0.5 nats; the
+        configured margin judges, and the bug FAILs the quality gate within 300 pairs."""
+        healthy = gate_power.HealthySample()
+        for record in gate_power.PairStream(gate_power.realistic(), 0).take(200):
+            healthy.add(record)
+        result = gate_power.fault_runs(
+            seeds=[0],
+            cap=300,
+            screen=60,
+            config=GatesConfig(),
+            healthy=healthy,
+            only=["calibrated_runner_up_bug"],
+            log=lambda _: None,
+        )["calibrated_runner_up_bug"]
+        (calibration,) = result["calibration"]
+        assert calibration["aa_divergent_pairs"] == 0 and not calibration["stored"]
+        assert calibration["ab_divergent_pairs"] > 119
+        assert 0.45 < calibration["ab_alone_bound"] < 0.5
+        assert calibration["margin_judged"] == GatesConfig().quality.tie_margin_nats
+        assert "configured: gates.quality.tie_margin_nats" in calibration["tie_margin"]
+        assert result["fault"] == {"deployment": {"runner_up_below": 0.5}, "calibrated": True}
+        (pairs,) = result["canaryd_pairs"]
+        assert pairs is not None and pairs <= 300 and result["tripped_by"] == "quality"
 
     def test_duplicated_pairs_replay_every_pair_from_a_second_run(self) -> None:
         """`duplicated_pairs`: each pair appears twice, the second from another run with

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from gates import GatesConfig, SwitchState
@@ -10,18 +12,31 @@ from gates.evidence import Evidence, MarginSource, with_tie_margin
 from gates.pairs.testing import T0, at, record, scores
 from gates.switch.policy import CategorySwitch
 
-CALIBRATED = MarginSource(0.2, "calibrated", T0, 240)
+CALIBRATED = MarginSource(0.2, "calibrated", T0, 240, "baseline", T0 + timedelta(days=30))
 CONFIGURED = MarginSource(0.5, "configured")
 
 
 class TestMarginSource:
     def test_each_origin_says_where_the_margin_came_from(self) -> None:
-        """A configured margin names its key; a calibrated one its time and divergences."""
+        """A configured margin names its key; a calibrated one its time, the divergent A/A
+        pairs it rests on, what the baseline ran against, and when it expires."""
         assert CONFIGURED.describe() == (
             "tie margin 0.5 nats (configured: gates.quality.tie_margin_nats)"
         )
         assert CALIBRATED.describe() == (
-            "tie margin 0.2 nats (calibrated at 2025-01-01T00:00:00+00:00 from 240 divergences)"
+            "tie margin 0.2 nats (calibrated at 2025-01-01T00:00:00+00:00 from 240 divergent "
+            "A/A pairs, the baseline against itself, until 2025-01-31T00:00:00+00:00)"
+        )
+        control = MarginSource(0.2, "calibrated", T0, 150, "replica")
+        assert "150 divergent A/A pairs, the baseline against arm replica)" in control.describe()
+
+    def test_a_calibration_that_does_not_judge_says_why(self) -> None:
+        """A stored margin that no longer applies leaves the configured one judging, and
+        the detail names the calibration and the reason."""
+        stale = MarginSource(0.5, "configured", T0, not_applied="it expired at 2025-01-31")
+        assert stale.describe() == (
+            "tie margin 0.5 nats (configured: gates.quality.tie_margin_nats); the "
+            "calibration of 2025-01-01T00:00:00+00:00 does not judge: it expired at 2025-01-31"
         )
 
     def test_only_the_quality_decision_names_it(self) -> None:

@@ -19,6 +19,7 @@ from canaryd.scoring.calibrate import (
     min_divergences,
     tail_bound,
 )
+from engine.types import TeacherScore
 from gates.stats.descriptive import clopper_pearson
 from tests.canaryd.scoring.test_margins import BASE, EXTRACTION, llamacpp_judge, speculative
 
@@ -90,3 +91,23 @@ class TestDivergentMargins:
         its margin is known, counted apart and never as a margin."""
         measured = divergent_margins(llamacpp_judge(), EXTRACTION, BASE, speculative("Red dog"))
         assert measured == Measured(unmeasured=1)
+
+    def test_the_pairs_margin_is_the_one_the_gate_judges(self) -> None:
+        """A teacher that forces the speculative output (gaps 0.1 and 0.2 off its argmax)
+        and a first divergence 0.3 nats wide from the baseline's top log-probs: the tokens
+        are 0.1 and 0.2, the pair's one margin (the bound's unit) 0.3, the largest of
+        both, as `canaryd.scoring.margins.combined` judges the pair in the daemon."""
+
+        class ForcingTeacher:
+            def score(self, messages: object, output: object) -> TeacherScore:
+                return TeacherScore(3, 1.0, 0.5, 0.5, gaps=(0.0, 0.1, 0.2))
+
+        measured = divergent_margins(
+            ForcingTeacher(),  # type: ignore[arg-type]
+            EXTRACTION,
+            BASE,
+            speculative("Red a sky"),
+        )
+        assert measured.margins == (0.1, 0.2)
+        assert measured.margin == pytest.approx(0.3)
+        assert Measured((0.1, 0.4)).margin == 0.4 and Measured(unmeasured=1).margin is None

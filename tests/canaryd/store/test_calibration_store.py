@@ -24,6 +24,9 @@ MARGIN = TieMargin(
     coverage=0.975,
     confidence=0.95,
     calibrated_at=T0,
+    aa_arm="baseline",
+    aa_divergent_pairs=150,
+    engines="0123456789abcdef",
 )
 
 
@@ -32,6 +35,13 @@ class TestTieMargins:
         assert store.tie_margin("key-a") is None
         store.save_tie_margin(MARGIN)
         assert store.tie_margin("key-a") == MARGIN
+
+    def test_a_row_without_the_aa_fields_round_trips_as_none(self, store: SqlStore) -> None:
+        """Rows from before the bound came from A/A pairs alone have no A/A arm, pair
+        count or engines (migration 0021 leaves them NULL): read back as None."""
+        old = replace(MARGIN, aa_arm=None, aa_divergent_pairs=None, engines=None)
+        store.save_tie_margin(old)
+        assert store.tie_margin("key-a") == old
 
     def test_another_arms_key_reads_nothing(self, store: SqlStore) -> None:
         """A margin measured under other arms is never this configuration's."""
