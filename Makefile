@@ -14,7 +14,7 @@ CONSTRAINTS := $(if $(LOCK),--constraint $(LOCK),)
 PYTEST_ARGS ?=
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: venv model demo test lint typecheck unit services llamacpp vllm clean lock gpu-bundle bench-vllm bench-rollout
+.PHONY: venv model demo test lint typecheck unit services llamacpp vllm clean lock gpu-bundle bench-vllm bench-rollout test-vllm-stable
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -85,7 +85,13 @@ typecheck: venv
 	$(BIN)/mypy
 
 test: model services llamacpp vllm lint typecheck
-	CANARYD_TEST_PG_URL="$$(cat $(VENV)/pg_url 2>/dev/null)" $(BIN)/python -m pytest --durations=20 -m "not bench" $(PYTEST_ARGS)
+	CANARYD_TEST_PG_URL="$$(cat $(VENV)/pg_url 2>/dev/null)" $(BIN)/python -m pytest --durations=20 -m "not bench and not three_servers" $(PYTEST_ARGS)
+
+# telemetry.acceptance against a concurrent stable on three real vLLM servers behind a real
+# Prometheus (tests/integration/test_vllm_stable.py): 5-10 minutes on 2 cores, and its time
+# to FAIL depends on the machine's load, so not part of `make test`.
+test-vllm-stable: model vllm
+	$(BIN)/python -m pytest --durations=5 -m three_servers $(PYTEST_ARGS) tests/integration/test_vllm_stable.py
 
 # `canaryd bench` beside `vllm bench serve` on the real vLLM CPU pair, both tools at the
 # same time (docs/bench.md): about 6 minutes, so not part of `make test`.

@@ -9,9 +9,12 @@ selector = 'deployment="stable"'`, and the gate job's `telemetry.acceptance` FAI
 canary against the stable over the same scrapes.
 
 Three vLLM servers on 2 shared cores: the canary is started after the session pair is
-up (about 100 s), and the load runs until the FAIL (at most `LOAD_MAX_S`). Sample sizes
+up (about 60-100 s), and the load runs until the FAIL (at most `LOAD_MAX_S`). Sample sizes
 are lowered as in test_vllm_telemetry (the gate's logic is tested, not production's
-sample sizes).
+sample sizes). Its own make target (`make test-vllm-stable`, marker `three_servers`), not
+part of `make test`: on a busy 2-core machine the stable served 41 requests in 428 s
+beside the canary's 122 and the gate had too few drafts to decide, so its time to FAIL
+depends on the machine's load.
 """
 
 from __future__ import annotations
@@ -49,10 +52,13 @@ from tests.integration.vllm_pair import (
     unavailable,
 )
 
-pytestmark = [pytest.mark.model, pytest.mark.slow]
+pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.three_servers]
 
-SCRAPE_INTERVAL_S = 2.0
-LOAD_MAX_S = 420.0
+# 5 s: each scrape interval holds enough drafts of both arms to weigh; Prometheus scrapes
+# every second (a slow /metrics under three servers' load times out at 250 ms).
+SCRAPE_INTERVAL_S = 5.0
+PROMETHEUS_INTERVAL = "1s"
+LOAD_MAX_S = 600.0
 CHECK_EVERY_S = 10.0
 REGRESSED_K = 1
 
@@ -141,7 +147,9 @@ class TestConcurrentStable:
             "canary": [f"{canary}/metrics"],
         }
         (tmp_path / "prometheus").mkdir()
-        with PrometheusServer(tmp_path / "prometheus", targets) as prometheus:
+        with PrometheusServer(
+            tmp_path / "prometheus", targets, scrape_interval=PROMETHEUS_INTERVAL
+        ) as prometheus:
             prometheus.wait_until("up == 1", lambda result: len(result) == len(targets))
             path = tmp_path / "canaryd.toml"
             path.write_text(config_text(vllm_servers, canary, tmp_path, prometheus.url))

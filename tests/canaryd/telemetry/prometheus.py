@@ -50,7 +50,13 @@ def _host(url: str) -> str:
 class PrometheusServer:
     """Prometheus scraping `targets`: deployment name → the /metrics URLs labelled with it."""
 
-    def __init__(self, directory: Path, targets: Mapping[str, Sequence[str]]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        targets: Mapping[str, Sequence[str]],
+        *,
+        scrape_interval: str = SCRAPE_INTERVAL,
+    ) -> None:
         self.directory = directory
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -61,7 +67,7 @@ class PrometheusServer:
         )
         self.config = directory / "prometheus.yml"
         self.config.write_text(
-            f"global:\n  scrape_interval: {SCRAPE_INTERVAL}\n  scrape_timeout: {SCRAPE_INTERVAL}\n"
+            f"global:\n  scrape_interval: {scrape_interval}\n  scrape_timeout: {scrape_interval}\n"
             "scrape_configs:\n  - job_name: llm\n    static_configs:\n" + groups
         )
         self._process: subprocess.Popen[bytes] | None = None
