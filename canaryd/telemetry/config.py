@@ -22,10 +22,18 @@ from __future__ import annotations
 
 import re
 from string import Template
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from canaryd.telemetry.limits import DEFAULT_MAX_BUCKETS, DEFAULT_MAX_SERIES
 from engine.bounds import check_bounds
@@ -103,6 +111,24 @@ def _http_url(url: str) -> str:
     if parts.scheme not in {"http", "https"} or not parts.netloc:
         raise ValueError(f"{url!r} is not an http:// or https:// URL with a host")
     return url
+
+
+def _one_or_many(value: Any) -> Any:
+    return (value,) if isinstance(value, str) else value
+
+
+def _replica_urls(urls: tuple[str, ...]) -> tuple[str, ...]:
+    for url in urls:
+        _http_url(url)
+    if len(set(urls)) != len(urls):
+        raise ValueError("a replica's URL is listed twice: it would be counted twice")
+    return urls
+
+
+# One URL or a list of them, each http(s) with a host, none twice.
+ReplicaUrls = Annotated[
+    tuple[str, ...], BeforeValidator(_one_or_many), AfterValidator(_replica_urls)
+]
 
 
 def _api_base_url(url: str) -> str:
@@ -224,7 +250,7 @@ class StableSource(_Strict):
     only which series are the stable's: `metrics_url` and/or `labels` for a direct
     scrape, `selector` for PromQL."""
 
-    metrics_url: tuple[str, ...] = Field(
+    metrics_url: ReplicaUrls = Field(
         default=(),
         description="direct scrape: the stable replicas' expositions (default: the arm's "
         "own URLs, told apart by `labels`)",
@@ -241,20 +267,6 @@ class StableSource(_Strict):
         '`selector` (Argo: `rollouts_pod_template_hash="<stable hash>"` or the stable '
         'Service; Flagger: `service="<name>-primary"`)',
     )
-
-    @field_validator("metrics_url", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: Any) -> Any:
-        return (value,) if isinstance(value, str) else value
-
-    @field_validator("metrics_url")
-    @classmethod
-    def _urls(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
-        for url in urls:
-            _http_url(url)
-        if len(set(urls)) != len(urls):
-            raise ValueError("a replica's URL is listed twice: it would be counted twice")
-        return urls
 
     @field_validator("selector")
     @classmethod
@@ -280,7 +292,7 @@ class TelemetryArmConfig(_Strict):
         default=None,
         description="kind = gateway: whose HTTP counters (istio, envoy, ingress-nginx)",
     )
-    metrics_url: tuple[str, ...] = Field(
+    metrics_url: ReplicaUrls = Field(
         default=(),
         description="direct scrape: the Prometheus text exposition of each replica, one URL "
         "or a list of them; the arm's counts are the replicas' sum",
@@ -323,20 +335,6 @@ class TelemetryArmConfig(_Strict):
         "the pods still serving the previous revision; `telemetry.acceptance` then judges "
         "the arm against it over the same scrapes, so a shift in the traffic mix cancels",
     )
-
-    @field_validator("metrics_url", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: Any) -> Any:
-        return (value,) if isinstance(value, str) else value
-
-    @field_validator("metrics_url")
-    @classmethod
-    def _urls(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
-        for url in urls:
-            _http_url(url)
-        if len(set(urls)) != len(urls):
-            raise ValueError("a replica's URL is listed twice: it would be counted twice")
-        return urls
 
     @field_validator("prometheus_url")
     @classmethod
