@@ -9,8 +9,10 @@ same moment, so the mix and the time of day cancel in the difference.
 
 **Blocks.** The two arms are read at the same instants (one scrape reads every source),
 so their intervals end together. The intervals are grouped into blocks that end at a
-scrape both arms were read at (a missed scrape of one arm merges into the next block),
-and only blocks in which both arms drafted count.
+scrape both arms were read at, each closed once both arms drafted in it: a missed scrape
+of one arm, or an interval in which only one arm's counters moved (a busy engine's move
+in bursts: on real vLLM servers beside each other they moved in the same 5 s interval
+once in 112), joins the next block.
 
 **Noise.** Per block i, with L = 1 + accepted ÷ drafts and keep = 1 − `max_relative_drop`,
 z_i = L_canary,i − keep × L_stable,i has variance s² (1 ÷ D_i + keep² ÷ E_i) for the
@@ -91,20 +93,23 @@ class Block:
 def aligned(
     canary: Sequence[TelemetryInterval], stable: Sequence[TelemetryInterval]
 ) -> list[Block]:
-    """The blocks of `canary` and `stable` (each oldest first) that end at a scrape both
-    were read at, in which both drafted; intervals after the last common end wait."""
+    """The blocks of `canary` and `stable` (each oldest first): runs of intervals that end
+    at a scrape both were read at, each closed once both arms drafted in it (a busy
+    engine's counters move in bursts, so an interval where only one arm drafted joins the
+    next); intervals after the last close wait. An interval that reports drafts without
+    accepted tokens leaves its block out."""
     common = sorted({i.end for i in canary} & {i.end for i in stable})
     blocks: list[Block] = []
-    previous: datetime | None = None
+    opened: datetime | None = None
     for end in common:
-        mine = _between(canary, previous, end)
-        theirs = _between(stable, previous, end)
-        previous = end
+        mine = _between(canary, opened, end)
+        theirs = _between(stable, opened, end)
         drafts = sum(i.drafts or 0 for i in mine)
         stable_drafts = sum(i.drafts or 0 for i in theirs)
-        if any(i.drafts and i.accepted_tokens is None for i in (*mine, *theirs)):
-            continue
         if drafts <= 0 or stable_drafts <= 0:
+            continue  # the block stays open until both arms drafted
+        opened = end
+        if any(i.drafts and i.accepted_tokens is None for i in (*mine, *theirs)):
             continue
         tokens = [i.draft_tokens for i in (*mine, *theirs) if i.drafts]
         blocks.append(

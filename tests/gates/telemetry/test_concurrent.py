@@ -124,10 +124,21 @@ class TestBlocks:
         ]
         assert blocks[1].draft_tokens == 4 * (20 + 40)
 
-    def test_a_block_where_either_arm_drafted_nothing_is_left_out(self) -> None:
-        canary = [self.interval(0, 15, 0, 0), self.interval(15, 30, 10, 15)]
-        stable = [self.interval(0, 15, 10, 15), self.interval(15, 30, 0, 0)]
-        assert aligned(canary, stable) == []
+    def test_a_block_stays_open_until_both_arms_drafted(self) -> None:
+        """The arms' counters moved in turns (a busy engine's in bursts): one block from
+        the first scrape to the one by which both drafted; the stable's last interval,
+        with no canary drafts after it, waits."""
+        canary = [
+            self.interval(0, 15, 0, 0),
+            self.interval(15, 30, 10, 15),
+            self.interval(30, 45, 0, 0),
+        ]
+        stable = [
+            self.interval(0, 15, 10, 15),
+            self.interval(15, 30, 0, 0),
+            self.interval(30, 45, 20, 30),
+        ]
+        assert [(b.drafts, b.stable_drafts) for b in aligned(canary, stable)] == [(10, 10)]
 
     def test_a_stable_that_drafted_nothing_leaves_the_past_reference(self) -> None:
         """Stable scraped but idle: the gate judges against its pinned reference as before."""
