@@ -33,24 +33,22 @@ Usage: .venv/bin/python -m benchmarks.clock_jumps [--pair-s 5] [--gate-s 10]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks import hostile_metrics
+
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 SERVING = re.compile(r"serving /metrics.* on http://(\S+) ")
 POLL_S = 0.1
@@ -145,48 +143,22 @@ def _counters(address: str) -> tuple[float, float]:
     return pairs, gates
 
 
-@contextmanager
 def daemon(
     config: Path, log: Path, offset_file: Path, args: argparse.Namespace
-) -> Iterator[subprocess.Popen[bytes]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CANARYD_")}
-    env.update(
-        CANARYD_DATA_DIR=str(config.parent / "data"),
-        PYTHONUNBUFFERED="1",
-        LD_PRELOAD=str(args.libfaketime),
-        FAKETIME_TIMESTAMP_FILE=str(offset_file),
-        FAKETIME_CACHE_DURATION="1",
-        FAKETIME_DONT_FAKE_MONOTONIC="1",
+) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    """hostile_metrics' daemon under libfaketime, the wall clock read from `offset_file`
+    and the monotonic clock left alone."""
+    return hostile_metrics.daemon(
+        config,
+        log,
+        args.pythonpath,
+        {
+            "LD_PRELOAD": str(args.libfaketime),
+            "FAKETIME_TIMESTAMP_FILE": str(offset_file),
+            "FAKETIME_CACHE_DURATION": "1",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        },
     )
-    if args.pythonpath:
-        env["PYTHONPATH"] = args.pythonpath
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "canaryd", "run", "--config", str(config)],
-            cwd=args.pythonpath or REPO,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=out,
-        )
-        try:
-            yield process
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-
-
-def _events(log: Path) -> list[dict[str, Any]]:
-    found = []
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            with suppress(json.JSONDecodeError):
-                found.append(json.loads(line))
-    return found
 
 
 def _address(process: subprocess.Popen[bytes], log: Path) -> str | None:
@@ -249,7 +221,9 @@ def run(name: str, args: argparse.Namespace, work: Path) -> Outcome:
     outcome.pair_gap_s = since(after[0], before[0])
     outcome.gate_run_gap_s = since(after[1], before[1])
     outcome.clock_jumped_lines = [
-        e.get("jump_s", 0.0) for e in _events(log) if e.get("event") == "clock.jumped"
+        e.get("jump_s", 0.0)
+        for e in hostile_metrics.events(log)
+        if e.get("event") == "clock.jumped"
     ]
     return outcome
 

@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -196,9 +196,17 @@ def _refused(address: str) -> dict[str, float]:
 
 
 @contextmanager
-def daemon(config: Path, log: Path, pythonpath: str | None) -> Iterator[subprocess.Popen[bytes]]:
+def daemon(
+    config: Path,
+    log: Path,
+    pythonpath: str | None,
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`canaryd run --config config` (from `pythonpath`'s checkout when given), its log in
+    `log`, `extra_env` added to a clean environment; SIGTERM at the end."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CANARYD_")}
     env.update(CANARYD_DATA_DIR=str(config.parent / "data"), PYTHONUNBUFFERED="1")
+    env.update(extra_env or {})
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     with log.open("wb") as out:
@@ -221,7 +229,7 @@ def daemon(config: Path, log: Path, pythonpath: str | None) -> Iterator[subproce
                     process.wait()
 
 
-def _events(log: Path) -> list[dict[str, Any]]:
+def events(log: Path) -> list[dict[str, Any]]:
     found = []
     for line in log.read_text(errors="replace").splitlines():
         if line.startswith("{"):
@@ -333,17 +341,17 @@ def run(scenario: Scenario, args: argparse.Namespace, work: Path) -> Outcome:
                 time.sleep(0.2)
             peak = max(peak, _vm_hwm_mb(process.pid) or 0.0)
         code = process.returncode
-    events = _events(log)
+    logged = events(log)
     refusals = Counter(
         f"{e.get('url', '?').rsplit(':', 1)[-1]} {e.get('bound')}"
-        for e in events
+        for e in logged
         if e.get("event") == "telemetry.source_refused"
     )
-    failures = sum(1 for e in events if e.get("event") == "telemetry.replica_failed")
+    failures = sum(1 for e in logged if e.get("event") == "telemetry.replica_failed")
     # Every gate run logs the states it decided (gate names with a dot are folded into
     # `other` in canaryd_gate_state, so the log is where the telemetry gates are named).
     seen: dict[str, set[str]] = {}
-    for event in events:
+    for event in logged:
         if event.get("arm") == "speculative" and isinstance(event.get("states"), dict):
             for gate in TELEMETRY_GATES:
                 if gate in event["states"]:
